@@ -1,0 +1,1 @@
+"""RAG engine: the query path and offline building blocks. Never imports dagster."""

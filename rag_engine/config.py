@@ -1,0 +1,310 @@
+"""Typed, frozen view of config/engine.yaml.
+
+Config is data and code is generic: every knob the engine reads lives here, validated once at
+load time. Errors name the offending key and its line in the file, because a bad deploy is
+usually one typo. The config never holds secrets, only the *names* of environment variables.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from rag_engine.errors import ConfigError
+
+ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _env_name(value: str | None) -> str | None:
+    if value is not None and not ENV_NAME.match(value):
+        raise ValueError("must be an environment variable NAME (A-Z, 0-9, _), never a secret value")
+    return value
+
+
+class Neo4jConfig(Frozen):
+    uri_env: str = "NEO4J_URI"
+    default_uri: str = "bolt://127.0.0.1:7687"
+    user_env: str = "NEO4J_USER"
+    password_env: str = "NEO4J_PASSWORD"
+    database: str = "neo4j"
+    write_batch_size: int = Field(500, ge=1, le=50_000)
+
+    _names = field_validator("uri_env", "user_env", "password_env")(_env_name)
+
+
+class LedgerConfig(Frozen):
+    url_env: str = "RAG_LEDGER_URL"
+    default_url: str = "sqlite:///var/ledger.sqlite"
+
+    _names = field_validator("url_env")(_env_name)
+
+
+class StorageConfig(Frozen):
+    neo4j: Neo4jConfig = Neo4jConfig()
+    ledger: LedgerConfig = LedgerConfig()
+    artifacts_dir: str = "var/artifacts"
+
+
+ProviderKind = Literal["openai", "openai_compatible", "replay", "local_hash"]
+Capability = Literal[
+    "generation",
+    "structured_output",
+    "streaming",
+    "prompt_caching",
+    "embeddings",
+    "rerank",
+    "query_expansion",
+    "tools",
+]
+
+
+class RateLimitConfig(Frozen):
+    requests_per_minute: int | None = Field(None, ge=1)
+    tokens_per_minute: int | None = Field(None, ge=1)
+
+
+class ProviderConfig(Frozen):
+    name: str
+    kind: ProviderKind
+    hosted: bool = False
+    enabled: bool = True
+    credential_env: str | None = None
+    endpoint: str | None = None
+    cassette: str | None = None
+    record: bool = False
+    record_provider: str | None = None
+    timeout_s: float = Field(30.0, gt=0)
+    max_retries: int = Field(3, ge=0, le=10)
+    backoff_base_s: float = Field(0.5, ge=0)
+    rate_limit: RateLimitConfig = RateLimitConfig()
+
+    _names = field_validator("credential_env")(_env_name)
+
+
+class ModelConfig(Frozen):
+    name: str
+    provider: str
+    role: Literal["generation", "embedding", "rerank"]
+    served_model: str
+    dimension: int | None = Field(None, ge=2, le=8192)
+    context_limit: int = Field(8192, ge=256)
+    capabilities: tuple[Capability, ...] = ()
+    pricing_ref: str | None = None
+
+    @model_validator(mode="after")
+    def _embedding_has_dimension(self) -> "ModelConfig":
+        if self.role == "embedding" and self.dimension is None:
+            raise ValueError(f"embedding model {self.name!r} needs a dimension")
+        return self
+
+
+class DefaultsConfig(Frozen):
+    generation_model: str
+    embedding_model: str
+    extraction_model: str | None = None
+
+
+class PackEntry(Frozen):
+    """How to find and trust a domain pack; the pack's own rules live in its manifest."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    enabled: bool = True
+    path: str
+    module: str
+    factory: str = "build_pack"
+    manifest: str
+    fixtures: str
+    corpus: str
+    domain: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    version: str
+    reference_types: tuple[str, ...]
+    languages: tuple[str, ...]
+    collections: tuple[str, ...]
+
+
+class RetrievalConfig(Frozen):
+    lexical_k: int = Field(20, ge=1, le=1000)
+    dense_k: int = Field(20, ge=1, le=1000)
+    reference_expansion_k: int = Field(5, ge=0, le=100)
+    final_k: int = Field(10, ge=1, le=100)
+    rrf_k: int = Field(60, ge=1)
+    exact_match_boost: float = Field(1.0, ge=0)
+
+
+class GraphConfig(Frozen):
+    confidence_floor: float = Field(0.5, ge=0, le=1)
+    confidence_buckets: dict[str, float] = {"high": 0.8, "medium": 0.5, "low": 0.0}
+    target_resolution_version: str = "1"
+
+
+class TraversalConfig(Frozen):
+    max_depth: int = Field(2, ge=1, le=4)
+    max_paths: int = Field(20, ge=1, le=500)
+    max_candidates: int = Field(5, ge=0, le=100)
+    per_seed_limit: int = Field(5, ge=1, le=100)
+    confidence_floor: float = Field(0.5, ge=0, le=1)
+    relationship_bonus: dict[str, float] = {}
+    policy_version: str = "1"
+
+
+class PlannerConfig(Frozen):
+    min_query_terms: int = Field(4, ge=1)
+    min_entity_match_score: float = Field(0.6, ge=0, le=1)
+    max_ambiguous_matches: int = Field(3, ge=1)
+    min_seed_entities: int = Field(1, ge=1)
+
+
+class BudgetsConfig(Frozen):
+    max_chunks_per_run: int = Field(500, ge=1)
+    max_tokens_per_run: int = Field(500_000, ge=1)
+    batch_size: int = Field(8, ge=1)
+
+
+class ContextBudgetsConfig(Frozen):
+    system: int = Field(512, ge=0)
+    documents: int = Field(3000, ge=0)
+    conversation: int = Field(1000, ge=0)
+    tools: int = Field(500, ge=0)
+
+
+class EngineConfig(Frozen):
+    version: Literal[1] = 1
+    storage: StorageConfig = StorageConfig()
+    providers: tuple[ProviderConfig, ...]
+    models: tuple[ModelConfig, ...]
+    defaults: DefaultsConfig
+    packs: tuple[PackEntry, ...] = ()
+    roles: dict[str, tuple[str, ...]] = {}
+    retrieval: RetrievalConfig = RetrievalConfig()
+    graph: GraphConfig = GraphConfig()
+    traversal: TraversalConfig = TraversalConfig()
+    planner: PlannerConfig = PlannerConfig()
+    budgets: BudgetsConfig = BudgetsConfig()
+    context: ContextBudgetsConfig = ContextBudgetsConfig()
+    pricing_file: str = "config/pricing.yaml"
+    max_document_bytes: int = Field(5_000_000, ge=1)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> "EngineConfig":
+        for label, items in (("providers", self.providers), ("models", self.models), ("packs", self.packs)):
+            names = [i.name for i in items]
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            if dupes:
+                raise ValueError(f"duplicate {label} names: {dupes}")
+        return self
+
+    # -- small lookups every layer needs -------------------------------------------------
+    def provider(self, name: str) -> ProviderConfig | None:
+        return next((p for p in self.providers if p.name == name), None)
+
+    def model(self, name: str) -> ModelConfig | None:
+        return next((m for m in self.models if m.name == name), None)
+
+    def pack(self, name: str) -> PackEntry | None:
+        return next((p for p in self.packs if p.name == name), None)
+
+    @property
+    def enabled_packs(self) -> tuple[PackEntry, ...]:
+        return tuple(p for p in self.packs if p.enabled)
+
+
+# ---------------------------------------------------------------------------------------
+# Loading with line numbers
+
+
+def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+    """Walk the composed YAML tree along a pydantic error location to find the source line."""
+    line = node.start_mark.line + 1 if node is not None else None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            match = next((kv for kv in node.value if kv[0].value == part), None)
+            if match is None:
+                return line
+            key_node, node = match
+            line = key_node.start_mark.line + 1
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            return line
+    return line
+
+
+def _format_errors(path: Path, node: yaml.Node | None, exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        dotted = ".".join(str(p) for p in loc) or "(top level)"
+        line = _line_of(node, loc)
+        where = f"{path}:{line}" if line else str(path)
+        msg = "unknown key (not allowed here)" if err["type"] == "extra_forbidden" else err["msg"]
+        lines.append(f"{where}: {dotted}: {msg}")
+    return "invalid config:\n  " + "\n  ".join(lines)
+
+
+def load_config(path: str | Path) -> EngineConfig:
+    """Load and validate engine.yaml; raise ConfigError with file:line for every problem."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    text = path.read_text(encoding="utf-8")
+    try:
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise ConfigError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping")
+    try:
+        return EngineConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(path, node, exc)) from None
+
+
+_USERINFO = re.compile(r"(?<=://)[^/@\s]*@")
+
+
+def _redact(value: Any) -> Any:
+    """Strip anything that could carry a secret from values that are hashed or reported.
+
+    The config holds env var names only, but an endpoint URL may embed user:password@ or a
+    ?key= query; those are removed so the hash never depends on a secret.
+    """
+    if isinstance(value, dict):
+        return {k: _redact(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_redact(v) for v in value]
+    if isinstance(value, str) and "://" in value:
+        return _USERINFO.sub("", value).split("?", 1)[0]
+    if isinstance(value, Decimal):
+        return str(value)
+    return value
+
+
+def redacted_dump(cfg: EngineConfig) -> dict[str, Any]:
+    return _redact(cfg.model_dump(mode="json"))
+
+
+def config_hash(cfg: EngineConfig) -> str:
+    """Stable hash of the secret-redacted config (never of environment values)."""
+    canonical = json.dumps(redacted_dump(cfg), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def slice_hash(*parts: Any) -> str:
+    """Hash of a config slice; the basis of asset code versions."""
+    canonical = json.dumps(_redact(list(parts)), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:12]

@@ -1,0 +1,83 @@
+"""One typed error tree, so callers (CLI, Dagster, tests) can tell failures apart without parsing text."""
+
+from __future__ import annotations
+
+
+class RagError(Exception):
+    """Root of every error the engine raises on purpose."""
+
+
+class ConfigError(RagError):
+    """The configuration file is missing, malformed or inconsistent."""
+
+
+class RegistryError(ConfigError):
+    """The provider registry rejected the configuration at startup."""
+
+
+class DisabledActiveEmbedder(RegistryError):
+    """The default embedding model belongs to a disabled provider."""
+
+
+class MissingDefaultGenerationModel(RegistryError):
+    """defaults.generation_model names no configured model."""
+
+
+class LocalProviderWithoutEndpoint(RegistryError):
+    """A local (not hosted) OpenAI-compatible provider has no endpoint."""
+
+
+class UnknownProviderReference(RegistryError):
+    """A model names a provider that is not configured."""
+
+
+class ModelRoleMismatch(RegistryError):
+    """A default points at a model whose role does not fit (e.g. generation model as embedder)."""
+
+
+class MissingCredential(RegistryError):
+    """An enabled provider's credential environment variable is not set (the name is reported, never a value)."""
+
+
+class PackError(RagError):
+    """A domain pack could not be loaded or violated its contract."""
+
+
+class DocumentError(RagError):
+    """One source document is unusable (empty, not UTF-8, binary, too large)."""
+
+
+class StoreError(RagError):
+    """The graph store failed or was asked something it cannot answer."""
+
+
+class EmbedderMismatch(StoreError):
+    """The index was built with another embedder: a full re-index is required."""
+
+
+class PolicyError(RagError):
+    """A role is unknown or asks for collections it may not read."""
+
+
+class ProviderError(RagError):
+    """A model provider call failed after retries."""
+
+
+class CapabilityNotSupported(ProviderError):
+    """The model lacks a capability the request needs; raised before any network call."""
+
+
+class ReplayMiss(ProviderError):
+    """A replay provider has no recorded answer for this request."""
+
+
+class ProviderTimeout(ProviderError):
+    """The provider did not answer within the configured timeout."""
+
+
+class ProviderRateLimited(ProviderError):
+    """The provider kept answering 429 after the allowed retries."""
+
+
+class ProviderResponseInvalid(ProviderError):
+    """The provider answered with something that is not a valid response."""

@@ -1,0 +1,195 @@
+"""Domain pack contract and the generic loader.
+
+A pack brings the domain knowledge (how to chunk, which references exist and how to normalize
+them, which relationship types the LLM may emit); the engine stays generic. Packs are enabled
+by config alone: an entry in engine.yaml names the module and factory, or a distribution can
+publish a factory under the ``rag_engine.packs`` entry point group.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+import json
+import sys
+from abc import ABC, abstractmethod
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Callable
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from rag_engine.config import EngineConfig, PackEntry
+from rag_engine.errors import PackError
+
+ENTRY_POINT_GROUP = "rag_engine.packs"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PackManifest(_Frozen):
+    """What a pack declares about itself; every field feeds asset code versions."""
+
+    name: str
+    domain: str
+    version: str
+    rules_version: str
+    normalizer_version: str
+    reference_types: tuple[str, ...]
+    languages: tuple[str, ...]
+    collections: tuple[str, ...]
+    default_collection: str
+    relationship_types: tuple[str, ...]
+    entity_types: tuple[str, ...]
+    aliases: dict[str, tuple[str, ...]] = {}
+    max_chunk_chars: int = Field(2000, ge=200)
+    document_glob: str = "*.md"
+
+
+class SourceDocument(_Frozen):
+    doc_id: str
+    version: str
+    title: str
+    text: str
+    collection: str
+    language: str
+    source_path: str
+
+
+class ChunkRecord(_Frozen):
+    chunk_id: str
+    """Unique per document version: ``<doc_id>--<version>#<local>``."""
+    anchor: str
+    """Stable across versions: ``<doc_id>#<local>``; golden sets and citations of intent use it."""
+    doc_id: str
+    doc_version: str
+    ordinal: int
+    heading: str
+    text: str
+    collection: str
+    language: str
+    content_hash: str
+    keys: tuple[str, ...] = ()
+    """Normalized reference keys this chunk answers to (e.g. ``article:23(1)``)."""
+
+
+class ReferenceRecord(_Frozen):
+    source_chunk_id: str
+    ref_type: str
+    raw: str
+    normalized: str
+    start: int
+    end: int
+
+
+def content_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def make_chunk(doc: SourceDocument, ordinal: int, local: str, heading: str, text: str,
+               keys: tuple[str, ...] = ()) -> ChunkRecord:
+    """Build a chunk with the id conventions every pack shares."""
+    return ChunkRecord(
+        chunk_id=f"{doc.doc_id}--{doc.version}#{local}",
+        anchor=f"{doc.doc_id}#{local}",
+        doc_id=doc.doc_id,
+        doc_version=doc.version,
+        ordinal=ordinal,
+        heading=heading,
+        text=text,
+        collection=doc.collection,
+        language=doc.language,
+        content_hash=content_hash(text)[:16],
+        keys=keys,
+    )
+
+
+class DomainPack(ABC):
+    """The contract. Implementations must be deterministic: same input, same output."""
+
+    def __init__(self, entry: PackEntry, manifest: PackManifest, root: Path):
+        self.entry = entry
+        self.manifest = manifest
+        self.root = root
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+    @property
+    def corpus_dir(self) -> Path:
+        return self.root / self.entry.corpus
+
+    @property
+    def fixtures_dir(self) -> Path:
+        return self.root / self.entry.fixtures
+
+    def describe_document(self, doc_id: str, text: str) -> tuple[str, str, str]:
+        """(title, collection, language) of a document; override for richer metadata."""
+        first = next((ln.lstrip("# ").strip() for ln in text.splitlines() if ln.strip()), doc_id)
+        return first[:200], self.manifest.default_collection, self.manifest.languages[0]
+
+    @abstractmethod
+    def chunk(self, doc: SourceDocument) -> list[ChunkRecord]:
+        """Split a document into chunks with stable local ids and the reference keys they answer to."""
+
+    @abstractmethod
+    def extract_references(self, chunk: ChunkRecord) -> list[ReferenceRecord]:
+        """Deterministic references found in a chunk, normalized to keys other chunks may answer to."""
+
+    def rules_fingerprint(self) -> str:
+        """Hash of everything that changes extraction output; override to add rule files."""
+        payload = self.manifest.model_dump(mode="json")
+        payload["rules_source"] = inspect.getsource(type(self))
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _load_manifest(entry: PackEntry, root: Path) -> PackManifest:
+    path = root / entry.manifest
+    if not path.is_file():
+        raise PackError(f"pack {entry.name!r}: manifest not found: {entry.manifest}")
+    try:
+        manifest = PackManifest.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
+    except (yaml.YAMLError, ValidationError) as exc:
+        raise PackError(f"pack {entry.name!r}: invalid manifest {entry.manifest}: {exc}") from None
+    mismatches = [
+        f"{field}: config {getattr(entry, field)!r} != manifest {getattr(manifest, field)!r}"
+        for field in ("domain", "version", "reference_types", "languages", "collections")
+        if getattr(entry, field) != getattr(manifest, field)
+    ]
+    if mismatches:
+        raise PackError(f"pack {entry.name!r}: config and manifest disagree: " + "; ".join(mismatches))
+    return manifest
+
+
+def _resolve_factory(entry: PackEntry, root: Path) -> Callable[..., DomainPack]:
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name == entry.name:
+            return ep.load()
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    try:
+        module = importlib.import_module(entry.module)
+    except ImportError as exc:
+        raise PackError(f"pack {entry.name!r}: cannot import {entry.module}: {exc}") from None
+    factory = getattr(module, entry.factory, None)
+    if not callable(factory):
+        raise PackError(f"pack {entry.name!r}: {entry.module} has no callable {entry.factory!r}")
+    return factory
+
+
+def load_pack(entry: PackEntry, root: Path) -> DomainPack:
+    manifest = _load_manifest(entry, root)
+    pack = _resolve_factory(entry, root)(entry=entry, manifest=manifest, root=root)
+    if not isinstance(pack, DomainPack):
+        raise PackError(f"pack {entry.name!r}: factory returned {type(pack).__name__}, not a DomainPack")
+    return pack
+
+
+def load_packs(cfg: EngineConfig, root: Path) -> list[DomainPack]:
+    """Every enabled pack, in config order."""
+    return [load_pack(entry, root) for entry in cfg.enabled_packs]

@@ -1,0 +1,137 @@
+"""Provider registry: a typed view over the config, validated once at startup.
+
+Rejections are typed so a deploy fails with a reason a machine can act on. Credentials are
+checked by environment variable *name* (present or not); the value is never read here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from rag_engine.config import Capability, EngineConfig, ModelConfig, ProviderConfig
+from rag_engine.errors import (
+    CapabilityNotSupported,
+    DisabledActiveEmbedder,
+    LocalProviderWithoutEndpoint,
+    MissingCredential,
+    MissingDefaultGenerationModel,
+    ModelRoleMismatch,
+    RegistryError,
+    UnknownProviderReference,
+)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model as the rest of the engine sees it: model config joined with its provider."""
+
+    model: ModelConfig
+    provider: ProviderConfig
+
+    @property
+    def name(self) -> str:
+        return self.model.name
+
+    @property
+    def identity(self) -> str:
+        """What makes outputs comparable: provider kind/name, served model, dimension."""
+        dim = f":{self.model.dimension}" if self.model.dimension else ""
+        return f"{self.provider.name}/{self.model.served_model}{dim}"
+
+    def supports(self, capability: Capability) -> bool:
+        return capability in self.model.capabilities
+
+    def require(self, *capabilities: Capability) -> None:
+        """Fail at the boundary, before any network call, if a capability is missing."""
+        missing = [c for c in capabilities if c not in self.model.capabilities]
+        if missing:
+            raise CapabilityNotSupported(
+                f"model {self.model.name!r} ({self.provider.name}) lacks capability {missing}; "
+                f"it declares {list(self.model.capabilities)}"
+            )
+
+
+class ProviderRegistry:
+    def __init__(self, cfg: EngineConfig, env: Mapping[str, str] | None = None):
+        self._cfg = cfg
+        self._env = os.environ if env is None else env
+        self._validate()
+
+    # -- validation ------------------------------------------------------------------
+    def _validate(self) -> None:
+        cfg = self._cfg
+        for m in cfg.models:
+            if cfg.provider(m.provider) is None:
+                raise UnknownProviderReference(
+                    f"model {m.name!r} references unknown provider {m.provider!r}; "
+                    f"configured: {[p.name for p in cfg.providers]}"
+                )
+        for p in cfg.providers:
+            if p.kind == "openai_compatible" and not p.hosted and not p.endpoint:
+                raise LocalProviderWithoutEndpoint(f"local provider {p.name!r} (openai_compatible) has no endpoint")
+            if p.kind == "replay" and not p.cassette:
+                raise RegistryError(f"replay provider {p.name!r} has no cassette path")
+        gen = cfg.model(cfg.defaults.generation_model)
+        if gen is None:
+            raise MissingDefaultGenerationModel(
+                f"defaults.generation_model {cfg.defaults.generation_model!r} is not a configured model"
+            )
+        if gen.role != "generation":
+            raise ModelRoleMismatch(f"defaults.generation_model {gen.name!r} has role {gen.role!r}")
+        if not cfg.provider(gen.provider).enabled:
+            raise RegistryError(f"default generation model {gen.name!r} uses disabled provider {gen.provider!r}")
+        emb = cfg.model(cfg.defaults.embedding_model)
+        if emb is None:
+            raise RegistryError(f"defaults.embedding_model {cfg.defaults.embedding_model!r} is not a configured model")
+        if emb.role != "embedding":
+            raise ModelRoleMismatch(f"defaults.embedding_model {emb.name!r} has role {emb.role!r}")
+        if not cfg.provider(emb.provider).enabled:
+            raise DisabledActiveEmbedder(
+                f"active embedder {emb.name!r} belongs to disabled provider {emb.provider!r}"
+            )
+        if cfg.defaults.extraction_model is not None:
+            ext = cfg.model(cfg.defaults.extraction_model)
+            if ext is None or ext.role != "generation":
+                raise ModelRoleMismatch(
+                    f"defaults.extraction_model {cfg.defaults.extraction_model!r} is not a generation model"
+                )
+        for p in cfg.providers:
+            if p.enabled and p.credential_env and p.credential_env not in self._env:
+                raise MissingCredential(
+                    f"provider {p.name!r} is enabled but environment variable {p.credential_env} is not set"
+                )
+
+    # -- lookups ---------------------------------------------------------------------
+    @property
+    def config(self) -> EngineConfig:
+        return self._cfg
+
+    def spec(self, model_name: str) -> ModelSpec:
+        model = self._cfg.model(model_name)
+        if model is None:
+            raise RegistryError(f"unknown model {model_name!r}")
+        return ModelSpec(model=model, provider=self._cfg.provider(model.provider))
+
+    @property
+    def generation(self) -> ModelSpec:
+        return self.spec(self._cfg.defaults.generation_model)
+
+    @property
+    def embedding(self) -> ModelSpec:
+        return self.spec(self._cfg.defaults.embedding_model)
+
+    @property
+    def extraction(self) -> ModelSpec:
+        return self.spec(self._cfg.defaults.extraction_model or self._cfg.defaults.generation_model)
+
+    def credential_status(self) -> dict[str, str]:
+        """Per provider: 'present', 'missing' or 'not needed'. Reports names, never values."""
+        out = {}
+        for p in self._cfg.providers:
+            if not p.credential_env:
+                out[p.name] = "not needed"
+            else:
+                out[p.name] = f"{p.credential_env}: {'present' if p.credential_env in self._env else 'missing'}"
+        return out

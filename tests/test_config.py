@@ -1,0 +1,97 @@
+"""Config loading: one clear message naming the key and the line; hashes never see secrets."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rag_engine.config import config_hash, load_config
+from rag_engine.errors import ConfigError
+from tests.conftest import SENTINEL
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = (ROOT / "config" / "engine.yaml").read_text()
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "engine.yaml"
+    p.write_text(text)
+    return p
+
+
+def _line_of(text: str, needle: str) -> int:
+    return next(i for i, ln in enumerate(text.splitlines(), 1) if needle in ln)
+
+
+def test_shipped_config_loads():
+    cfg = load_config(ROOT / "config" / "engine.yaml")
+    assert [p.name for p in cfg.enabled_packs] == ["legal_regulatory", "company_x_kb"]
+    assert cfg.model("hash-embed-384").dimension == 384
+
+
+def test_unknown_key_names_key_and_line(tmp_path):
+    text = BASE.replace("  final_k: 10\n", "  final_k: 10\n  finl_k: 3\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(_write(tmp_path, text))
+    msg = str(exc.value)
+    assert f"engine.yaml:{_line_of(text, 'finl_k')}: retrieval.finl_k: unknown key" in msg
+    assert msg.count("\n") == 1  # one problem, one line
+
+
+def test_wrong_type_names_key_and_line(tmp_path):
+    text = BASE.replace("  max_depth: 2\n", "  max_depth: deep\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(_write(tmp_path, text))
+    assert f"engine.yaml:{_line_of(text, 'max_depth: deep')}: traversal.max_depth:" in str(exc.value)
+    assert "integer" in str(exc.value)
+
+
+def test_nested_list_item_error_points_into_the_list(tmp_path):
+    text = BASE.replace("    dimension: 384\n", "    dimension: -1\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(_write(tmp_path, text))
+    assert f":{_line_of(text, 'dimension: -1')}: models.0.dimension" in str(exc.value)
+
+
+def test_missing_file_is_one_clear_message(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found: .*nope.yaml"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_invalid_yaml_reports_line(tmp_path):
+    text = BASE.replace("  final_k: 10\n", "  final_k: [10\n")
+    with pytest.raises(ConfigError, match=r"engine.yaml:\d+: not valid YAML"):
+        load_config(_write(tmp_path, text))
+
+
+def test_secret_value_is_rejected_where_an_env_name_belongs(tmp_path):
+    text = BASE.replace("credential_env: OPENAI_API_KEY", f"credential_env: {SENTINEL}")
+    with pytest.raises(ConfigError) as exc:
+        load_config(_write(tmp_path, text))
+    assert "environment variable NAME" in str(exc.value)
+    assert SENTINEL not in str(exc.value)
+
+
+def test_config_hash_is_stable_and_ignores_environment_values(tmp_path, monkeypatch):
+    cfg = load_config(ROOT / "config" / "engine.yaml")
+    before = config_hash(cfg)
+    monkeypatch.setenv("OPENAI_API_KEY", SENTINEL)
+    assert config_hash(load_config(ROOT / "config" / "engine.yaml")) == before
+    # a change of substance changes the hash
+    changed = _write(tmp_path, BASE.replace("  final_k: 10\n", "  final_k: 11\n"))
+    assert config_hash(load_config(changed)) != before
+
+
+def test_config_hash_redacts_credentials_embedded_in_endpoints(tmp_path):
+    plain = load_config(_write(tmp_path, BASE))
+    leaky = BASE.replace("endpoint: http://127.0.0.1:8080/v1",
+                         f"endpoint: http://user:{SENTINEL}@127.0.0.1:8080/v1?key={SENTINEL}")
+    leaky_cfg = load_config(_write(tmp_path, leaky))
+    assert config_hash(leaky_cfg) == config_hash(plain)
+
+
+def test_config_models_are_frozen():
+    cfg = load_config(ROOT / "config" / "engine.yaml")
+    with pytest.raises(Exception):
+        cfg.retrieval.final_k = 3  # type: ignore[misc]
+    assert yaml.safe_load(BASE)["version"] == 1
