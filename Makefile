@@ -7,7 +7,7 @@ export DAGSTER_HOME ?= $(CURDIR)/var/dagster_home
 NEO4J_LOCAL_PORT ?= 7687
 export NEO4J_URI ?= bolt://127.0.0.1:$(NEO4J_LOCAL_PORT)
 PG_LOCAL_PORT ?= 55432
-export DAGSTER_PG_URL ?= postgresql://postgres@127.0.0.1:$(PG_LOCAL_PORT)/dagster
+export DAGSTER_PG_URL ?= postgresql+psycopg2://postgres@127.0.0.1:$(PG_LOCAL_PORT)/dagster
 export RAG_TEST_PG_LEDGER_URL ?= postgresql+psycopg2://postgres@127.0.0.1:$(PG_LOCAL_PORT)/rag_ledger
 
 .PHONY: setup demo test dev neo4j-start neo4j-stop postgres-start postgres-stop bench clean

@@ -57,4 +57,4 @@ for db in dagster rag_ledger; do
     as_pg "$bin/createdb" -h 127.0.0.1 -p "$port" -U postgres "$db"
   fi
 done
-echo "postgresql://postgres@127.0.0.1:$port/dagster"
+echo "postgresql+psycopg2://postgres@127.0.0.1:$port/dagster"

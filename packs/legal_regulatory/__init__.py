@@ -1,0 +1,1 @@
+"""GDPR pack (legal domain): articles and recitals, deterministic legal citation references."""

@@ -1,0 +1,106 @@
+"""Per-pack ingestion assets: source_documents -> chunks -> references / chunk_index -> graph_writes.
+
+Every asset is partitioned by document version and runs many partitions in one run
+(BackfillPolicy.single_run). The work is in rag_engine.ingest; here we only loop over the
+run's partitions, report progress and turn the step report into metadata.
+"""
+
+
+from collections.abc import Callable
+
+import dagster as dg
+
+from rag_assets.code_versions import code_versions
+from rag_assets.partitions import document_versions
+from rag_assets.resources import EngineResource
+from rag_engine import ingest
+from rag_engine.engine import Engine
+from rag_engine.packs import DomainPack
+
+StepFn = Callable[[Engine, DomainPack, str], dict]
+
+
+def _report_metadata(report: ingest.StepReport, totals: tuple[str, ...]) -> dict:
+    meta: dict = {
+        "partitions_done": len(report.done),
+        "partitions_rejected": len(report.rejected),
+        "partitions_skipped": len(report.skipped),
+        "seconds": report.seconds,
+    }
+    for key in totals:
+        meta[key] = report.total(key)
+    if report.rejected:
+        meta["rejected"] = dg.MetadataValue.json(report.rejected)
+    if report.skipped:
+        meta["skipped"] = dg.MetadataValue.json(report.skipped)
+    if len(report.done) == 1:
+        meta.update({k: v for k, v in next(iter(report.done.values())).items() if isinstance(v, (int, float, str))})
+    return meta
+
+
+def _run(context: dg.AssetExecutionContext, engine_res: EngineResource, pack_name: str, step: str,
+         fn: StepFn, totals: tuple[str, ...], check: "str | None" = None) -> dg.MaterializeResult:
+    engine = engine_res.engine()
+    pack = engine.pack(pack_name)
+    keys = list(context.partition_keys)
+    report = ingest.run_step(step, keys, lambda key: fn(engine, pack, key), progress=context.log.info)
+    for key, reason in report.rejected.items():
+        context.log.error(f"{key}: {reason}")
+    if not report.done and (report.rejected or report.skipped):
+        raise dg.Failure(
+            description=f"{step}: no partition of this run could be processed",
+            metadata=_report_metadata(report, totals),
+        )
+    checks = []
+    if check:
+        checks.append(dg.AssetCheckResult(
+            check_name=check, passed=not report.rejected, severity=dg.AssetCheckSeverity.WARN,
+            metadata={"rejected": dg.MetadataValue.json(report.rejected)},
+            description="Documents rejected by validation; they are skipped downstream.",
+        ))
+    return dg.MaterializeResult(metadata=_report_metadata(report, totals), check_results=checks)
+
+
+def build_ingestion_assets(engine: Engine, pack: DomainPack) -> list[dg.AssetsDefinition]:
+    name, group = pack.name, pack.entry.domain
+    parts = document_versions(name)
+    versions = code_versions(engine, pack)
+    common = dict(partitions_def=parts, group_name=group, backfill_policy=dg.BackfillPolicy.single_run(),
+                  kinds={"python"})
+
+    def key(asset: str) -> dg.AssetKey:
+        return dg.AssetKey([name, asset])
+
+    @dg.asset(key=key("source_documents"), code_version=versions["source_documents"],
+              description=f"Validated source documents of the {name} pack, one partition per document version.",
+              check_specs=[dg.AssetCheckSpec("documents_valid", asset=key("source_documents"))],
+              **common)
+    def source_documents(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
+        return _run(context, rag, name, "source_documents", ingest.source_step, ("chars",), check="documents_valid")
+
+    @dg.asset(key=key("chunks"), deps=[source_documents], code_version=versions["chunks"],
+              description="Chunks by the pack's rules; writes Document, DocumentVersion and Chunk nodes (supersede).",
+              **{**common, "kinds": {"python", "neo4j"}})
+    def chunks(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
+        return _run(context, rag, name, "chunks", ingest.chunks_step, ("chunks",))
+
+    @dg.asset(key=key("references"), deps=[chunks], code_version=versions["references"],
+              description="Deterministic references extracted and normalized by the pack (CITES edges).",
+              **{**common, "kinds": {"python", "neo4j"}})
+    def references(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
+        return _run(context, rag, name, "references", ingest.references_step, ("references",))
+
+    @dg.asset(key=key("chunk_index"), deps=[chunks], code_version=versions["chunk_index"],
+              description="Chunk embeddings by the active embedder and the vector index.",
+              **{**common, "kinds": {"python", "neo4j"}})
+    def chunk_index(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
+        return _run(context, rag, name, "chunk_index",
+                    lambda e, p, k: ingest.index_step(e, p, k, run_id=context.run.run_id), ("embedded",))
+
+    @dg.asset(key=key("graph_writes"), deps=[references], code_version=versions["graph_writes"],
+              description="Graph edges: deterministic references resolved to target chunks.",
+              **{**common, "kinds": {"neo4j"}})
+    def graph_writes(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
+        return _run(context, rag, name, "graph_writes", ingest.graph_step, ("resolved", "unresolved"))
+
+    return [source_documents, chunks, references, chunk_index, graph_writes]

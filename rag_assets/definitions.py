@@ -1,0 +1,36 @@
+"""The one Definitions object. Loading validates the config and the provider registry:
+a bad config stops the code location with the typed error, not a half-working UI."""
+
+from __future__ import annotations
+
+import os
+
+import dagster as dg
+
+from rag_assets.assets.ingestion import build_ingestion_assets
+from rag_assets.assets.packs_summary import domain_packs
+from rag_assets.jobs import ingestion_job
+from rag_assets.resources import EngineResource
+from rag_assets.sensors import build_document_sensor
+from rag_engine.engine import DEFAULT_CONFIG, Engine
+
+
+def build_definitions(config_path: str | None = None) -> dg.Definitions:
+    config_path = config_path or os.environ.get("RAG_CONFIG", DEFAULT_CONFIG)
+    engine = Engine.from_path(config_path)  # raises ConfigError / RegistryError subclasses
+    assets: list = [domain_packs]
+    jobs, sensors = [], []
+    for pack in engine.packs.values():
+        assets += build_ingestion_assets(engine, pack)
+        job = ingestion_job(pack.name)
+        jobs.append(job)
+        sensors.append(build_document_sensor(pack.name, job))
+    return dg.Definitions(
+        assets=assets,
+        jobs=jobs,
+        sensors=sensors,
+        resources={"rag": EngineResource(config_path=config_path)},
+    )
+
+
+defs = build_definitions()

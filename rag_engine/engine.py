@@ -1,0 +1,97 @@
+"""The engine's runtime context: config, registry, packs, Neo4j driver, artifacts.
+
+Built once per process (CLI command, Dagster resource, test session). Holds no Dagster.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from functools import cached_property
+from pathlib import Path
+
+import neo4j
+
+from rag_engine.artifacts import ArtifactStore
+from rag_engine.config import EngineConfig, load_config
+from rag_engine.errors import PackError
+from rag_engine.graph.connection import Neo4jTarget, neo4j_target, open_driver
+from rag_engine.packs import DomainPack, load_packs
+from rag_engine.providers.embedders import HashEmbedder
+from rag_engine.providers.registry import ProviderRegistry
+
+DEFAULT_CONFIG = "config/engine.yaml"
+
+
+def project_root() -> Path:
+    """RAG_ROOT if set, else the repository this package lives in."""
+    return Path(os.environ.get("RAG_ROOT") or Path(__file__).resolve().parents[1])
+
+
+class Engine:
+    def __init__(self, cfg: EngineConfig, root: Path, env: Mapping[str, str] | None = None):
+        self.cfg = cfg
+        self.root = root
+        self.env = os.environ if env is None else env
+        self.registry = ProviderRegistry(cfg, self.env)
+
+    @classmethod
+    def from_path(cls, config_path: str | Path = DEFAULT_CONFIG, root: Path | None = None,
+                  env: Mapping[str, str] | None = None) -> "Engine":
+        root = root or project_root()
+        path = Path(config_path)
+        return cls(load_config(path if path.is_absolute() else root / path), root, env)
+
+    # -- packs -------------------------------------------------------------------------
+    @cached_property
+    def packs(self) -> dict[str, DomainPack]:
+        return {p.name: p for p in load_packs(self.cfg, self.root)}
+
+    def pack(self, name: str) -> DomainPack:
+        try:
+            return self.packs[name]
+        except KeyError:
+            raise PackError(f"pack {name!r} is not enabled; enabled: {sorted(self.packs)}") from None
+
+    # -- storage -----------------------------------------------------------------------
+    @cached_property
+    def neo4j_target(self) -> Neo4jTarget:
+        return neo4j_target(self.cfg, self.env)
+
+    @property
+    def database(self) -> str:
+        return self.cfg.storage.neo4j.database
+
+    @cached_property
+    def driver(self) -> neo4j.Driver:
+        return open_driver(self.neo4j_target, self.env)
+
+    @cached_property
+    def artifacts(self) -> ArtifactStore:
+        base = Path(self.cfg.storage.artifacts_dir)
+        return ArtifactStore(base if base.is_absolute() else self.root / base)
+
+    # -- models ------------------------------------------------------------------------
+    @cached_property
+    def embedder(self) -> HashEmbedder:
+        """The active embedder. Only the local hash kind is built here; see providers.clients."""
+        spec = self.registry.embedding
+        if spec.provider.kind == "local_hash":
+            return HashEmbedder(spec)
+        from rag_engine.providers.clients import build_client  # provider layer, imported lazily
+
+        return build_client(spec, root=self.root, env=self.env)
+
+    def embed_texts(self, texts: list[str], *, purpose: str, run_id: str | None = None) -> list[list[float]]:
+        emb = self.embedder
+        if isinstance(emb, HashEmbedder):
+            return emb.embed(texts)
+        return emb.embed(texts, purpose=purpose, run_id=run_id).vectors
+
+    @property
+    def embedder_identity(self) -> str:
+        return self.registry.embedding.identity
+
+    def close(self) -> None:
+        if "driver" in self.__dict__:
+            self.driver.close()

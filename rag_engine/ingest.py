@@ -1,0 +1,153 @@
+"""The offline pipeline's steps, one document version at a time, without Dagster.
+
+Each step reads the previous step's artifact, does its work and returns a small summary that
+the orchestrator shows as metadata. A document that fails validation is recorded as rejected
+(with the reason) and every later step skips it, so one bad file never stops the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from rag_engine.documents import load_document
+from rag_engine.engine import Engine
+from rag_engine.errors import DocumentError
+from rag_engine.graph import schema, writer
+from rag_engine.packs import ChunkRecord, DomainPack, content_hash
+
+log = logging.getLogger(__name__)
+
+SOURCE, CHUNKS, REFERENCES = "source", "chunks", "references"
+
+
+@dataclass
+class StepReport:
+    """What one step did over the partitions of a run."""
+
+    step: str
+    done: dict[str, dict[str, Any]] = field(default_factory=dict)
+    rejected: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def total(self, key: str) -> int:
+        return sum(int(v.get(key, 0)) for v in self.done.values())
+
+
+def run_step(step: str, keys: list[str], fn: Callable[[str], dict[str, Any]],
+             progress: Callable[[str], None] | None = None) -> StepReport:
+    report = StepReport(step)
+    started = time.perf_counter()
+    for i, key in enumerate(keys, 1):
+        try:
+            report.done[key] = fn(key)
+        except DocumentError as exc:
+            report.rejected[key] = str(exc)
+            log.warning("%s %s rejected: %s", step, key, exc)
+        except _Skip as exc:
+            report.skipped[key] = str(exc)
+        if progress and (i == len(keys) or i % 10 == 0):
+            progress(f"{step}: {i}/{len(keys)} partitions")
+    report.seconds = round(time.perf_counter() - started, 3)
+    return report
+
+
+class _Skip(Exception):
+    """An upstream step rejected this partition; nothing to do here."""
+
+
+def _upstream(engine: Engine, pack: DomainPack, key: str, step: str) -> Any:
+    data = engine.artifacts.read(pack.name, key, step)
+    if isinstance(data, dict) and data.get("rejected"):
+        raise _Skip(f"upstream {step} rejected: {data['rejected']}")
+    return data
+
+
+# -- steps -----------------------------------------------------------------------------
+
+def source_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
+    try:
+        doc = load_document(pack, key, max_bytes=engine.cfg.max_document_bytes)
+    except DocumentError as exc:
+        engine.artifacts.write(pack.name, key, SOURCE, {"rejected": str(exc)})
+        raise
+    engine.artifacts.write(pack.name, key, SOURCE, doc.model_dump(mode="json"))
+    return {"chars": len(doc.text), "collection": doc.collection}
+
+
+def chunks_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
+    from rag_engine.packs import SourceDocument
+
+    doc = SourceDocument.model_validate(_upstream(engine, pack, key, SOURCE))
+    chunks = pack.chunk(doc)
+    if not chunks:
+        raise DocumentError(f"{key}: the pack produced no chunks from this document")
+    ids = [c.chunk_id for c in chunks]
+    if len(set(ids)) != len(ids):
+        raise DocumentError(f"{key}: the pack produced duplicate chunk ids")
+    engine.artifacts.write(pack.name, key, CHUNKS, [c.model_dump(mode="json") for c in chunks])
+    schema.ensure_schema(engine.driver, engine.database)
+    writer.write_document_version(
+        engine.driver, engine.database, pack=pack.name, doc_id=doc.doc_id, version=doc.version,
+        title=doc.title, collection=doc.collection, content_hash=content_hash(doc.text),
+        source_path=doc.source_path, chunks=chunks, batch_size=engine.cfg.storage.neo4j.write_batch_size,
+    )
+    return {"chunks": len(chunks)}
+
+
+def load_chunks(engine: Engine, pack: DomainPack, key: str) -> list[ChunkRecord]:
+    return [ChunkRecord.model_validate(c) for c in _upstream(engine, pack, key, CHUNKS)]
+
+
+def references_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
+    chunks = load_chunks(engine, pack, key)
+    refs = [r for c in chunks for r in pack.extract_references(c)]
+    engine.artifacts.write(pack.name, key, REFERENCES, [r.model_dump(mode="json") for r in refs])
+    writer.write_citations(engine.driver, engine.database, pack=pack.name, key=key, refs=refs,
+                           batch_size=engine.cfg.storage.neo4j.write_batch_size)
+    by_type: dict[str, int] = {}
+    for r in refs:
+        by_type[r.ref_type] = by_type.get(r.ref_type, 0) + 1
+    return {"references": len(refs), **{f"type_{k}": v for k, v in sorted(by_type.items())}}
+
+
+def index_step(engine: Engine, pack: DomainPack, key: str, run_id: str | None = None) -> dict[str, Any]:
+    chunks = load_chunks(engine, pack, key)
+    spec = engine.registry.embedding
+    schema.ensure_vector_index(engine.driver, engine.database, spec.identity, spec.model.dimension)
+    vectors = engine.embed_texts([f"{c.heading}\n{c.text}" for c in chunks], purpose="index", run_id=run_id)
+    rows = [{"chunk_id": c.chunk_id, "embedding": v} for c, v in zip(chunks, vectors)]
+    writer.write_embeddings(engine.driver, engine.database, identity=spec.identity, rows=rows,
+                            batch_size=engine.cfg.storage.neo4j.write_batch_size)
+    return {"embedded": len(rows), "dimension": spec.model.dimension}
+
+
+def graph_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
+    """Resolve deterministic citations into REFERENCES edges (target resolution)."""
+    _upstream(engine, pack, key, REFERENCES)
+    return writer.resolve_references(engine.driver, engine.database, pack=pack.name, key=key,
+                                     resolution_version=engine.cfg.graph.target_resolution_version)
+
+
+PIPELINE: tuple[tuple[str, Callable[..., dict[str, Any]]], ...] = (
+    ("source_documents", source_step),
+    ("chunks", chunks_step),
+    ("references", references_step),
+    ("chunk_index", index_step),
+    ("graph_writes", graph_step),
+)
+
+
+def ingest_pack(engine: Engine, pack: DomainPack, keys: list[str] | None = None,
+                progress: Callable[[str], None] | None = None) -> dict[str, StepReport]:
+    """Run every step over the given document versions (default: all discovered), in order.
+
+    The same steps the Dagster assets run, for the CLI, benchmarks and tests of the engine alone.
+    """
+    from rag_engine.documents import discover
+
+    keys = keys if keys is not None else [r.partition_key for r in discover(pack)]
+    return {name: run_step(name, keys, lambda k, fn=fn: fn(engine, pack, k), progress) for name, fn in PIPELINE}

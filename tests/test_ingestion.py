@@ -1,0 +1,131 @@
+"""Ingestion on the real Neo4j: idempotence, supersede, per-document errors, reference resolution."""
+
+from __future__ import annotations
+
+import pytest
+
+from rag_engine.documents import discover
+from rag_engine.errors import DocumentError
+from rag_engine.ingest import ingest_pack
+from tests.support.packs import graph_counts, temp_pack
+
+POLICY = """---
+id: POL-900
+collection: kb_internal
+---
+# Laptop policy
+
+## Scope
+Every company laptop is encrypted. See RB-77 for the lost device runbook.
+
+## Lost devices
+Report a lost laptop within one hour, as the runbook RB-77 describes.
+"""
+
+RUNBOOK = """---
+id: RB-77
+collection: kb_internal
+---
+# Lost device runbook
+
+## Steps
+Lock the device remotely, rotate credentials and file a ticket referencing POL-900.
+"""
+
+
+def test_reingest_is_idempotent(engine, unique, tmp_path):
+    pack = temp_pack(engine, unique, tmp_path / "corpus", {"policy.md": POLICY, "runbook.md": RUNBOOK})
+    first = ingest_pack(engine, pack)
+    assert not first["source_documents"].rejected
+    counts = graph_counts(engine, unique)
+    assert counts["documents"] == 2 and counts["chunks"] >= 3
+    resolved = first["graph_writes"].total("resolved")
+    assert resolved >= 2  # RB-77 from both policy chunks, POL-900 from the runbook
+    again = ingest_pack(engine, pack)
+    assert graph_counts(engine, unique) == counts
+    assert again["graph_writes"].total("resolved") == resolved
+
+
+def test_new_version_supersedes_old_and_unchanged_file_adds_nothing(engine, unique, tmp_path):
+    corpus = tmp_path / "corpus"
+    pack = temp_pack(engine, unique, corpus, {"policy.md": POLICY, "runbook.md": RUNBOOK})
+    before = {r.doc_id: r.partition_key for r in discover(pack)}
+    ingest_pack(engine, pack)
+    assert {r.doc_id: r.partition_key for r in discover(pack)} == before  # unchanged: same keys
+
+    (corpus / "policy.md").write_text(POLICY.replace("within one hour", "within thirty minutes"))
+    after = {r.doc_id: r.partition_key for r in discover(pack)}
+    assert after["runbook"] == before["runbook"] and after["policy"] != before["policy"]
+    ingest_pack(engine, pack, keys=[after["policy"]])
+
+    rows, _, _ = engine.driver.execute_query(
+        "MATCH (v:DocumentVersion {doc_id: 'policy'})<-[:HAS_VERSION]-(:Document {pack: $pack}) "
+        "RETURN v.key AS key, v.status AS status", pack=unique)
+    assert {r["key"]: r["status"] for r in rows} == {before["policy"]: "superseded", after["policy"]: "current"}
+    rows, _, _ = engine.driver.execute_query(
+        "MATCH (c:Chunk {pack: $pack, doc_id: 'policy'}) RETURN c.doc_version AS v, c.active AS active", pack=unique)
+    old_v, new_v = before["policy"].split("--")[1], after["policy"].split("--")[1]
+    assert {r["active"] for r in rows if r["v"] == old_v} == {False}
+    assert {r["active"] for r in rows if r["v"] == new_v} == {True}
+    # references into the superseded chunks are gone; the runbook now cites the new version
+    rows, _, _ = engine.driver.execute_query(
+        "MATCH (s:Chunk {pack: $pack})-[:REFERENCES]->(t:Chunk) RETURN DISTINCT t.doc_version AS v, t.active AS a",
+        pack=unique)
+    assert all(r["a"] for r in rows) and old_v not in {r["v"] for r in rows}
+
+
+def test_bad_documents_fail_alone_with_clear_reasons(engine, unique, tmp_path):
+    files: dict[str, str | bytes] = {
+        "good.md": POLICY,
+        "empty.md": "  \n",
+        "latin1.md": "caf\xe9 policy".encode("latin-1"),
+        "binary.md": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)),
+        "huge.md": "A" * (20 * 1024 * 1024),
+    }
+    pack = temp_pack(engine, unique, tmp_path / "corpus", files)
+    reports = ingest_pack(engine, pack)
+    rejected = {k.split("--")[0]: v for k, v in reports["source_documents"].rejected.items()}
+    assert set(rejected) == {"empty", "latin1", "binary", "huge"}
+    assert "empty" in rejected["empty"]
+    assert "not valid UTF-8 at byte 3" in rejected["latin1"]
+    assert "binary" in rejected["binary"]
+    assert "exceeds the limit" in rejected["huge"] and "20,971,520" in rejected["huge"]
+    # the good document went all the way through; the bad ones were skipped, not retried
+    assert [k.split("--")[0] for k in reports["chunk_index"].done] == ["good"]
+    assert len(reports["chunks"].skipped) == 4
+    assert graph_counts(engine, unique)["documents"] == 1
+
+
+def test_partition_key_for_a_vanished_version_is_refused(engine, unique, tmp_path):
+    from rag_engine.documents import load_document
+
+    corpus = tmp_path / "corpus"
+    pack = temp_pack(engine, unique, corpus, {"policy.md": POLICY})
+    old_key = discover(pack)[0].partition_key
+    (corpus / "policy.md").write_text(POLICY + "\n## Addendum\nNew text.\n")
+    with pytest.raises(DocumentError, match="superseded"):
+        load_document(pack, old_key, max_bytes=10_000)
+
+
+def test_gdpr_references_resolve(ingested_engine, capsys):
+    rows, _, _ = ingested_engine.driver.execute_query(
+        """
+        MATCH (s:Chunk {pack: 'legal_regulatory', active: true})-[r:CITES]->(k:RefKey)
+        OPTIONAL MATCH (k)<-[:ANSWERS_TO]-(t:Chunk {active: true}) WHERE t <> s
+        WITH r, k, count(t) > 0 AS resolved
+        RETURN resolved, count(*) AS n, collect(DISTINCT k.key)[..5] AS sample
+        """)
+    by = {r["resolved"]: r for r in rows}
+    resolved, unresolved = by[True]["n"], by.get(False, {"n": 0})["n"]
+    with capsys.disabled():
+        print(f"\nGDPR references: {resolved} resolved, {unresolved} unresolved")
+    assert resolved > 300
+    assert resolved > 2 * unresolved
+    rows, _, _ = ingested_engine.driver.execute_query(
+        "MATCH (s:Chunk {pack: 'legal_regulatory'})-[:CITES]->(k:RefKey {key: 'legal_regulatory|directive:95/46/ec'}) "
+        "OPTIONAL MATCH (k)<-[:ANSWERS_TO]-(t) RETURN count(DISTINCT s) AS citing, count(t) AS targets")
+    assert rows[0]["citing"] > 0 and rows[0]["targets"] == 0  # kept, counted, unresolvable in this corpus
+    rows, _, _ = ingested_engine.driver.execute_query(
+        "MATCH (s:Chunk {active: true})-[e:REFERENCES]->(t:Chunk {active: true}) "
+        "WHERE e.raw CONTAINS 'Article 23(1)' RETURN DISTINCT t.anchor AS anchor")
+    assert {r["anchor"] for r in rows} & {"gdpr-ch03#art23-p1"}

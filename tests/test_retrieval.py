@@ -1,0 +1,106 @@
+"""Baseline retrieval on the ingested packs: policy gate, exact references, fusion, expansion."""
+
+from __future__ import annotations
+
+import json
+
+import neo4j
+import pytest
+
+from rag_engine.cli import main as rag_main
+from rag_engine.engine import Engine
+from rag_engine.errors import EmbedderMismatch, PolicyError
+from rag_engine.retrieval import store_reads
+from rag_engine.retrieval.retriever import retrieve
+
+QUERIES = [
+    "password rotation and laptop encryption",
+    "how are expenses approved",
+    "right to erasure of personal data",
+    "incident response escalation on call",
+    "data retention period",
+]
+
+
+@pytest.mark.parametrize("role", ["public", "employee", "legal_analyst"])
+def test_role_gate_never_returns_a_forbidden_collection(ingested_engine, role):
+    allowed = set(ingested_engine.cfg.roles[role])
+    seen = set()
+    for q in QUERIES:
+        result = retrieve(ingested_engine, q, role, k=20)
+        seen |= {c.collection for c in result.candidates}
+        assert {c.collection for c in result.candidates} <= allowed, q
+    assert seen  # the queries do retrieve something for every role
+    if role == "employee":
+        assert "kb_internal" in seen  # the gate is not simply blocking everything internal
+
+
+def test_requested_but_forbidden_collection_is_a_governance_event(ingested_engine):
+    result = retrieve(ingested_engine, "expense approval", "public", collections=["kb_public", "kb_internal"])
+    assert result.collections == ("kb_public",)
+    assert result.events == [{"event": "collections_blocked", "role": "public", "blocked": ["kb_internal"]}]
+    assert all(c.collection == "kb_public" for c in result.candidates)
+
+
+def test_unknown_role_is_refused(ingested_engine):
+    with pytest.raises(PolicyError, match="unknown role"):
+        retrieve(ingested_engine, "anything", "intruder")
+
+
+def test_exact_reference_in_question_ranks_that_chunk_first(ingested_engine):
+    result = retrieve(ingested_engine, "What does Article 17(1) require?", "legal_analyst")
+    first = result.candidates[0]
+    assert first.exact and first.anchor == "gdpr-ch03#art17-p1"
+    assert first.chunk_id.startswith("gdpr-ch03--")
+
+
+def test_semantic_question_finds_the_article(ingested_engine):
+    result = retrieve(ingested_engine, "right to erasure ('right to be forgotten')", "legal_analyst", k=5)
+    assert "gdpr-ch03#art17-p1" in [c.anchor for c in result.candidates]
+    assert {"lexical", "dense"} & set(result.candidates[0].sources)
+    steps = [s["step"] for s in result.trace]
+    assert steps == ["policy_gate", "exact_references", "lexical", "dense", "fusion", "reference_expansion"]
+
+
+def test_reference_expansion_adds_cited_chunks(ingested_engine):
+    result = retrieve(ingested_engine, "restrictions of the rights of data subjects by Union or Member State law",
+                      "legal_analyst", k=5)
+    expanded = [c for c in result.candidates if "reference" in c.sources]
+    assert expanded, [c.anchor for c in result.candidates]
+    assert all(c.via and "<-" in c.via for c in expanded)
+
+
+def test_query_with_another_embedder_demands_reindex(ingested_engine, tmp_path):
+    cfg = ingested_engine.cfg
+    models = tuple(m.model_copy(update={"dimension": 256}) if m.name == "hash-embed-384" else m for m in cfg.models)
+    other = Engine(cfg.model_copy(update={"models": models}), ingested_engine.root, ingested_engine.env)
+    try:
+        with pytest.raises(EmbedderMismatch, match="re-index"):
+            retrieve(other, "right to erasure", "legal_analyst")
+    finally:
+        other.close()
+
+
+def test_query_path_sessions_are_read_only(ingested_engine):
+    with pytest.raises(neo4j.exceptions.ClientError):
+        store_reads.read(ingested_engine.driver, ingested_engine.database, "CREATE (:Intruder {x: 1})")
+    rows = store_reads.read(ingested_engine.driver, ingested_engine.database,
+                            "MATCH (n:Intruder) RETURN count(n) AS n")
+    assert rows == [{"n": 0}]
+
+
+def test_lucene_syntax_in_questions_is_inert(ingested_engine):
+    result = retrieve(ingested_engine, 'erasure AND "forgotten" OR title:(x) [1 TO 2] \\', "legal_analyst")
+    assert result.candidates  # no parse error, still retrieves
+
+
+def test_cli_query_json(ingested_engine, capsys):
+    assert rag_main(["query", "right to erasure", "--role", "legal_analyst", "--json", "-k", "3"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["role"] == "legal_analyst" and len(out["candidates"]) >= 3
+    assert all(c["chunk_id"] and c["collection"] == "legal_public" for c in out["candidates"])
+
+
+def test_cli_reports_typed_errors(capsys):
+    assert rag_main(["query", "x", "--role", "intruder"]) == 2
+    assert "PolicyError" in capsys.readouterr().err

@@ -1,0 +1,91 @@
+"""Rule changes become asset staleness, asserted with Dagster's own staleness resolver."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from dagster._utils.test.data_versions import get_stale_status_resolver
+
+from rag_assets.definitions import build_definitions
+from rag_assets.demo import materialize_pack
+from tests.test_ingestion import POLICY, RUNBOOK
+
+ROOT = Path(__file__).resolve().parents[1]
+STEPS = ("source_documents", "chunks", "references", "chunk_index", "graph_writes")
+
+
+@pytest.fixture()
+def variant(tmp_path, unique, neo4j_driver):
+    """Write a config variant: only a temporary copy of the KB pack, under a unique name."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "policy.md").write_text(POLICY)
+    (corpus / "runbook.md").write_text(RUNBOOK)
+    manifest = (ROOT / "packs/company_x_kb/manifest.yaml").read_text()
+    base = (ROOT / "config/engine.yaml").read_text()
+    base = base.replace("  - name: legal_regulatory\n    enabled: true", "  - name: legal_regulatory\n    enabled: false")
+    base = base.replace("  - name: company_x_kb\n", f"  - name: {unique}\n")
+    base = base.replace("corpus: packs/company_x_kb/corpus", f"corpus: {corpus}")
+    base = base.replace("artifacts_dir: var/artifacts", f"artifacts_dir: {tmp_path / 'artifacts'}")
+
+    def write(name: str, *, manifest_version: str = "1.0.0", edit=lambda s: s) -> str:
+        mpath = tmp_path / f"manifest-{name}.yaml"
+        mpath.write_text(manifest.replace('version: "1.0.0"', f'version: "{manifest_version}"', 1))
+        text = base.replace("manifest: packs/company_x_kb/manifest.yaml", f"manifest: {mpath}")
+        text = text.replace('    domain: kb\n    version: "1.0.0"', f'    domain: kb\n    version: "{manifest_version}"')
+        cpath = tmp_path / f"engine-{name}.yaml"
+        cpath.write_text(edit(text))
+        return str(cpath)
+
+    return write
+
+
+def _stale(defs: dg.Definitions, instance: dg.DagsterInstance, pack: str, keys: list[str]) -> set[str]:
+    resolver = get_stale_status_resolver(instance, list(defs.assets))
+    stale = set()
+    for step in STEPS:
+        statuses = {resolver.get_status(dg.AssetKey([pack, step]), k) for k in keys}
+        assert dg.StaleStatus.MISSING not in statuses, step
+        if dg.StaleStatus.STALE in statuses:
+            stale.add(step)
+    return stale
+
+
+def test_rule_changes_mark_exactly_the_right_assets_stale(variant, unique):
+    defs = build_definitions(variant("base"))
+    instance = dg.DagsterInstance.ephemeral()
+    pack = defs.resources["rag"].engine().pack(unique)
+    result = materialize_pack(defs, instance, pack)
+    assert result.success
+    keys = list(instance.get_dynamic_partitions(f"{unique}__document_versions"))
+    assert len(keys) == 2
+    assert _stale(defs, instance, unique, keys) == set()
+
+    # pack manifest version: re-extraction (chunks, references) and everything built on them
+    bumped = build_definitions(variant("bumped", manifest_version="1.0.1"))
+    assert _stale(bumped, instance, unique, keys) == {"chunks", "references", "chunk_index", "graph_writes"}
+
+    # traversal policy / target resolution: graph rebuild only
+    traversal = build_definitions(variant("traversal", edit=lambda s: s.replace('policy_version: "1"', 'policy_version: "2"')))
+    assert _stale(traversal, instance, unique, keys) == {"graph_writes"}
+    target = build_definitions(variant("target", edit=lambda s: s.replace('target_resolution_version: "1"',
+                                                                          'target_resolution_version: "2"')))
+    assert _stale(target, instance, unique, keys) == {"graph_writes"}
+
+    # embedder identity: the chunk index only (a full re-index)
+    embedder = build_definitions(variant("embedder", edit=lambda s: s.replace("dimension: 384", "dimension: 256")))
+    assert _stale(embedder, instance, unique, keys) == {"chunk_index"}
+
+
+def test_one_run_materializes_every_partition(variant, unique):
+    defs = build_definitions(variant("base"))
+    instance = dg.DagsterInstance.ephemeral()
+    pack = defs.resources["rag"].engine().pack(unique)
+    result = materialize_pack(defs, instance, pack)
+    assert result.success
+    runs = instance.get_runs()
+    assert len(runs) == 1
+    mats = result.asset_materializations_for_node(f"{unique}__chunks")
+    assert sorted(m.partition for m in mats) == sorted(instance.get_dynamic_partitions(f"{unique}__document_versions"))
