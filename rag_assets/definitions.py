@@ -9,6 +9,7 @@ import dagster as dg
 
 from rag_assets.assets.ingestion import build_ingestion_assets
 from rag_assets.assets.packs_summary import domain_packs
+from rag_assets.assets.usage_costs import usage_costs
 from rag_assets.jobs import ingestion_job
 from rag_assets.resources import EngineResource
 from rag_assets.sensors import build_document_sensor
@@ -18,7 +19,7 @@ from rag_engine.engine import DEFAULT_CONFIG, Engine
 def build_definitions(config_path: str | None = None) -> dg.Definitions:
     config_path = config_path or os.environ.get("RAG_CONFIG", DEFAULT_CONFIG)
     engine = Engine.from_path(config_path)  # raises ConfigError / RegistryError subclasses
-    assets: list = [domain_packs]
+    assets: list = [domain_packs, usage_costs]
     jobs, sensors = [], []
     for pack in engine.packs.values():
         assets += build_ingestion_assets(engine, pack)

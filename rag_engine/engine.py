@@ -73,14 +73,36 @@ class Engine:
 
     # -- models ------------------------------------------------------------------------
     @cached_property
-    def embedder(self) -> HashEmbedder:
-        """The active embedder. Only the local hash kind is built here; see providers.clients."""
+    def ledger(self):
+        """The append-only usage ledger every metered model call writes to."""
+        from rag_engine.providers.ledger import UsageLedger, ledger_url
+
+        return UsageLedger(ledger_url(self.cfg, self.env, self.root))
+
+    @cached_property
+    def pricing(self):
+        from rag_engine.providers.pricing import pricing_for
+
+        return pricing_for(self.cfg, self.root)
+
+    def client(self, model_name: str):
+        """A metered client (ledger + pricing) for a configured model, cached per process."""
+        cache = self.__dict__.setdefault("_clients", {})
+        if model_name not in cache:
+            from rag_engine.providers.clients import build_client
+
+            cache[model_name] = build_client(self.registry.spec(model_name), ledger=self.ledger, pricing=self.pricing,
+                                             env=self.env, root=self.root, config=self.cfg)
+        return cache[model_name]
+
+    @cached_property
+    def embedder(self):
+        """The active embedder. The local hash embedder is plain computation (not metered);
+        any provider-backed embedder goes through the metered client."""
         spec = self.registry.embedding
         if spec.provider.kind == "local_hash":
             return HashEmbedder(spec)
-        from rag_engine.providers.clients import build_client  # provider layer, imported lazily
-
-        return build_client(spec, root=self.root, env=self.env)
+        return self.client(spec.name)
 
     def embed_texts(self, texts: list[str], *, purpose: str, run_id: str | None = None) -> list[list[float]]:
         emb = self.embedder

@@ -60,9 +60,11 @@ class _Skip(Exception):
 
 
 def _upstream(engine: Engine, pack: DomainPack, key: str, step: str) -> Any:
-    data = engine.artifacts.read(pack.name, key, step)
-    if isinstance(data, dict) and data.get("rejected"):
-        raise _Skip(f"upstream {step} rejected: {data['rejected']}")
+    """The artifact of an earlier step, or _Skip if the document was rejected anywhere upstream."""
+    for name in dict.fromkeys((SOURCE, step)):
+        data = engine.artifacts.read(pack.name, key, name)
+        if isinstance(data, dict) and data.get("rejected"):
+            raise _Skip(f"rejected at {name}: {data['rejected']}")
     return data
 
 
@@ -83,11 +85,12 @@ def chunks_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
 
     doc = SourceDocument.model_validate(_upstream(engine, pack, key, SOURCE))
     chunks = pack.chunk(doc)
-    if not chunks:
-        raise DocumentError(f"{key}: the pack produced no chunks from this document")
     ids = [c.chunk_id for c in chunks]
-    if len(set(ids)) != len(ids):
-        raise DocumentError(f"{key}: the pack produced duplicate chunk ids")
+    problem = ("the pack produced no chunks from this document" if not chunks
+               else "the pack produced duplicate chunk ids" if len(set(ids)) != len(ids) else None)
+    if problem:
+        engine.artifacts.write(pack.name, key, CHUNKS, {"rejected": problem})
+        raise DocumentError(f"{key}: {problem}")
     engine.artifacts.write(pack.name, key, CHUNKS, [c.model_dump(mode="json") for c in chunks])
     schema.ensure_schema(engine.driver, engine.database)
     writer.write_document_version(

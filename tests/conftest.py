@@ -51,7 +51,7 @@ def with_artifacts(cfg: EngineConfig, path: Path) -> EngineConfig:
 
 @pytest.fixture()
 def engine(base_config: EngineConfig, tmp_path: Path, neo4j_driver) -> Engine:
-    env = {"NEO4J_URI": _neo4j_uri()}
+    env = {"NEO4J_URI": _neo4j_uri(), "RAG_LEDGER_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}"}
     eng = Engine(with_artifacts(base_config, tmp_path / "artifacts"), ROOT, env)
     yield eng
     eng.close()
@@ -62,8 +62,9 @@ def ingested_engine(base_config: EngineConfig, tmp_path_factory, neo4j_driver) -
     """Both shipped packs ingested once per session through the engine's own pipeline."""
     from rag_engine.ingest import ingest_pack
 
-    env = {"NEO4J_URI": _neo4j_uri()}
-    eng = Engine(with_artifacts(base_config, tmp_path_factory.mktemp("artifacts")), ROOT, env)
+    base = tmp_path_factory.mktemp("ingested")
+    env = {"NEO4J_URI": _neo4j_uri(), "RAG_LEDGER_URL": f"sqlite:///{base / 'ledger.sqlite'}"}
+    eng = Engine(with_artifacts(base_config, base / "artifacts"), ROOT, env)
     for pack in eng.packs.values():
         reports = ingest_pack(eng, pack)
         assert not reports["source_documents"].rejected, reports["source_documents"].rejected
@@ -79,11 +80,12 @@ def unique() -> str:
 
 @pytest.fixture(scope="session")
 def postgres_url() -> str:
-    url = os.environ.get("DAGSTER_PG_URL", "postgresql://postgres@127.0.0.1:55432/dagster")
+    # explicit driver: SQLAlchemy 2.1 defaults postgresql:// to psycopg 3, which we do not ship
+    url = os.environ.get("DAGSTER_PG_URL", "postgresql+psycopg2://postgres@127.0.0.1:55432/dagster")
     import sqlalchemy
 
     try:
-        with sqlalchemy.create_engine(url.replace("postgresql://", "postgresql+psycopg2://")).connect():
+        with sqlalchemy.create_engine(url).connect():
             pass
     except Exception as exc:  # pragma: no cover
         pytest.fail(f"PostgreSQL is not reachable at {url} ({exc}); run `make postgres-start` or use `make test`")

@@ -99,6 +99,7 @@ def retrieve(engine: Engine, query: str, role: str, *, k: int | None = None,
     result = RetrievalResult(query=query, role=role, collections=decision.collections, candidates=[],
                              trace=trace.steps, events=events)
     if not decision.collections or not query.strip():
+        result.trace = trace.steps
         return result
 
     drv, db = engine.driver, engine.database
@@ -137,4 +138,5 @@ def retrieve(engine: Engine, query: str, role: str, *, k: int | None = None,
     exact = [c for c in candidates if c.exact]
     rest = sorted([c for c in candidates if not c.exact] + added, key=lambda c: (-c.score, c.chunk_id))
     result.candidates = exact + rest
+    result.trace = trace.steps
     return result

@@ -62,8 +62,8 @@ def by_keys(driver: neo4j.Driver, database: str, keys: list[str], collections: t
     return read(
         driver, database,
         f"MATCH (rk:RefKey)<-[:ANSWERS_TO]-(c:Chunk) WHERE rk.key IN $keys AND c.active "
-        f"AND c.collection IN $collections RETURN DISTINCT {_CHUNK_FIELDS}, 1.0 AS score "
-        f"ORDER BY c.ordinal LIMIT $k",
+        f"AND c.collection IN $collections RETURN DISTINCT {_CHUNK_FIELDS}, c.ordinal AS ordinal, 1.0 AS score "
+        f"ORDER BY doc_id, ordinal LIMIT $k",
         keys=keys, collections=list(collections), k=k,
     )
 

@@ -9,8 +9,9 @@ from rag_engine.engine import Engine
 from rag_engine.packs import DomainPack, load_pack
 
 
-def temp_pack(engine: Engine, name: str, corpus: Path, files: dict[str, str | bytes],
-              base: str = "company_x_kb") -> DomainPack:
+def temp_pack(
+    engine: Engine, name: str, corpus: Path, files: dict[str, str | bytes], base: str = "company_x_kb"
+) -> DomainPack:
     corpus.mkdir(parents=True, exist_ok=True)
     for filename, content in files.items():
         target = corpus / filename
@@ -31,6 +32,7 @@ def graph_counts(engine: Engine, pack: str) -> dict[str, int]:
         MATCH (d:Document {pack: $pack})-[:HAS_VERSION]->(v:DocumentVersion)
         RETURN chunks, rels, count(DISTINCT d) AS documents, count(DISTINCT v) AS versions
         """,
-        pack=pack, database_=engine.database,
+        pack=pack,
+        database_=engine.database,
     )
     return dict(records[0])

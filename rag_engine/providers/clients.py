@@ -1,0 +1,309 @@
+"""ModelClient: the one way the engine calls a model, whatever answers.
+
+Order of a call: capability check (before any I/O, so a misconfigured request never costs a
+cent), backend call (HTTP with retries, cassette, or local hash), output parsing, then exactly
+one usage record, written for failed calls too. ``build_client`` picks the backend from the
+provider kind.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from collections.abc import Mapping
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from rag_engine.config import EngineConfig
+from rag_engine.errors import (
+    CapabilityNotSupported,
+    ConfigError,
+    MissingCredential,
+    ProviderResponseInvalid,
+)
+from rag_engine.providers.ledger import UsageLedger, UsageRecord
+from rag_engine.providers.pricing import PriceTable
+from rag_engine.providers.ratelimit import RateLimiter, limiter_for
+from rag_engine.providers.registry import ModelSpec
+from rag_engine.providers.results import (
+    Backend,
+    Completion,
+    EmbeddingResult,
+    Embeddings,
+    GenerationResult,
+    TokenUsage,
+)
+
+log = logging.getLogger(__name__)
+
+_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
+
+
+def _json_candidates(text: str) -> list[str]:
+    """Where JSON may hide in plain model text: the whole text, a fenced block, the outer braces."""
+    out = [text]
+    out += [m.group(1) for m in _FENCE.finditer(text)]
+    start, end = text.find("{"), text.rfind("}")
+    if 0 <= start < end:
+        out.append(text[start : end + 1])
+    return out
+
+
+def parse_output(text: str, schema: type[BaseModel], *, tolerant: bool) -> BaseModel:
+    """Validate model output against ``schema``; with ``tolerant``, dig JSON out of surrounding prose."""
+    candidates = _json_candidates(text) if tolerant else [text]
+    errors = 0
+    for candidate in candidates:
+        try:
+            return schema.model_validate_json(candidate)
+        except ValidationError as exc:
+            errors = exc.error_count()
+    # The output itself is not quoted: it may repeat customer text from the prompt.
+    raise ProviderResponseInvalid(
+        f"model output does not match schema {schema.__name__} ({errors} validation error(s), {len(text)} chars)"
+    )
+
+
+class ModelClient:
+    """Capability-checked, metered access to one configured model."""
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        backend: Backend,
+        *,
+        ledger: UsageLedger | None = None,
+        pricing: PriceTable | None = None,
+    ):
+        self.spec = spec
+        self._backend = backend
+        self._ledger = ledger
+        self._pricing = pricing
+
+    def __repr__(self) -> str:
+        return f"ModelClient({self.spec.identity}, backend={self._backend!r})"
+
+    # -- public API -------------------------------------------------------------------
+    def generate(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        schema: type[BaseModel] | None = None,
+        purpose: str,
+        run_id: str | None = None,
+        max_tokens: int | None = None,
+        tolerant: bool = False,
+    ) -> GenerationResult:
+        """Generate text, or an instance of ``schema``.
+
+        ``tolerant`` lets a model without structured output answer a schema request in plain
+        text, from which the JSON is extracted; without it such a request is refused up front.
+        """
+        self.spec.require("generation")
+        if schema is not None and not tolerant:
+            self.spec.require("structured_output")
+        structured = schema is not None and self.spec.supports("structured_output")
+        started = time.perf_counter()
+        completion: Completion | None = None
+        try:
+            completion = self._backend.complete(messages, schema=schema, structured=structured, max_tokens=max_tokens)
+            parsed = parse_output(completion.text, schema, tolerant=tolerant) if schema is not None else None
+        except Exception as exc:
+            # A completion that failed to parse was still paid for: keep its tokens.
+            self._write(purpose, run_id, started, answer=completion, error=exc)
+            raise
+        record = self._write(purpose, run_id, started, answer=completion)
+        return GenerationResult(text=completion.text, parsed=parsed, usage=record)
+
+    def embed(self, texts: list[str], *, purpose: str, run_id: str | None = None) -> EmbeddingResult:
+        self.spec.require("embeddings")
+        started = time.perf_counter()
+        try:
+            answer = self._backend.embed(list(texts))
+        except Exception as exc:
+            self._write(purpose, run_id, started, answer=None, error=exc)
+            raise
+        record = self._write(purpose, run_id, started, answer=answer)
+        return EmbeddingResult(vectors=answer.vectors, usage=record)
+
+    # -- metering ---------------------------------------------------------------------
+    def _cost(self, answer: Completion | Embeddings | None, usage: TokenUsage) -> Decimal | None:
+        if isinstance(answer, Embeddings) and not answer.priced:
+            return Decimal(0)  # local compute: known to be free
+        if self._pricing is None or not usage.reported:
+            return None
+        return self._pricing.price(
+            self.spec.model.pricing_ref, usage.input_tokens, usage.cached_input_tokens, usage.output_tokens
+        )
+
+    def _write(
+        self,
+        purpose: str,
+        run_id: str | None,
+        started: float,
+        *,
+        answer: Completion | Embeddings | None,
+        error: BaseException | None = None,
+    ) -> UsageRecord:
+        usage = answer.usage if answer is not None else TokenUsage()
+        record = UsageRecord(
+            run_id=run_id,
+            purpose=purpose,
+            provider=answer.provider if answer is not None else self.spec.provider.name,
+            requested_model=self.spec.model.served_model,
+            reported_model=answer.reported_model if answer is not None else None,
+            input_tokens=usage.input_tokens,
+            cached_input_tokens=usage.cached_input_tokens,
+            output_tokens=usage.output_tokens,
+            reasoning_tokens=usage.reasoning_tokens,
+            latency_ms=round((time.perf_counter() - started) * 1000),
+            status="ok" if error is None else "error",
+            error_type=type(error).__name__ if error is not None else None,
+            pricing_version=self._pricing.version if self._pricing is not None else None,
+            cost=self._cost(answer, usage),
+        )
+        if self._ledger is not None:
+            record = self._ledger.record(record)
+        log.debug(
+            "model call %s purpose=%s status=%s latency_ms=%d tokens=%d/%d",
+            self.spec.identity,
+            purpose,
+            record.status,
+            record.latency_ms,
+            record.input_tokens,
+            record.output_tokens,
+        )
+        return record
+
+
+# -- backends that need no HTTP ------------------------------------------------------------
+
+
+class HashEmbedBackend:
+    """The built-in feature-hashing embedder: local compute, no tokens billed."""
+
+    def __init__(self, spec: ModelSpec):
+        from rag_engine.providers.embedders import HashEmbedder  # imported lazily: only this kind needs it
+
+        self._spec = spec
+        self._embedder = HashEmbedder(spec)
+
+    def __repr__(self) -> str:
+        return f"HashEmbedBackend({self._spec.identity})"
+
+    @property
+    def name(self) -> str:
+        return self._spec.provider.name
+
+    def complete(self, messages: list[dict[str, Any]], **_: Any) -> Completion:
+        raise CapabilityNotSupported(f"provider {self.name!r} (local_hash) only embeds")
+
+    def embed(self, texts: list[str]) -> Embeddings:
+        vectors = [[float(x) for x in v] for v in self._embedder.embed(list(texts))]
+        return Embeddings(
+            vectors=vectors,
+            reported_model=self._spec.model.served_model,
+            usage=TokenUsage(),
+            provider=self.name,
+            priced=False,
+        )
+
+
+# -- construction ----------------------------------------------------------------------------
+
+
+def _api_key(spec: ModelSpec, env: Mapping[str, str]) -> str | None:
+    """Read the key from the env var the config names; only the name ever appears in errors."""
+    name = spec.provider.credential_env
+    if name is None:
+        if spec.provider.kind == "openai":
+            raise ConfigError(f"provider {spec.provider.name!r} (openai) has no credential_env")
+        return None
+    value = env.get(name)
+    if not value:
+        raise MissingCredential(f"provider {spec.provider.name!r} needs environment variable {name}, which is not set")
+    return value
+
+
+def _backend(
+    spec: ModelSpec,
+    *,
+    env: Mapping[str, str],
+    root: Path,
+    config: EngineConfig | None,
+    limiter: RateLimiter | None,
+) -> Backend:
+    kind = spec.provider.kind
+    if kind in ("openai", "openai_compatible"):
+        from rag_engine.providers.openai_backend import OpenAIBackend
+
+        return OpenAIBackend(spec, api_key=_api_key(spec, env), limiter=limiter or limiter_for(spec.provider))
+    if kind == "local_hash":
+        return HashEmbedBackend(spec)
+    if kind == "replay":
+        from rag_engine.providers.replay import Cassette, ReplayBackend
+
+        if not spec.provider.cassette:
+            raise ConfigError(f"replay provider {spec.provider.name!r} has no cassette path")
+        path = Path(spec.provider.cassette)
+        cassette = Cassette(path if path.is_absolute() else Path(root) / path)
+        live = None
+        if spec.provider.record:
+            live = _backend(_record_spec(spec, config), env=env, root=root, config=config, limiter=limiter)
+        return ReplayBackend(spec, cassette, live=live)
+    raise ConfigError(f"unknown provider kind {kind!r}")  # pragma: no cover - config validation forbids it
+
+
+def _record_spec(spec: ModelSpec, config: EngineConfig | None) -> ModelSpec:
+    name = spec.provider.record_provider
+    if not name:
+        raise ConfigError(f"replay provider {spec.provider.name!r} has record: true but no record_provider")
+    if config is None:
+        raise ConfigError("record mode needs the engine config to find record_provider; pass config=")
+    live = config.provider(name)
+    if live is None or live.kind == "replay":
+        raise ConfigError(f"record_provider {name!r} of {spec.provider.name!r} is not a live provider")
+    return ModelSpec(model=spec.model, provider=live)
+
+
+def build_client(
+    spec: ModelSpec,
+    *,
+    ledger: UsageLedger | None = None,
+    pricing: PriceTable | None = None,
+    env: Mapping[str, str] = os.environ,
+    root: Path,
+    config: EngineConfig | None = None,
+    limiter: RateLimiter | None = None,
+) -> ModelClient:
+    """A client for ``spec``; ``config`` is needed only by replay providers in record mode."""
+    backend = _backend(spec, env=env, root=Path(root), config=config, limiter=limiter)
+    return ModelClient(spec, backend, ledger=ledger, pricing=pricing)
+
+
+def client_from_config(
+    cfg: EngineConfig,
+    model_name: str,
+    *,
+    root: Path,
+    env: Mapping[str, str] = os.environ,
+    ledger: UsageLedger | None = None,
+    pricing: PriceTable | None = None,
+) -> ModelClient:
+    """A metered client for a configured model: the ledger and pricing the config names, unless given.
+
+    For the CLI and Dagster resources; build once and reuse (each call opens a ledger connection pool).
+    """
+    from rag_engine.providers.ledger import ledger_url
+    from rag_engine.providers.pricing import pricing_for
+    from rag_engine.providers.registry import ProviderRegistry
+
+    spec = ProviderRegistry(cfg, env).spec(model_name)
+    ledger = ledger if ledger is not None else UsageLedger(ledger_url(cfg, env, root))
+    pricing = pricing if pricing is not None else pricing_for(cfg, root)
+    return build_client(spec, ledger=ledger, pricing=pricing, env=env, root=root, config=cfg)

@@ -1,0 +1,284 @@
+"""Append-only usage ledger: one row per model call, successful or not.
+
+Why a SQL table and not a log file: several Dagster processes write at once, and costs are
+summed later by run, model and provider. SQLAlchemy Core keeps the SQL portable (SQLite file by
+default, Postgres by URL). The API has no update or delete on purpose: a record states what a
+call cost under the pricing version of its day, and later price changes never rewrite it.
+
+Costs are stored as exact decimal text rather than a NUMERIC column, because SQLite has no
+decimal type and would round-trip through binary floats.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import (
+    Column,
+    DateTime,
+    Engine,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    create_engine,
+    event,
+    func,
+    inspect,
+    select,
+)
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import StaticPool
+from sqlalchemy.types import TypeDecorator
+
+from rag_engine.config import EngineConfig
+
+if TYPE_CHECKING:  # pandas is imported only by the summary: writers in worker processes start faster
+    import pandas as pd
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+class UsageRecord(BaseModel):
+    """One model call as the ledger stores it. ``None`` means "not reported" / "unknown", never 0."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: int | None = None
+    created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    run_id: str | None = None
+    purpose: str
+    provider: str
+    requested_model: str
+    reported_model: str | None = None
+    input_tokens: int = Field(0, ge=0)
+    cached_input_tokens: int | None = Field(None, ge=0)
+    output_tokens: int = Field(0, ge=0)
+    reasoning_tokens: int | None = Field(None, ge=0)
+    latency_ms: int = Field(0, ge=0)
+    status: Literal["ok", "error"] = "ok"
+    error_type: str | None = None
+    pricing_version: str | None = None
+    cost: Decimal | None = None
+
+
+class _DecimalText(TypeDecorator):
+    """Exact Decimal on every backend: stored as plain decimal text (never scientific notation)."""
+
+    impl = String(64)
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Any) -> str | None:
+        return None if value is None else format(Decimal(value), "f")
+
+    def process_result_value(self, value: Any, dialect: Any) -> Decimal | None:
+        return None if value is None else Decimal(value)
+
+
+_metadata = MetaData()
+usage_records = Table(
+    "usage_records",
+    _metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("run_id", String(200), nullable=True),
+    Column("purpose", String(200), nullable=False),
+    Column("provider", String(200), nullable=False),
+    Column("requested_model", String(200), nullable=False),
+    Column("reported_model", String(200), nullable=True),
+    Column("input_tokens", Integer, nullable=False),
+    Column("cached_input_tokens", Integer, nullable=True),
+    Column("output_tokens", Integer, nullable=False),
+    Column("reasoning_tokens", Integer, nullable=True),
+    Column("latency_ms", Integer, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("error_type", String(200), nullable=True),
+    Column("pricing_version", String(100), nullable=True),
+    Column("cost", _DecimalText(), nullable=True),
+    Index("ix_usage_records_run_id", "run_id"),
+)
+
+_COLUMNS = [c.name for c in usage_records.columns]
+
+
+def _make_engine(url: str) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return create_engine(parsed, pool_pre_ping=True)
+    in_memory = parsed.database in (None, "", ":memory:")
+    engine = create_engine(
+        parsed,
+        connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
+        poolclass=StaticPool if in_memory else None,
+    )
+
+    @event.listens_for(engine, "connect")
+    def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+        # Busy timeout first, so switching to WAL waits for other writers instead of failing.
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        if not in_memory:
+            cur.execute("PRAGMA journal_mode = WAL")
+            cur.execute("PRAGMA synchronous = NORMAL")
+        cur.close()
+
+    return engine
+
+
+class UsageLedger:
+    """Append and read usage records. There is deliberately no update or delete."""
+
+    def __init__(self, url: str):
+        self._engine = _make_engine(url)
+        self._create_table()
+
+    def __repr__(self) -> str:
+        # The URL may carry a database password: show it masked.
+        return f"UsageLedger({self._engine.url.render_as_string(hide_password=True)!r})"
+
+    @property
+    def dialect(self) -> str:
+        return self._engine.dialect.name
+
+    def _create_table(self) -> None:
+        """Create the table once; tolerate another process winning the race to create it."""
+        try:
+            _metadata.create_all(self._engine, checkfirst=True)
+        except DBAPIError:
+            if not inspect(self._engine).has_table(usage_records.name):
+                raise
+
+    # -- write -----------------------------------------------------------------------
+    def record(self, rec: UsageRecord) -> UsageRecord:
+        """Append one record; returns it with its ledger id."""
+        values = rec.model_dump(exclude={"id"})
+        created = values["created_at"]
+        values["created_at"] = (created if created.tzinfo else created.replace(tzinfo=timezone.utc)).astimezone(
+            timezone.utc
+        )
+        with self._engine.begin() as conn:
+            new_id = conn.execute(usage_records.insert().values(**values)).inserted_primary_key[0]
+        return rec.model_copy(update={"id": new_id})
+
+    # -- read ------------------------------------------------------------------------
+    def records(self, run_id: str | None = None) -> list[UsageRecord]:
+        query = select(usage_records).order_by(usage_records.c.id)
+        if run_id is not None:
+            query = query.where(usage_records.c.run_id == run_id)
+        with self._engine.connect() as conn:
+            return [_to_record(row._mapping) for row in conn.execute(query)]
+
+    def count(self, run_id: str | None = None, status: str | None = None) -> int:
+        query = select(func.count()).select_from(usage_records)
+        if run_id is not None:
+            query = query.where(usage_records.c.run_id == run_id)
+        if status is not None:
+            query = query.where(usage_records.c.status == status)
+        with self._engine.connect() as conn:
+            return int(conn.execute(query).scalar_one())
+
+    def summary_frame(self, run_id: str | None = None) -> "pd.DataFrame":
+        return summarize(self.records(run_id))
+
+    def dispose(self) -> None:
+        self._engine.dispose()
+
+
+def _to_record(row: Mapping[str, Any]) -> UsageRecord:
+    data = dict(row)
+    created = data["created_at"]
+    if created is not None and created.tzinfo is None:  # SQLite drops the offset; we always write UTC
+        data["created_at"] = created.replace(tzinfo=timezone.utc)
+    return UsageRecord.model_validate(data)
+
+
+SUMMARY_COLUMNS = [
+    "provider",
+    "requested_model",
+    "run_id",
+    "calls",
+    "errors",
+    "input_tokens",
+    "cached_input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "cost",
+    "unknown_cost_calls",
+    "reported_models",
+    "pricing_versions",
+]
+
+
+def _known_sum(values: "pd.Series") -> Decimal | None:
+    import pandas as pd
+
+    known = [v for v in values if v is not None and not pd.isna(v)]
+    return sum(known, Decimal(0)) if known else None
+
+
+def _distinct(values: "pd.Series") -> str:
+    import pandas as pd
+
+    return ",".join(sorted({str(v) for v in values if v is not None and not pd.isna(v)}))
+
+
+def summarize(records: list[UsageRecord]) -> "pd.DataFrame":
+    """Totals per provider / requested model / run.
+
+    ``cost`` sums the calls whose cost is known (Decimal, exact) and is None when none is;
+    ``unknown_cost_calls`` keeps the unpriced calls visible instead of counting them as free.
+    """
+    import pandas as pd
+
+    if not records:
+        return pd.DataFrame(columns=SUMMARY_COLUMNS)
+    frame = pd.DataFrame([r.model_dump() for r in records])
+    frame["run_id"] = frame["run_id"].astype(object).where(frame["run_id"].notna(), "(none)")
+    frame["is_error"] = frame["status"] == "error"
+    frame["unknown_cost"] = frame["cost"].isna()
+    for col in ("cached_input_tokens", "reasoning_tokens"):
+        frame[col] = pd.array(frame[col], dtype="Int64")
+    grouped = frame.groupby(["provider", "requested_model", "run_id"], sort=True, dropna=False)
+    out = grouped.agg(
+        calls=("status", "size"),
+        errors=("is_error", "sum"),
+        input_tokens=("input_tokens", "sum"),
+        cached_input_tokens=("cached_input_tokens", lambda s: s.sum(min_count=1)),
+        output_tokens=("output_tokens", "sum"),
+        reasoning_tokens=("reasoning_tokens", lambda s: s.sum(min_count=1)),
+        cost=("cost", _known_sum),
+        unknown_cost_calls=("unknown_cost", "sum"),
+        reported_models=("reported_model", _distinct),
+        pricing_versions=("pricing_version", _distinct),
+    ).reset_index()
+    for col in ("calls", "errors", "input_tokens", "output_tokens", "unknown_cost_calls"):
+        out[col] = out[col].astype(int)
+    return out[SUMMARY_COLUMNS]
+
+
+# -- where the ledger lives --------------------------------------------------------------
+
+
+def ledger_url(cfg: EngineConfig, env: Mapping[str, str], root: str | Path) -> str:
+    """The ledger URL: env var named by ``storage.ledger.url_env``, else the configured default.
+
+    Relative SQLite paths are resolved against the project root (not the working directory)
+    and their parent directory is created. The URL may hold a password: callers must not log it.
+    """
+    ledger = cfg.storage.ledger
+    raw = env.get(ledger.url_env) or ledger.default_url
+    parsed = make_url(raw)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return raw
+    path = Path(parsed.database)
+    if not path.is_absolute():
+        path = Path(root) / path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return parsed.set(database=str(path)).render_as_string(hide_password=False)

@@ -1,0 +1,275 @@
+"""Calls to OpenAI and OpenAI-compatible servers (llama.cpp, Ollama, vLLM) through the official SDK.
+
+The SDK does the HTTP and the wire types; this module owns everything that must not depend on
+the SDK version: retries and their timing (see ``retry``), the client-side rate limit, mapping
+failures onto our typed errors, and keeping the API key out of every message. Exceptions are
+raised ``from None`` so SDK exceptions (whose request objects carry the Authorization header)
+never ride along in ``__cause__``/``__context__``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import openai
+from pydantic import BaseModel, ValidationError
+
+from rag_engine.errors import (
+    ConfigError,
+    ProviderError,
+    ProviderRateLimited,
+    ProviderResponseInvalid,
+    ProviderTimeout,
+)
+from rag_engine.providers.ratelimit import RateLimiter, estimate_tokens
+from rag_engine.providers.registry import ModelSpec
+from rag_engine.providers.results import Completion, Embeddings, TokenUsage
+from rag_engine.providers.retry import RETRYABLE_STATUS, RetryPolicy, parse_retry_after
+
+log = logging.getLogger(__name__)
+
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+# Sent to local servers that need no key, so the SDK never falls back to OPENAI_API_KEY from the
+# environment and hands a hosted key to a local endpoint.
+NO_KEY = "no-key-configured"
+_KEYLIKE = re.compile(r"(?i)\b(bearer\s+\S+|sk-[A-Za-z0-9_*.\-]{4,})")
+_SDK_PREFIX = re.compile(r"^Error code: \d+ - ")
+_T = TypeVar("_T")
+
+
+class _Redactor:
+    """Removes the key (and anything key-shaped) from text; its repr never shows the key."""
+
+    def __init__(self, secret: str | None):
+        self._secret = secret
+
+    def __repr__(self) -> str:
+        return "_Redactor(***)"
+
+    def __call__(self, text: str) -> str:
+        if self._secret:
+            text = text.replace(self._secret, "***")
+        return _KEYLIKE.sub("***", text)
+
+
+class _Failure:
+    def __init__(self, error: ProviderError, *, retryable: bool, retry_after: float | None = None, label: str = ""):
+        self.error = error
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.label = label
+
+
+def response_format_for(schema: type[BaseModel]) -> dict[str, Any]:
+    """OpenAI structured-output format for a pydantic model (strict schema when the SDK can make one)."""
+    try:
+        from openai.lib._pydantic import to_strict_json_schema  # the SDK's own converter used by .parse()
+
+        json_schema, strict = to_strict_json_schema(schema), True
+    except Exception:  # noqa: BLE001 - converter moved or schema not strict-able: plain schema, not strict
+        json_schema, strict = schema.model_json_schema(), False
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", schema.__name__)[:64]
+    return {"type": "json_schema", "json_schema": {"name": name, "schema": json_schema, "strict": strict}}
+
+
+class OpenAIBackend:
+    """One provider/model over the OpenAI HTTP API; the key is read once, at construction."""
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        *,
+        api_key: str | None,
+        limiter: RateLimiter,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        provider = spec.provider
+        base_url = provider.endpoint or (OPENAI_BASE_URL if provider.kind == "openai" else None)
+        if not base_url:
+            raise ConfigError(f"provider {provider.name!r} ({provider.kind}) has no endpoint")
+        self._spec = spec
+        self._redact = _Redactor(api_key)
+        self._limiter = limiter
+        self._sleep = sleep
+        self._policy = RetryPolicy(max_retries=provider.max_retries, backoff_base_s=provider.backoff_base_s)
+        self._sdk = openai.OpenAI(
+            api_key=api_key or NO_KEY,
+            base_url=base_url,
+            timeout=provider.timeout_s,
+            max_retries=0,  # retries are ours: see retry.py
+        )
+
+    def __repr__(self) -> str:
+        return f"OpenAIBackend({self._spec.identity})"
+
+    @property
+    def name(self) -> str:
+        return self._spec.provider.name
+
+    # -- operations -----------------------------------------------------------------
+    def complete(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        schema: type[BaseModel] | None,
+        structured: bool,
+        max_tokens: int | None,
+    ) -> Completion:
+        kwargs: dict[str, Any] = {"model": self._spec.model.served_model, "messages": messages}
+        if max_tokens is not None:
+            # Hosted OpenAI deprecated max_tokens; local servers mostly only know max_tokens.
+            kwargs["max_completion_tokens" if self._spec.provider.kind == "openai" else "max_tokens"] = max_tokens
+        if schema is not None and structured:
+            kwargs["response_format"] = response_format_for(schema)
+        estimate = estimate_tokens([json.dumps(m.get("content", ""), default=str) for m in messages], max_tokens)
+        response = self._call(lambda: self._sdk.chat.completions.create(**kwargs), estimate)
+        return self._completion(response)
+
+    def embed(self, texts: list[str]) -> Embeddings:
+        served = self._spec.model.served_model
+        estimate = estimate_tokens(list(texts))
+        response = self._call(
+            lambda: self._sdk.embeddings.create(model=served, input=list(texts), encoding_format="float"), estimate
+        )
+        return self._embeddings(response, len(texts))
+
+    # -- the retry loop -------------------------------------------------------------
+    def _call(self, send: Callable[[], _T], estimate: int) -> _T:
+        retry = 0
+        while True:
+            self._limiter.acquire(estimate)
+            failure: _Failure | None = None
+            try:
+                response = send()
+            except openai.APITimeoutError:
+                failure = _Failure(
+                    ProviderTimeout(
+                        f"provider {self.name!r} did not answer within {self._spec.provider.timeout_s}s "
+                        f"(after {retry + 1} attempt(s))"
+                    ),
+                    retryable=True,
+                    label="timeout",
+                )
+            except openai.APIConnectionError:
+                failure = _Failure(
+                    ProviderError(f"provider {self.name!r}: connection failed (after {retry + 1} attempt(s))"),
+                    retryable=True,
+                    label="connection error",
+                )
+            except openai.APIStatusError as exc:
+                failure = self._status_failure(exc, retry + 1)
+            except (json.JSONDecodeError, UnicodeDecodeError, openai.APIResponseValidationError):
+                failure = _Failure(
+                    ProviderResponseInvalid(f"provider {self.name!r} answered with a body that is not valid JSON"),
+                    retryable=False,
+                )
+            except openai.OpenAIError as exc:
+                failure = _Failure(
+                    ProviderError(f"provider {self.name!r}: {type(exc).__name__}: {self._redact(str(exc))[:300]}"),
+                    retryable=False,
+                )
+            if failure is None:
+                self._limiter.settle(estimate, _reported_total(response, estimate))
+                return response
+            # Raised outside the except blocks: no SDK exception in __context__.
+            if not failure.retryable or not self._policy.may_retry(retry, failure.retry_after):
+                raise failure.error from None
+            delay = self._policy.delay(retry, failure.retry_after)
+            log.info(
+                "provider %s: %s, retry %d/%d in %.2fs",
+                self.name,
+                failure.label,
+                retry + 1,
+                self._policy.max_retries,
+                delay,
+            )
+            self._sleep(delay)
+            retry += 1
+
+    def _status_failure(self, exc: openai.APIStatusError, attempts: int) -> _Failure:
+        status = exc.status_code
+        retry_after = parse_retry_after(dict(exc.response.headers)) if status in (429, 503) else None
+        where = f"provider {self.name!r} answered HTTP {status}"
+        if status in (401, 403):
+            # Auth error bodies often echo (part of) the key: never pass them on.
+            env = self._spec.provider.credential_env
+            hint = f"; check the key in environment variable {env}" if env else ""
+            return _Failure(ProviderError(f"{where}: authentication failed{hint}"), retryable=False)
+        detail = _SDK_PREFIX.sub("", self._redact(str(getattr(exc, "message", "") or "")))[:200]
+        if status == 429:
+            wait = f"; asked to wait {retry_after:.1f}s" if retry_after is not None else ""
+            err: ProviderError = ProviderRateLimited(f"{where} (rate limited) after {attempts} attempt(s){wait}")
+        else:
+            err = ProviderError(f"{where} after {attempts} attempt(s): {detail}")
+        return _Failure(err, retryable=status in RETRYABLE_STATUS, retry_after=retry_after, label=f"HTTP {status}")
+
+    # -- response parsing -----------------------------------------------------------
+    def _invalid(self, what: str) -> ProviderResponseInvalid:
+        return ProviderResponseInvalid(f"provider {self.name!r}: {what}")
+
+    def _completion(self, response: Any) -> Completion:
+        choices = getattr(response, "choices", None)
+        if not isinstance(choices, list) or not choices:
+            raise self._invalid("response has no choices") from None
+        message = getattr(choices[0], "message", None)
+        content = getattr(message, "content", None)
+        if not isinstance(content, str):
+            refusal = getattr(message, "refusal", None)
+            raise self._invalid("model refused to answer" if refusal else "response has no text content") from None
+        try:
+            return Completion(
+                text=content,
+                reported_model=getattr(response, "model", None) or None,
+                usage=_usage(getattr(response, "usage", None)),
+                provider=self.name,
+            )
+        except ValidationError:
+            raise self._invalid("response usage is malformed") from None
+
+    def _embeddings(self, response: Any, expected: int) -> Embeddings:
+        data = getattr(response, "data", None)
+        if not isinstance(data, list) or len(data) != expected:
+            raise self._invalid(f"expected {expected} embeddings, got {len(data) if isinstance(data, list) else 0}")
+        ordered = sorted(data, key=lambda d: getattr(d, "index", 0) or 0)
+        vectors = [getattr(d, "embedding", None) for d in ordered]
+        if not all(isinstance(v, list) and v for v in vectors):
+            raise self._invalid("embedding vectors are missing") from None
+        dim = self._spec.model.dimension
+        if dim is not None and any(len(v) != dim for v in vectors):
+            raise self._invalid(f"embedding dimension is not the configured {dim}") from None
+        try:
+            return Embeddings(
+                vectors=[[float(x) for x in v] for v in vectors],
+                reported_model=getattr(response, "model", None) or None,
+                usage=_usage(getattr(response, "usage", None)),
+                provider=self.name,
+            )
+        except (ValidationError, TypeError, ValueError):
+            raise self._invalid("embedding response is malformed") from None
+
+
+def _usage(usage: Any) -> TokenUsage:
+    """Provider usage -> TokenUsage; absent details stay None (not reported), never 0."""
+    if usage is None:
+        return TokenUsage(reported=False)
+    prompt_details = getattr(usage, "prompt_tokens_details", None)
+    completion_details = getattr(usage, "completion_tokens_details", None)
+    return TokenUsage(
+        input_tokens=getattr(usage, "prompt_tokens", None) or 0,
+        cached_input_tokens=getattr(prompt_details, "cached_tokens", None) if prompt_details is not None else None,
+        output_tokens=getattr(usage, "completion_tokens", None) or 0,
+        reasoning_tokens=(
+            getattr(completion_details, "reasoning_tokens", None) if completion_details is not None else None
+        ),
+    )
+
+
+def _reported_total(response: Any, default: int) -> int:
+    usage = getattr(response, "usage", None)
+    total = getattr(usage, "total_tokens", None)
+    return total if isinstance(total, int) else default

@@ -1,0 +1,95 @@
+"""Versioned model pricing and exact cost arithmetic.
+
+Prices are Decimal end to end: a ledger that sums thousands of sub-cent calls must add up to
+the invoice, which floats do not. Every cost carries the pricing ``version`` it was computed
+with; a new price means a new version, and old usage records are never re-priced.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from rag_engine.config import EngineConfig
+from rag_engine.errors import ConfigError
+
+_MILLION = Decimal(1_000_000)
+
+
+def _exact_decimal(value: Any) -> Any:
+    """YAML may hand us a float (unquoted 0.15); go through its shortest repr, not its binary value."""
+    if isinstance(value, float):
+        return Decimal(repr(value))
+    return value
+
+
+class ModelPrice(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input_per_million: Decimal = Field(ge=0)
+    cached_input_per_million: Decimal | None = Field(None, ge=0)
+    output_per_million: Decimal = Field(ge=0)
+
+    _exact = field_validator("input_per_million", "cached_input_per_million", "output_per_million", mode="before")(
+        _exact_decimal
+    )
+
+
+class PriceTable(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: str = Field(min_length=1)
+    currency: str = "USD"
+    models: dict[str, ModelPrice] = {}
+
+    def price(
+        self,
+        pricing_ref: str | None,
+        input_tokens: int,
+        cached_input_tokens: int | None,
+        output_tokens: int,
+    ) -> Decimal | None:
+        """Cost of one call, or None when the model has no price (unknown, not free).
+
+        ``input_tokens`` includes the cached ones (as OpenAI reports ``prompt_tokens``); cached
+        tokens are billed at the cached rate and the rest at the full rate. ``None`` cached means
+        the provider did not report caching, so all input is billed at the full rate. Reasoning
+        tokens are already part of ``output_tokens`` and are not billed twice.
+        """
+        if pricing_ref is None or pricing_ref not in self.models:
+            return None
+        p = self.models[pricing_ref]
+        cached = min(max(cached_input_tokens or 0, 0), input_tokens)
+        cached_rate = p.input_per_million if p.cached_input_per_million is None else p.cached_input_per_million
+        total = (
+            (input_tokens - cached) * p.input_per_million + cached * cached_rate + output_tokens * p.output_per_million
+        )
+        return total / _MILLION
+
+
+def load_pricing(path: str | Path) -> PriceTable:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"pricing file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping")
+    if "version" in data and not isinstance(data["version"], str):
+        data["version"] = str(data["version"])  # an unquoted date or number is still a version label
+    try:
+        return PriceTable.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{path}: invalid pricing: {exc}") from None
+
+
+def pricing_for(cfg: EngineConfig, root: str | Path) -> PriceTable:
+    """The pricing table named by ``cfg.pricing_file``, relative to the project root."""
+    path = Path(cfg.pricing_file)
+    return load_pricing(path if path.is_absolute() else Path(root) / path)

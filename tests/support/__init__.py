@@ -1,0 +1,1 @@
+"""Test-only helpers (loopback servers, fixtures); never imported by the engine."""

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Start embedded Neo4j Community (Bolt on 127.0.0.1, no auth) in the background.
+# Env: NEO4J_LOCAL_PORT (7687), NEO4J_LOCAL_DIR (<script dir>/.state),
+#      NEO4J_LOCAL_HEAP (1g), NEO4J_LOCAL_START_TIMEOUT (120 s), NEO4J_LOCAL_JAVA_OPTS (extra).
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+PORT="${NEO4J_LOCAL_PORT:-7687}"
+STATE_DIR="${NEO4J_LOCAL_DIR:-$HERE/.state}"
+HEAP="${NEO4J_LOCAL_HEAP:-1g}"
+TIMEOUT="${NEO4J_LOCAL_START_TIMEOUT:-120}"
+JAVA="${JAVA_HOME:+$JAVA_HOME/bin/}java"
+
+mkdir -p "$STATE_DIR"
+STATE_DIR="$(cd "$STATE_DIR" && pwd)"
+PID_FILE="$STATE_DIR/neo4j.pid"
+READY_FILE="$STATE_DIR/READY"
+LOG_FILE="$STATE_DIR/neo4j-local.log"
+
+alive() { # pid exists and is not a zombie
+  local pid="$1"
+  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 1
+  [[ "$(ps -o stat= -p "$pid" 2>/dev/null)" != Z* ]]
+}
+
+is_ours() { # alive and is our launcher (guards against pid reuse)
+  local pid="$1"
+  alive "$pid" || return 1
+  if [[ -r "/proc/$pid/cmdline" ]]; then
+    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q 'local\.neo4j\.Launcher'
+  else
+    ps -p "$pid" -o args= 2>/dev/null | grep -q 'local\.neo4j\.Launcher'
+  fi
+}
+
+fail() {
+  echo "neo4j-local: $*" >&2
+  if [[ -f "$LOG_FILE" ]]; then
+    echo "--- last lines of $LOG_FILE ---" >&2
+    tail -n 40 "$LOG_FILE" >&2
+  fi
+  exit 1
+}
+
+# Serialize concurrent start.sh runs on the same state dir.
+if command -v flock >/dev/null; then
+  exec 9>"$STATE_DIR/.start.lock"
+  flock 9
+fi
+
+pid=""
+[[ -f "$PID_FILE" ]] && pid="$(cat "$PID_FILE")"
+
+if is_ours "$pid"; then
+  if [[ -f "$READY_FILE" ]]; then
+    echo "neo4j-local already running (pid $pid): $(cat "$READY_FILE")"
+    exit 0
+  fi
+  echo "neo4j-local is starting (pid $pid), waiting for it"
+else
+  rm -f "$PID_FILE" "$READY_FILE"
+
+  # Build when the classes or copied jars are missing, or the sources changed.
+  CLASS="$HERE/target/classes/local/neo4j/Launcher.class"
+  if [[ ! -f "$CLASS" || ! -d "$HERE/target/lib" \
+        || "$HERE/pom.xml" -nt "$CLASS" \
+        || "$HERE/src/main/java/local/neo4j/Launcher.java" -nt "$CLASS" ]]; then
+    command -v mvn >/dev/null || fail "mvn not found (needed for the first build)"
+    echo "neo4j-local: building (mvn package)"
+    if ! mvn -q -B -f "$HERE/pom.xml" package >"$STATE_DIR/build.log" 2>&1; then
+      LOG_FILE="$STATE_DIR/build.log" fail "build failed"
+    fi
+  fi
+
+  # --add-opens: lets the page cache and native IO use direct buffers / file
+  # descriptors instead of slower fallbacks (same flags as the Neo4j distribution).
+  # shellcheck disable=SC2086
+  nohup "$JAVA" -Xms"$HEAP" -Xmx"$HEAP" \
+    --add-opens=java.base/java.nio=ALL-UNNAMED \
+    --add-opens=java.base/java.io=ALL-UNNAMED \
+    --add-opens=java.base/sun.nio.ch=ALL-UNNAMED \
+    -Dio.netty.tryReflectionSetAccessible=true \
+    -Dlog4j2.disable.jmx=true \
+    ${NEO4J_LOCAL_JAVA_OPTS:-} \
+    -cp "$HERE/target/classes:$HERE/target/lib/*" local.neo4j.Launcher \
+    --dir "$STATE_DIR" --host 127.0.0.1 --port "$PORT" --ready "$READY_FILE" \
+    >"$LOG_FILE" 2>&1 </dev/null 9>&- &
+  pid=$!
+  echo "$pid" >"$PID_FILE"
+fi
+
+start=$SECONDS
+until [[ -f "$READY_FILE" ]]; do
+  if ! alive "$pid"; then
+    rm -f "$PID_FILE"
+    fail "process $pid exited before becoming ready"
+  fi
+  if (( SECONDS - start >= TIMEOUT )); then
+    "$HERE/stop.sh" >/dev/null 2>&1 || true
+    fail "not ready after ${TIMEOUT}s (stopped it)"
+  fi
+  sleep 0.5
+done
+
+echo "neo4j-local ready after $(( SECONDS - start ))s (pid $pid): $(cat "$READY_FILE")"
