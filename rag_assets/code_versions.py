@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from rag_engine.config import slice_hash
 from rag_engine.engine import Engine
+from rag_engine.graph.extraction import prompt_hash
 from rag_engine.packs import DomainPack
 
 
@@ -26,6 +27,8 @@ def code_versions(engine: Engine, pack: DomainPack) -> dict[str, str]:
         "chunks": slice_hash("chunks-v1", rules),
         "references": slice_hash("references-v1", rules),
         "chunk_index": slice_hash("index-v1", engine.embedder_identity, engine.registry.embedding.model.dimension),
+        "llm_extraction": slice_hash("extraction-v1", rules, prompt_hash(pack.manifest),
+                                     engine.registry.extraction.identity, cfg.budgets.batch_size),
         "graph_writes": slice_hash("graph-v1", cfg.graph.target_resolution_version,
                                    cfg.graph.confidence_floor, cfg.traversal.policy_version,
                                    cfg.traversal.confidence_floor),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -20,7 +21,7 @@ from rag_engine.packs import ChunkRecord, DomainPack, content_hash
 
 log = logging.getLogger(__name__)
 
-SOURCE, CHUNKS, REFERENCES = "source", "chunks", "references"
+SOURCE, CHUNKS, REFERENCES, EXTRACTION = "source", "chunks", "references", "llm_extraction"
 
 
 @dataclass
@@ -129,28 +130,46 @@ def index_step(engine: Engine, pack: DomainPack, key: str, run_id: str | None = 
 
 
 def graph_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
-    """Resolve deterministic citations into REFERENCES edges (target resolution)."""
+    """Target resolution (CITES -> REFERENCES) and the validated LLM records of this version."""
+    from rag_engine.documents import split_partition_key
+
     _upstream(engine, pack, key, REFERENCES)
-    return writer.resolve_references(engine.driver, engine.database, pack=pack.name, key=key,
-                                     resolution_version=engine.cfg.graph.target_resolution_version)
-
-
-PIPELINE: tuple[tuple[str, Callable[..., dict[str, Any]]], ...] = (
-    ("source_documents", source_step),
-    ("chunks", chunks_step),
-    ("references", references_step),
-    ("chunk_index", index_step),
-    ("graph_writes", graph_step),
-)
+    out = writer.resolve_references(engine.driver, engine.database, pack=pack.name, key=key,
+                                    resolution_version=engine.cfg.graph.target_resolution_version)
+    if engine.artifacts.exists(pack.name, key, EXTRACTION):
+        extraction = engine.artifacts.read(pack.name, key, EXTRACTION)
+        out.update(writer.write_inferred(engine.driver, engine.database, pack=pack.name,
+                                         doc_id=split_partition_key(key)[0], records=extraction["records"],
+                                         batch_size=engine.cfg.storage.neo4j.write_batch_size))
+        out["extraction_complete"] = int(extraction["complete"])
+    return out
 
 
 def ingest_pack(engine: Engine, pack: DomainPack, keys: list[str] | None = None,
-                progress: Callable[[str], None] | None = None) -> dict[str, StepReport]:
+                progress: Callable[[str], None] | None = None, run_id: str | None = None,
+                extract: bool = True) -> dict[str, StepReport]:
     """Run every step over the given document versions (default: all discovered), in order.
 
     The same steps the Dagster assets run, for the CLI, benchmarks and tests of the engine alone.
     """
     from rag_engine.documents import discover
+    from rag_engine.llm_extraction import extraction_step, finish_run, new_budget
 
     keys = keys if keys is not None else [r.partition_key for r in discover(pack)]
-    return {name: run_step(name, keys, lambda k, fn=fn: fn(engine, pack, k), progress) for name, fn in PIPELINE}
+    run_id = run_id or f"local-{uuid.uuid4().hex[:12]}"
+    budget = new_budget(engine)
+    steps: list[tuple[str, Callable[..., dict[str, Any]]]] = [
+        ("source_documents", source_step),
+        ("chunks", chunks_step),
+        ("references", references_step),
+        ("chunk_index", lambda e, p, k: index_step(e, p, k, run_id=run_id)),
+    ]
+    if extract:
+        steps.append(("llm_extraction", lambda e, p, k: extraction_step(e, p, k, run_id=run_id, budget=budget)))
+    steps.append(("graph_writes", graph_step))
+    reports = {}
+    for name, fn in steps:
+        reports[name] = run_step(name, keys, lambda k, fn=fn: fn(engine, pack, k), progress)
+        if name == "llm_extraction":
+            finish_run(engine, pack, run_id, budget)
+    return reports

@@ -18,6 +18,15 @@ ROOT = Path(__file__).resolve().parents[1]
 SENTINEL = "sk-SENTINEL-DO-NOT-LEAK-7f3a9c"
 
 
+def pytest_configure(config) -> None:
+    """Code that builds its engine from the environment (Dagster definitions, the CLI) must not
+    write the usage ledger into the working tree during tests."""
+    import tempfile
+
+    if "RAG_LEDGER_URL" not in os.environ:
+        os.environ["RAG_LEDGER_URL"] = f"sqlite:///{Path(tempfile.mkdtemp(prefix='rag-ledger-')) / 'ledger.sqlite'}"
+
+
 def _neo4j_uri() -> str:
     return os.environ.get("NEO4J_URI", "bolt://127.0.0.1:7687")
 

@@ -20,7 +20,7 @@ def test_definitions_have_assets_per_pack_in_their_domain_group():
     graph = defs.resolve_asset_graph()
     groups = {key.to_user_string(): graph.get(key).group_name for key in graph.get_all_asset_keys()}
     for pack, domain in (("legal_regulatory", "legal"), ("company_x_kb", "kb")):
-        for step in ("source_documents", "chunks", "references", "chunk_index", "graph_writes"):
+        for step in ("source_documents", "chunks", "references", "chunk_index", "llm_extraction", "graph_writes"):
             assert groups[f"{pack}/{step}"] == domain
     assert groups["domain_packs"] == "platform"
     assert defs.resolve_job_def("legal_regulatory__ingest") is not None

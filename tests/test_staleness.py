@@ -14,7 +14,7 @@ from rag_assets.demo import materialize_pack
 from tests.test_ingestion import POLICY, RUNBOOK
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = ("source_documents", "chunks", "references", "chunk_index", "graph_writes")
+STEPS = ("source_documents", "chunks", "references", "chunk_index", "llm_extraction", "graph_writes")
 
 
 @pytest.fixture()
@@ -67,7 +67,16 @@ def test_rule_changes_mark_exactly_the_right_assets_stale(variant, unique):
     # pack manifest version: re-extraction. Dagster reports the assets whose own code version
     # changed; their dependents turn stale once those produce a new data version (below).
     bumped = build_definitions(variant("bumped", manifest_version="1.0.1"))
-    assert _stale(bumped, instance, unique, keys) == {"chunks", "references"}
+    assert _stale(bumped, instance, unique, keys) == {"chunks", "references", "llm_extraction"}
+
+    # another extraction model: re-extraction only
+    def other_model(text: str) -> str:
+        text = text.replace("  extraction_model: demo-chat", "  extraction_model: local-chat")
+        return text.replace("    kind: openai_compatible\n    hosted: false\n    enabled: false",
+                            "    kind: openai_compatible\n    hosted: false\n    enabled: true")
+
+    model = build_definitions(variant("model", edit=other_model))
+    assert _stale(model, instance, unique, keys) == {"llm_extraction"}
 
     # traversal policy / target resolution: graph rebuild only
     traversal = build_definitions(variant("traversal", edit=lambda s: s.replace('policy_version: "1"', 'policy_version: "2"')))
@@ -86,7 +95,7 @@ def test_rule_changes_mark_exactly_the_right_assets_stale(variant, unique):
     rerun = job.execute_in_process(instance=instance, tags={"dagster/asset_partition_range_start": keys[0],
                                                             "dagster/asset_partition_range_end": keys[-1]})
     assert rerun.success
-    assert _stale(bumped, instance, unique, keys) == {"references", "chunk_index"}
+    assert _stale(bumped, instance, unique, keys) == {"references", "llm_extraction", "chunk_index"}
 
 
 def test_one_run_materializes_every_partition(variant, unique):

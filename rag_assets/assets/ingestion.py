@@ -15,6 +15,7 @@ from rag_assets.partitions import document_versions
 from rag_assets.resources import EngineResource
 from rag_engine import ingest
 from rag_engine.engine import Engine
+from rag_engine.llm_extraction import extraction_step, finish_run, new_budget
 from rag_engine.packs import DomainPack
 
 StepFn = Callable[[Engine, DomainPack, str], dict]
@@ -97,10 +98,31 @@ def build_ingestion_assets(engine: Engine, pack: DomainPack) -> list[dg.AssetsDe
         return _run(context, rag, name, "chunk_index",
                     lambda e, p, k: ingest.index_step(e, p, k, run_id=context.run.run_id), ("embedded",))
 
-    @dg.asset(key=key("graph_writes"), deps=[references], code_version=versions["graph_writes"],
-              description="Graph edges: deterministic references resolved to target chunks.",
+    @dg.asset(key=key("llm_extraction"), deps=[chunks], code_version=versions["llm_extraction"], pool="llm",
+              description="LLM graph extraction per chunk, validated with provenance; budgets per run, "
+                          "cached by (chunk content, prompt, model).",
+              **{**common, "kinds": {"python", "openai"}})
+    def llm_extraction(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
+        engine = rag.engine()
+        budget = new_budget(engine)
+        result = _run(context, rag, name, "llm_extraction",
+                      lambda e, p, k: extraction_step(e, p, k, run_id=context.run.run_id, budget=budget),
+                      ("extracted", "entities", "relationships", "skipped", "failed", "rejected"))
+        summary = finish_run(engine, engine.pack(name), context.run.run_id, budget)
+        if budget.skipped:
+            context.log.warning(f"budget exhausted: {budget.skipped} chunks skipped; a later run continues")
+        meta = {**result.metadata, "status": summary["status"], "llm_calls": summary["chunks"],
+                "cache_hits": summary["cache_hits"], "tokens": summary["tokens"],
+                "cost_usd": summary["cost"] or "unknown", "model": summary["model"],
+                "prompt_hash": summary["prompt_hash"], "rejected_by_reason": dg.MetadataValue.json(summary["rejected"])}
+        return dg.MaterializeResult(metadata=meta)
+
+    @dg.asset(key=key("graph_writes"), deps=[references, llm_extraction], code_version=versions["graph_writes"],
+              description="Graph edges: deterministic references resolved to target chunks, and the validated "
+                          "LLM records of each version (a superseded version's inferred records are removed).",
               **{**common, "kinds": {"neo4j"}})
     def graph_writes(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
-        return _run(context, rag, name, "graph_writes", ingest.graph_step, ("resolved", "unresolved"))
+        return _run(context, rag, name, "graph_writes", ingest.graph_step,
+                    ("resolved", "unresolved", "entities", "relationships", "eligible"))
 
-    return [source_documents, chunks, references, chunk_index, graph_writes]
+    return [source_documents, chunks, references, chunk_index, llm_extraction, graph_writes]

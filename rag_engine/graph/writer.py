@@ -181,3 +181,67 @@ def resolve_references(driver: neo4j.Driver, database: str, *, pack: str, key: s
 
     with driver.session(database=database) as session:
         return session.execute_write(work)
+
+
+# -- LLM-inferred graph ------------------------------------------------------------------------
+
+_DROP_INFERRED_FOR_DOC = """
+MATCH (:Entity)-[r:RELATED {doc_id: $doc_id, pack: $pack}]->(:Entity) DELETE r
+WITH count(*) AS ignored
+MATCH (:Entity)-[m:MENTIONED_IN {doc_id: $doc_id, pack: $pack}]->(:Chunk) DELETE m
+"""
+
+_WRITE_ENTITIES = """
+UNWIND $rows AS row
+MERGE (e:Entity {entity_id: row.entity_id})
+  ON CREATE SET e.name = row.name, e.normalized_name = row.normalized_name, e.type = row.type,
+                e.pack = $pack, e.description = row.description, e.created_run_id = row.run_id
+WITH e, row
+MATCH (c:Chunk {chunk_id: row.chunk_id})
+MERGE (e)-[m:MENTIONED_IN {chunk_id: row.chunk_id}]->(c)
+  SET m += row.provenance, m.pack = $pack
+"""
+
+_WRITE_RELATIONSHIPS = """
+UNWIND $rows AS row
+MATCH (a:Entity {entity_id: row.source_id}), (b:Entity {entity_id: row.target_id})
+MERGE (a)-[r:RELATED {type: row.type, chunk_id: row.provenance.chunk_id}]->(b)
+  SET r += row.provenance, r.confidence = row.confidence, r.retrieval_eligible = row.retrieval_eligible,
+      r.description = row.description, r.pack = $pack
+"""
+
+
+def write_inferred(driver: neo4j.Driver, database: str, *, pack: str, doc_id: str,
+                   records: Sequence[dict[str, Any]], batch_size: int = 500) -> dict[str, int]:
+    """Replace every inferred record of a document (any version) with this version's records.
+
+    Removing by doc id first is what drops a superseded version's inferred edges; the MERGE
+    keys make a re-run of the same version leave counts unchanged.
+    """
+    entities = [{**e, "run_id": e["provenance"]["extraction_run_id"], "chunk_id": e["provenance"]["chunk_id"]}
+                for r in records for e in r["entities"]]
+    rels = [rel for r in records for rel in r["relationships"]]
+
+    def work(tx: neo4j.ManagedTransaction) -> None:
+        tx.run(_DROP_INFERRED_FOR_DOC, doc_id=doc_id, pack=pack).consume()
+        for batch in batched(entities, batch_size):
+            tx.run(_WRITE_ENTITIES, rows=list(batch), pack=pack).consume()
+        for batch in batched(rels, batch_size):
+            tx.run(_WRITE_RELATIONSHIPS, rows=list(batch), pack=pack).consume()
+
+    with driver.session(database=database) as session:
+        session.execute_write(work)
+    return {"entities": len(entities), "relationships": len(rels),
+            "eligible": sum(1 for r in rels if r["retrieval_eligible"])}
+
+
+def write_extraction_run(driver: neo4j.Driver, database: str, *, run_id: str, pack: str, model: str,
+                         prompt_hash: str, chunks: int, cache_hits: int, tokens: int, cost: str | None,
+                         status: str, skipped: int, failures: int) -> None:
+    driver.execute_query(
+        "MERGE (r:ExtractionRun {run_id: $run_id}) "
+        "SET r.pack = $pack, r.model = $model, r.prompt_hash = $prompt_hash, r.chunks = $chunks, "
+        "r.cache_hits = $cache_hits, r.tokens = $tokens, r.cost = $cost, r.status = $status, "
+        "r.skipped = $skipped, r.failures = $failures, r.finished_at = datetime()",
+        run_id=run_id, pack=pack, model=model, prompt_hash=prompt_hash, chunks=chunks, cache_hits=cache_hits,
+        tokens=tokens, cost=cost, status=status, skipped=skipped, failures=failures, database_=database)

@@ -97,6 +97,8 @@ class ProviderRegistry:
                 raise ModelRoleMismatch(
                     f"defaults.extraction_model {cfg.defaults.extraction_model!r} is not a generation model"
                 )
+            if not cfg.provider(ext.provider).enabled:
+                raise RegistryError(f"extraction model {ext.name!r} uses disabled provider {ext.provider!r}")
         for p in cfg.providers:
             if p.enabled and p.credential_env and p.credential_env not in self._env:
                 raise MissingCredential(

@@ -114,6 +114,7 @@ class FakeOpenAI:
         self.dimension = dimension
         self.requests: list[SeenRequest] = []
         self._queue: deque[Reply] = deque()
+        self.responder: Any = None  # optional fn(request body) -> Reply, used when the queue is empty
         self._lock = threading.Lock()
         self._closing = threading.Event()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
@@ -144,9 +145,11 @@ class FakeOpenAI:
         with self._lock:
             self._queue.extend(replies)
 
-    def _next(self) -> Reply:
+    def _next(self, body: Any = None) -> Reply:
         with self._lock:
-            return self._queue.popleft() if self._queue else Reply()
+            if self._queue:
+                return self._queue.popleft()
+        return self.responder(body) if self.responder is not None else Reply()
 
     def _seen(self, req: SeenRequest) -> None:
         with self._lock:
@@ -203,7 +206,7 @@ class FakeOpenAI:
                 except ValueError:
                     body = None
                 server._seen(SeenRequest("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body))
-                reply = server._next()
+                reply = server._next(body)
                 if reply.delay_s and server._closing.wait(reply.delay_s):
                     return
                 if reply.body == "__ECHO_AUTH__":
