@@ -159,10 +159,10 @@ class TraversalConfig(Frozen):
 
 
 class PlannerConfig(Frozen):
-    min_query_terms: int = Field(4, ge=1)
-    min_entity_match_score: float = Field(0.6, ge=0, le=1)
+    min_query_terms: int = Field(3, ge=1)
+    min_entity_match_score: float = Field(0.75, ge=0, le=1)
     max_ambiguous_matches: int = Field(3, ge=1)
-    min_seed_entities: int = Field(1, ge=1)
+    min_seed_entities: int = Field(2, ge=1)
 
 
 class BudgetsConfig(Frozen):

@@ -29,11 +29,14 @@ def project_root() -> Path:
 
 
 class Engine:
-    def __init__(self, cfg: EngineConfig, root: Path, env: Mapping[str, str] | None = None):
+    def __init__(self, cfg: EngineConfig, root: Path, env: Mapping[str, str] | None = None,
+                 packs: list[DomainPack] | None = None):
         self.cfg = cfg
         self.root = root
         self.env = os.environ if env is None else env
         self.registry = ProviderRegistry(cfg, self.env)
+        if packs is not None:  # an explicit pack set (fixtures, evals) instead of the configured ones
+            self.__dict__["packs"] = {p.name: p for p in packs}
 
     @classmethod
     def from_path(cls, config_path: str | Path = DEFAULT_CONFIG, root: Path | None = None,

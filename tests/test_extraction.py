@@ -217,8 +217,8 @@ def test_changed_version_calls_only_its_changed_chunks_and_drops_old_records(
         assert not [e for e in _edges(engine, unique) if e["p"]["doc_version"] == old_version]
         new_edges = [e for e in _edges(engine, unique) if e["p"]["doc_version"] == new_key.split("--")[1]]
         # the unchanged "Ownership" chunk kept its edges through the cache, under its new chunk id
-        ownership = [e for e in new_edges if e["p"]["chunk_id"] == f"{new_key}#ownership"]
-        assert ownership and ownership[0]["a"] == "Security team"
+        ownership = [e for e in new_edges if e["p"]["chunk_id"] == f"{new_key}#ownership" and e["p"]["type"] == "owns"]
+        assert [(e["a"], e["b"]) for e in ownership] == [("Security team", "laptop")]
         assert {e["p"]["chunk_id"] for e in new_edges} == {f"{new_key}#ownership", f"{new_key}#support"}
     finally:
         engine.close()

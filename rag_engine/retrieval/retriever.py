@@ -10,7 +10,9 @@ from typing import Any, Iterator
 from pydantic import BaseModel, ConfigDict, Field
 
 from rag_engine.engine import Engine
+from rag_engine.graph.planner import content_terms, plan
 from rag_engine.graph.schema import check_embedder
+from rag_engine.graph.traversal import candidate_chunks, traverse
 from rag_engine.packs import ChunkRecord
 from rag_engine.retrieval import store_reads
 from rag_engine.retrieval.policy import PolicyDecision, gate
@@ -30,6 +32,9 @@ class Candidate(BaseModel):
     exact: bool = False
     via: str | None = None
     """For expansion candidates: the reference text that led here."""
+    path_score: float | None = None
+    path: tuple[dict, ...] | None = None
+    """For graph candidates: the hops (entities, relationship type, confidence, evidence chunk)."""
 
 
 class RetrievalResult(BaseModel):
@@ -39,6 +44,7 @@ class RetrievalResult(BaseModel):
     candidates: list[Candidate]
     trace: list[dict[str, Any]] = Field(default_factory=list)
     events: list[dict[str, Any]] = Field(default_factory=list)
+    plan: dict[str, Any] | None = None
 
 
 class Trace:
@@ -117,17 +123,50 @@ def retrieve(engine: Engine, query: str, role: str, *, k: int | None = None,
         t["hits"] = len(dense)
     with trace.step("fusion", method="rrf", rrf_k=cfg.rrf_k) as t:
         fused = fuse({"lexical": lexical, "dense": dense}, cfg.rrf_k)
-        exact_ids = {r["chunk_id"] for r in exact_rows}
+        phrase = " ".join(content_terms(query))
+        ref_ids = {r["chunk_id"] for r in exact_rows}
+        phrase_rows = []
+        if len(phrase.split()) >= 2:  # a lexical hit holding the whole question is exact too
+            phrase_rows = [r for r in lexical if r["chunk_id"] not in ref_ids
+                           and phrase in " ".join(content_terms(f"{r['heading']} {r['text']}"))]
+        exact_ids = ref_ids | {r["chunk_id"] for r in phrase_rows}
         top = 1.0 / (cfg.rrf_k + 1) * 2
         candidates = [_candidate(r, top + 1.0, ("exact_reference",), exact=True) for r in exact_rows]
+        candidates += [_candidate(r, top + 0.5, ("lexical", "exact_phrase"), exact=True) for r in phrase_rows]
         candidates += [_candidate(r, s, src) for r, s, src in fused if r["chunk_id"] not in exact_ids]
         candidates = candidates[:k]
         t["fused"] = len(fused)
+    graph_candidates: list[Candidate] = []
+    packs = [p for p in engine.packs.values() if set(p.manifest.collections) & set(decision.collections)]
+    with trace.step("planner") as t:
+        decision_plan = plan(drv, db, query, packs, engine.cfg.planner, engine.cfg.traversal)
+        t.update(reason=decision_plan.reason, seeds=[s.name for s in decision_plan.seeds], detail=decision_plan.detail)
+        result.plan = decision_plan.model_dump(mode="json")
+    if decision_plan.traverse:
+        with trace.step("traversal", max_depth=engine.cfg.traversal.max_depth) as t:
+            paths = traverse(drv, db, [(s.entity_id, s.name) for s in decision_plan.seeds], engine.cfg.traversal)
+            picked = candidate_chunks(paths, engine.cfg.traversal.max_candidates)
+            rows = {r["chunk_id"]: r for r in store_reads.chunks_by_id(drv, db, [c for c, _ in picked],
+                                                                       decision.collections)}
+            exact_ids = {c.chunk_id for c in candidates if c.exact}
+            for chunk_id, gp in picked:
+                if chunk_id in rows and chunk_id not in exact_ids:
+                    graph_candidates.append(_candidate(
+                        rows[chunk_id], gp.path_score, ("graph",), path_score=gp.path_score,
+                        path=tuple({"seed": gp.seed_name, **h.model_dump()} for h in gp.hops)))
+            t.update(paths=len(paths), candidates=len(graph_candidates),
+                     dropped_not_permitted=len(picked) - len([c for c, _ in picked if c in rows]))
+    with trace.step("fusion_graph", max_graph=engine.cfg.traversal.max_candidates) as t:
+        graph_ids = {c.chunk_id for c in graph_candidates}
+        exact = [c for c in candidates if c.exact]
+        rest = [c for c in candidates if not c.exact and c.chunk_id not in graph_ids]
+        ordered = (exact + graph_candidates + rest)[:k]
+        t["graph_in_top_k"] = len([c for c in ordered if c.chunk_id in graph_ids])
     with trace.step("reference_expansion", limit=cfg.reference_expansion_k) as t:
-        have = {c.chunk_id for c in candidates}
-        seeds = [c.chunk_id for c in candidates if not c.exact][: max(3, cfg.reference_expansion_k)]
+        have = {c.chunk_id for c in ordered}
+        seeds = [c.chunk_id for c in ordered if not c.exact][: max(3, cfg.reference_expansion_k)]
         expanded = store_reads.referenced(drv, db, seeds, decision.collections, cfg.reference_expansion_k)
-        by_id = {c.chunk_id: c for c in candidates}
+        by_id = {c.chunk_id: c for c in ordered}
         added = []
         for row in expanded:
             if row["chunk_id"] in have:
@@ -135,8 +174,6 @@ def retrieve(engine: Engine, query: str, role: str, *, k: int | None = None,
             seed_score = by_id[row["from_chunk"]].score if row["from_chunk"] in by_id else 0.0
             added.append(_candidate(row, seed_score * 0.5, ("reference",), via=f"{row['via']} <- {row['from_chunk']}"))
         t["added"] = len(added)
-    exact = [c for c in candidates if c.exact]
-    rest = sorted([c for c in candidates if not c.exact] + added, key=lambda c: (-c.score, c.chunk_id))
-    result.candidates = exact + rest
+    result.candidates = ordered + added
     result.trace = trace.steps
     return result

@@ -82,3 +82,15 @@ def referenced(driver: neo4j.Driver, database: str, chunk_ids: list[str], collec
         f"RETURN {_CHUNK_FIELDS}, seed_rank, via, from_chunk ORDER BY seed_rank, c.chunk_id LIMIT $k",
         ids=chunk_ids, collections=list(collections), k=k,
     )
+
+
+def chunks_by_id(driver: neo4j.Driver, database: str, chunk_ids: list[str], collections: tuple[str, ...]) -> list[dict]:
+    """Graph evidence chunks, still subject to the policy gate and to being current."""
+    if not chunk_ids:
+        return []
+    return read(
+        driver, database,
+        f"MATCH (c:Chunk) WHERE c.chunk_id IN $ids AND c.active AND c.collection IN $collections "
+        f"RETURN {_CHUNK_FIELDS}",
+        ids=chunk_ids, collections=list(collections),
+    )

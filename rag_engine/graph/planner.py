@@ -1,0 +1,146 @@
+"""Graph query planner: may traversal run for this question, and from which seed entities?
+
+Traversal is a bet that the inferred graph knows something the text search does not. The
+planner refuses the bet, with an explicit reason code in the trace, whenever it is unsafe or
+pointless:
+
+  simple_question          too few content terms; lexical + dense retrieval already answer it
+  missing_graph_entities   no entity of a permitted pack matches the question
+  ambiguous_entity_match   more matches than planner.max_ambiguous_matches: seeds would be guesses
+  single_entity_query      one entity and no relationship asked about: its own chunks are the answer
+  low_confidence_match     seeds exist but none has a retrieval-eligible edge above the floor
+
+Otherwise the decision is ``traverse`` with the seeds. Thresholds come from config.
+"""
+
+from __future__ import annotations
+
+import re
+
+import neo4j
+from pydantic import BaseModel, ConfigDict
+
+from rag_engine.config import PlannerConfig, TraversalConfig
+from rag_engine.graph.entity_resolution import EntityResolver, normalize_name
+from rag_engine.graph.schema import ENTITY_FULLTEXT
+from rag_engine.packs import DomainPack
+from rag_engine.retrieval.store_reads import lucene_escape, read
+
+_WORD = re.compile(r"[a-z0-9]+")
+_STOP = frozenset("a an and are as at be by can do does for from has have how i in is it of on or "
+                  "that the this to was what when where which who whom why will with".split())
+_GENERIC_RELATIONAL = ("between", "relat", "connect", "link", "depend", "responsib")
+
+TRAVERSE = "traverse"
+FALLBACKS = ("simple_question", "missing_graph_entities", "ambiguous_entity_match",
+             "single_entity_query", "low_confidence_match")
+
+
+class Seed(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    entity_id: str
+    name: str
+    pack: str
+    score: float
+
+
+class PlanDecision(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    traverse: bool
+    reason: str
+    seeds: tuple[Seed, ...] = ()
+    matches: int = 0
+    detail: str = ""
+
+
+def content_terms(question: str) -> list[str]:
+    return [w for w in _WORD.findall(question.lower()) if w not in _STOP]
+
+
+def _query_words(question: str) -> set[str]:
+    words = set(_WORD.findall(question.lower()))
+    return words | {normalize_name(w) for w in words}
+
+
+def _verb_stem(relationship_type: str) -> str:
+    verb = relationship_type.split("_")[0]
+    if verb.endswith("es") and len(verb) > 5:
+        return verb[:-2]
+    return verb[:-1] if verb.endswith("s") else verb
+
+
+def relational_stems(packs: list[DomainPack]) -> tuple[str, ...]:
+    """Verb stems of the packs' relationship types ('depends_on' -> 'depend', 'applies_to' ->
+    'appli'): a question using one asks about a relationship, which is what traversal is for."""
+    stems = set(_GENERIC_RELATIONAL)
+    for pack in packs:
+        stems.update(_verb_stem(rel) for rel in pack.manifest.relationship_types)
+    return tuple(sorted(s for s in stems if len(s) >= 3))
+
+
+def match_entities(driver: neo4j.Driver, database: str, question: str, packs: list[DomainPack],
+                   limit: int = 25) -> list[Seed]:
+    """Entities named in the question (whole normalized name, or a pack alias), best first."""
+    names = {p.name for p in packs}
+    q = lucene_escape(question)
+    if not q.strip() or not names:
+        return []
+    rows = read(driver, database,
+                f"CALL db.index.fulltext.queryNodes('{ENTITY_FULLTEXT}', $q, {{limit: $fetch}}) YIELD node AS e "
+                "WHERE e.pack IN $packs RETURN e.entity_id AS entity_id, e.name AS name, "
+                "e.normalized_name AS normalized, e.pack AS pack",
+                q=q, packs=sorted(names), fetch=limit * 4)
+    words = _query_words(question)
+    normalized_question = " " + normalize_name(question) + " "
+    seeds: dict[str, Seed] = {}
+    for row in rows:
+        tokens = row["normalized"].split()
+        overlap = sum(1 for t in tokens if t in words) / max(1, len(tokens))
+        if f" {row['normalized']} " in normalized_question:
+            overlap = 1.0
+        seeds[row["entity_id"]] = Seed(entity_id=row["entity_id"], name=row["name"], pack=row["pack"],
+                                       score=round(overlap, 3))
+    for pack in packs:  # aliases named in the question resolve to their canonical entity
+        resolver = EntityResolver(pack.name, pack.manifest.aliases)
+        for canonical, aliases in pack.manifest.aliases.items():
+            if any(f" {normalize_name(a)} " in normalized_question for a in (canonical, *aliases)):
+                norm = resolver.resolve(canonical)
+                eid = resolver.entity_id(norm)
+                found = read(driver, database, "MATCH (e:Entity {entity_id: $id}) RETURN e.name AS name", id=eid)
+                if found:
+                    seeds[eid] = Seed(entity_id=eid, name=found[0]["name"], pack=pack.name, score=1.0)
+    return sorted(seeds.values(), key=lambda s: (-s.score, s.name))[:limit]
+
+
+def eligible_edge_count(driver: neo4j.Driver, database: str, seed_ids: list[str], floor: float) -> int:
+    rows = read(driver, database,
+                "MATCH (e:Entity)-[r:RELATED]-() WHERE e.entity_id IN $ids AND r.retrieval_eligible "
+                "AND r.confidence >= $floor RETURN count(r) AS n", ids=seed_ids, floor=floor)
+    return int(rows[0]["n"])
+
+
+def plan(driver: neo4j.Driver, database: str, question: str, packs: list[DomainPack],
+         planner: PlannerConfig, traversal: TraversalConfig) -> PlanDecision:
+    terms = content_terms(question)
+    if len(terms) < planner.min_query_terms:
+        return PlanDecision(traverse=False, reason="simple_question",
+                            detail=f"{len(terms)} content terms < {planner.min_query_terms}")
+    matches = [s for s in match_entities(driver, database, question, packs)
+               if s.score >= planner.min_entity_match_score]
+    if not matches:
+        return PlanDecision(traverse=False, reason="missing_graph_entities",
+                            detail=f"no entity matched with score >= {planner.min_entity_match_score}")
+    if len(matches) > planner.max_ambiguous_matches:
+        return PlanDecision(traverse=False, reason="ambiguous_entity_match", matches=len(matches),
+                            detail=f"{len(matches)} entities matched > {planner.max_ambiguous_matches}")
+    stems = relational_stems(packs)
+    relational = any(t.startswith(stem) for t in terms for stem in stems)
+    if len(matches) < max(2, planner.min_seed_entities) and not relational:
+        return PlanDecision(traverse=False, reason="single_entity_query", seeds=tuple(matches), matches=len(matches),
+                            detail="one entity and no relationship in the question")
+    if eligible_edge_count(driver, database, [s.entity_id for s in matches], traversal.confidence_floor) == 0:
+        return PlanDecision(traverse=False, reason="low_confidence_match", seeds=tuple(matches), matches=len(matches),
+                            detail=f"no retrieval-eligible edge >= {traversal.confidence_floor} at the seeds")
+    return PlanDecision(traverse=True, reason=TRAVERSE, seeds=tuple(matches), matches=len(matches))
