@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import textwrap
+import time
 
 from rag_engine.config import config_hash
 from rag_engine.engine import DEFAULT_CONFIG, Engine
@@ -44,28 +45,86 @@ def cmd_packs_smoke(args: argparse.Namespace) -> int:
 
 
 def cmd_query(args: argparse.Namespace) -> int:
-    from rag_engine.retrieval.retriever import retrieve
+    from rag_engine.graph.feedback import encode_path_id
+    from rag_engine.query import run_query
 
     engine = _engine(args)
     try:
-        result = retrieve(engine, args.question, args.role, k=args.k)
+        outcome = run_query(engine, args.question, args.role, k=args.k, generate=not args.no_generate)
     finally:
         engine.close()
     if args.json:
-        print(result.model_dump_json(indent=2))
+        print(outcome.model_dump_json(indent=2))
         return 0
+    result = outcome.retrieval
     print(f"query: {result.query}\nrole: {result.role} -> collections {list(result.collections)}")
-    for ev in result.events:
-        print(f"governance: {ev}")
-    if not result.candidates:
-        print("insufficient evidence: no permitted chunk matched")
-        return 0
+    plan = result.plan or {}
+    seeds = ", ".join(s["name"] for s in plan.get("seeds", []))
+    print(f"plan: {plan.get('reason', 'n/a')}" + (f" (seeds: {seeds})" if seeds else "")
+          + (f" - {plan['detail']}" if plan.get("detail") else ""))
+    for ev in outcome.events:
+        print(f"event: {ev}")
     for i, c in enumerate(result.candidates, 1):
         via = f" via {c.via}" if c.via else ""
         print(f"\n[{i}] {c.score:.4f} {'/'.join(c.sources)}{via}\n    cite: {c.chunk_id}\n    {c.heading}")
+        if c.path:
+            hops = " ; ".join(f"{h['seed'] if j == 0 else ''}-[{h['type']} {h['confidence']:.2f}]-{h['to_name']}"
+                              for j, h in enumerate(c.path))
+            print(f"    path (score {c.path_score:.3f}): {hops}\n    feedback path id: {encode_path_id(c.path)}")
         print(textwrap.indent(textwrap.shorten(c.text, 300), "    "))
-    print("\ntrace: " + ", ".join(f"{s['step']} {s['ms']}ms" for s in result.trace))
+    ans = outcome.answer
+    print("\nanswer" + (f" ({ans.method})" if ans.method else "") + ":")
+    if ans.insufficient_evidence:
+        print(f"  insufficient evidence ({ans.reason})")
+    else:
+        print(textwrap.indent(textwrap.shorten(ans.text, 600), "  "))
+        print("  citations: " + ", ".join(ans.citations))
+    if outcome.context.overflow:
+        print(f"context overflow: {len(outcome.context.overflow)} item(s) over budget")
+    print("\ntrace: " + ", ".join(f"{s['step']} {s['ms']}ms" for s in result.trace)
+          + f"; total {outcome.latency_ms}ms")
     return 0
+
+
+def cmd_quality(args: argparse.Namespace) -> int:
+    from rag_engine.graph.quality import quality_report
+
+    engine = _engine(args)
+    report = quality_report(engine.driver, engine.database, list(engine.packs))
+    engine.close()
+    print(json.dumps(report, indent=2, default=str))
+    return 0
+
+
+def cmd_cleanup(args: argparse.Namespace) -> int:
+    from rag_engine.graph.cleanup import Approval, plan_cleanup, run_cleanup
+
+    engine = _engine(args)
+    packs = list(engine.packs)
+    try:
+        if args.dry_run:
+            print(json.dumps({"would_remove": plan_cleanup(engine.driver, engine.database, packs)}, indent=2))
+            return 0
+        approval = Approval(approved_by=args.approved_by, reason=args.reason) \
+            if args.approved_by and args.reason else None
+        out = run_cleanup(engine.driver, engine.database, packs, approval, run_id=f"cli-{int(time.time())}")
+        print(json.dumps(out, indent=2))
+        return 0
+    finally:
+        engine.close()
+
+
+def cmd_feedback(args: argparse.Namespace) -> int:
+    from rag_engine.graph.feedback import decode_path_id, record_feedback
+
+    engine = _engine(args)
+    try:
+        obs = record_feedback(engine.driver, engine.database, path=decode_path_id(args.path_id),
+                              verdict=args.verdict, note=args.note, actor=args.actor, query=args.query or "")
+        print(obs.model_dump_json(indent=2))
+        return 0
+    finally:
+        engine.close()
 
 
 def cmd_costs(args: argparse.Namespace) -> int:
@@ -96,7 +155,24 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--role", required=True)
     q.add_argument("-k", type=int, default=None)
     q.add_argument("--json", action="store_true")
+    q.add_argument("--no-generate", action="store_true", help="extractive answer, no generation model call")
     q.set_defaults(fn=cmd_query)
+
+    sub.add_parser("quality", help="graph quality report (read-only)").set_defaults(fn=cmd_quality)
+
+    cl = sub.add_parser("cleanup", help="remove stale graph paths (requires --approved-by and --reason)")
+    cl.add_argument("--approved-by", default="")
+    cl.add_argument("--reason", default="")
+    cl.add_argument("--dry-run", action="store_true", help="count what would be removed")
+    cl.set_defaults(fn=cmd_cleanup)
+
+    fb = sub.add_parser("feedback", help="record diagnostic feedback on a graph path (never changes facts)")
+    fb.add_argument("--path-id", required=True)
+    fb.add_argument("--verdict", choices=["useful", "harmful"], required=True)
+    fb.add_argument("--note", default="")
+    fb.add_argument("--actor", required=True)
+    fb.add_argument("--query", default=None)
+    fb.set_defaults(fn=cmd_feedback)
 
     co = sub.add_parser("costs", help="usage and cost summary from the ledger")
     co.add_argument("--run-id", default=None)

@@ -113,6 +113,8 @@ class DefaultsConfig(Frozen):
     generation_model: str
     embedding_model: str
     extraction_model: str | None = None
+    local_inference_model: str | None = None
+    """Model for query expansion / rerank (needs those capabilities); None disables both."""
 
 
 class PackEntry(Frozen):
@@ -178,6 +180,20 @@ class ContextBudgetsConfig(Frozen):
     tools: int = Field(500, ge=0)
 
 
+class EvalsConfig(Frozen):
+    """Eval gate policy: which metrics gate, how much drop is tolerated, how sure we must be."""
+
+    gate_metrics: tuple[str, ...] = ("ndcg@10", "recall@5", "mrr@10", "citation_hit_rate",
+                                     "insufficient_evidence_accuracy")
+    max_drop: float = Field(0.02, ge=0, le=1)
+    bootstrap_samples: int = Field(2000, ge=100, le=100_000)
+    confidence: float = Field(0.95, gt=0.5, lt=1)
+    seed: int = 7
+    min_queries: int = Field(20, ge=1)
+    golden: tuple[str, ...] = ()
+    """Golden query files (relative to the project root) the eval report runs."""
+
+
 class EngineConfig(Frozen):
     version: Literal[1] = 1
     storage: StorageConfig = StorageConfig()
@@ -192,6 +208,7 @@ class EngineConfig(Frozen):
     planner: PlannerConfig = PlannerConfig()
     budgets: BudgetsConfig = BudgetsConfig()
     context: ContextBudgetsConfig = ContextBudgetsConfig()
+    evals: EvalsConfig = EvalsConfig()
     pricing_file: str = "config/pricing.yaml"
     max_document_bytes: int = Field(5_000_000, ge=1)
 

@@ -81,3 +81,15 @@ class ProviderRateLimited(ProviderError):
 
 class ProviderResponseInvalid(ProviderError):
     """The provider answered with something that is not a valid response."""
+
+
+class FeedbackError(RagError):
+    """A path feedback request is invalid (unknown verdict, empty path, nodes the graph does not hold)."""
+
+
+class EvalInputError(RagError):
+    """An eval input (report, golden file, acceptance) is missing, not valid JSON/YAML or of the wrong schema."""
+
+
+class IncomparableReports(RagError):
+    """Two eval reports cannot be compared (other golden set, other query ids, too few paired queries)."""

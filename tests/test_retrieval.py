@@ -96,8 +96,9 @@ def test_lucene_syntax_in_questions_is_inert(ingested_engine):
 
 
 def test_cli_query_json(ingested_engine, capsys):
-    assert rag_main(["query", "right to erasure", "--role", "legal_analyst", "--json", "-k", "3"]) == 0
-    out = json.loads(capsys.readouterr().out)
+    assert rag_main(["query", "right to erasure", "--role", "legal_analyst", "--json", "-k", "3",
+                     "--no-generate"]) == 0
+    out = json.loads(capsys.readouterr().out)["retrieval"]
     assert out["role"] == "legal_analyst" and len(out["candidates"]) >= 3
     assert all(c["chunk_id"] and c["collection"] == "legal_public" for c in out["candidates"])
 

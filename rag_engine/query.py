@@ -1,0 +1,68 @@
+"""The whole query path, without the orchestrator: expansion -> retrieval (policy gate, lexical,
+dense, references, planner, traversal, fusion) -> rerank -> context -> cited answer.
+
+Local inference steps are optional and degrade to the original query / order on any failure;
+every step, event and decision lands in the result so `rag query` can show the plan, the
+paths and the citations.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from rag_engine.engine import Engine
+from rag_engine.errors import RagError
+from rag_engine.retrieval.answer import Answer, answer_question, extractive_answer
+from rag_engine.retrieval.context import AssembledContext, assemble_context
+from rag_engine.retrieval.local_inference import expand_query, rerank
+from rag_engine.retrieval.retriever import RetrievalResult, retrieve
+
+SYSTEM_PROMPT = ("You answer questions about a regulated corpus using only the numbered context blocks. "
+                 "Cite the chunk_id of every block you use. If the context does not answer the question, "
+                 "say that the evidence is insufficient.")
+
+
+class QueryOutcome(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    question: str
+    expanded_query: str
+    retrieval: RetrievalResult
+    context: AssembledContext
+    answer: Answer
+    events: tuple[dict[str, Any], ...]
+    latency_ms: float
+
+
+def _client(engine: Engine, name: str | None):
+    if not name:
+        return None
+    try:
+        return engine.client(name)
+    except RagError:
+        return None
+
+
+def run_query(engine: Engine, question: str, role: str, *, k: int | None = None, generate: bool = True,
+              local_inference: bool = True, conversation: list[dict] | None = None,
+              run_id: str | None = None) -> QueryOutcome:
+    started = time.perf_counter()
+    events: list[dict[str, Any]] = []
+    local = _client(engine, engine.cfg.defaults.local_inference_model) if local_inference else None
+    expanded = expand_query(local, question, events=events, run_id=run_id) if local_inference else question
+    result = retrieve(engine, expanded, role, k=k)
+    candidates = rerank(local, question, result.candidates, events=events, run_id=run_id) if local_inference \
+        else result.candidates
+    context = assemble_context(candidates, budgets=engine.cfg.context, system_prompt=SYSTEM_PROMPT,
+                               conversation=conversation or ())
+    if generate:
+        answer = answer_question(_client(engine, engine.cfg.defaults.generation_model), question, context,
+                                 run_id=run_id)
+    else:
+        answer = extractive_answer(context)
+    return QueryOutcome(question=question, expanded_query=expanded, retrieval=result, context=context,
+                        answer=answer, events=tuple(result.events + events),
+                        latency_ms=round((time.perf_counter() - started) * 1000, 2))

@@ -1,0 +1,137 @@
+"""Optional query expansion and rerank through models that declare those capabilities.
+
+Both steps are improvements, never requirements: without a capable model they are skipped
+(``local_inference_skipped``), and any provider error or unusable output falls back to the
+original query / order (``local_inference_degraded``, with the error type). The query path
+therefore answers exactly as it would without local inference whenever the model misbehaves.
+
+Rerank only permutes: the model's order must name every given chunk id exactly once, or it is
+rejected as a whole. Exact-reference hits (``exact=True``) stay on top whatever the model says:
+a question that names a section by its reference is answered by that section, and a semantic
+reranker must never bury the one lexical match the user asked for.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from pydantic import BaseModel
+
+from rag_engine.config import Capability
+from rag_engine.errors import ProviderError, ProviderResponseInvalid
+from rag_engine.providers.clients import ModelClient
+from rag_engine.retrieval.retriever import Candidate
+
+MAX_EXPANSIONS = 4
+RERANK_TEXT_CHARS = 600  # per candidate, prompt economy only: candidates themselves are untouched
+
+
+class Expansion(BaseModel):
+    queries: list[str]
+
+
+class RerankOrder(BaseModel):
+    order: list[str]
+
+
+_EXPAND = """Rewrite the search query below into up to {n} alternative phrasings (synonyms, expanded
+abbreviations, the formal term for a colloquial one) that would help a keyword search find relevant passages.
+Reply with JSON only: {{"queries": ["...", ...]}}
+
+Query: {query}"""
+
+_RERANK = """Order the passages below by how well they answer the query, best first.
+Return every chunk_id exactly once and no other id.
+Reply with JSON only: {{"order": ["<chunk_id>", ...]}}
+
+Query: {query}
+
+Passages:
+{passages}"""
+
+
+def _missing(client: ModelClient | None, capability: Capability) -> str | None:
+    if client is None:
+        return "no_model_configured"
+    lacking = [c for c in (capability, "generation") if not client.spec.supports(c)]
+    return f"missing_capability:{','.join(lacking)}" if lacking else None
+
+
+def _skipped(events: list[dict[str, Any]], step: str, reason: str) -> None:
+    events.append({"event": "local_inference_skipped", "step": step, "reason": reason})
+
+
+def _degraded(events: list[dict[str, Any]], step: str, exc: Exception) -> None:
+    events.append({"event": "local_inference_degraded", "step": step, "error_type": type(exc).__name__,
+                   "detail": str(exc)[:200]})
+
+
+def _ask(client: ModelClient, prompt: str, schema: type[BaseModel], purpose: str, run_id: str | None) -> Any:
+    result = client.generate([{"role": "user", "content": prompt}], schema=schema, purpose=purpose, run_id=run_id,
+                             tolerant=not client.spec.supports("structured_output"))
+    return result.parsed
+
+
+def expand_query(client: ModelClient | None, query: str, *, events: list[dict[str, Any]],
+                 run_id: str | None = None) -> str:
+    """The query followed by up to MAX_EXPANSIONS distinct alternative phrasings, or the query unchanged."""
+    step = "query_expansion"
+    reason = _missing(client, "query_expansion") or (None if query.strip() else "empty_query")
+    if reason:
+        _skipped(events, step, reason)
+        return query
+    try:
+        parsed: Expansion = _ask(client, _EXPAND.format(n=MAX_EXPANSIONS, query=query), Expansion, step, run_id)
+        seen = {query.strip().casefold()}
+        extra = []
+        for q in (q.strip() for q in parsed.queries):
+            if q and q.casefold() not in seen:
+                seen.add(q.casefold())
+                extra.append(q)
+        if not extra:
+            raise ProviderResponseInvalid("expansion returned no new query")
+    except ProviderError as exc:
+        _degraded(events, step, exc)
+        return query
+    extra = extra[:MAX_EXPANSIONS]
+    events.append({"event": "local_inference_applied", "step": step, "model": client.spec.identity,
+                   "added": len(extra)})
+    return " ".join([query.strip(), *extra])
+
+
+def _check_permutation(order: list[str], ids: list[str]) -> None:
+    given = set(ids)
+    unknown = [i for i in order if i not in given]
+    missing = given - set(order)
+    duplicated = [i for i, n in Counter(order).items() if n > 1]
+    if unknown or missing or duplicated:
+        raise ProviderResponseInvalid(
+            f"rerank order is not a permutation: {len(unknown)} unknown, {len(missing)} missing, "
+            f"{len(duplicated)} duplicated id(s)")
+
+
+def rerank(client: ModelClient | None, query: str, candidates: list[Candidate], *,
+           events: list[dict[str, Any]], run_id: str | None = None) -> list[Candidate]:
+    """The same candidates, reordered by the model with exact hits kept first; or the original order."""
+    step = "rerank"
+    reason = _missing(client, "rerank") or (None if len(candidates) > 1 else "fewer_than_two")
+    if reason:
+        _skipped(events, step, reason)
+        return list(candidates)
+    by_id = {c.chunk_id: c for c in candidates}
+    passages = "\n\n".join(f"chunk_id={c.chunk_id}\n{c.text[:RERANK_TEXT_CHARS]}" for c in candidates)
+    try:
+        if len(by_id) != len(candidates):
+            raise ProviderResponseInvalid("duplicate chunk ids among the candidates: order would be ambiguous")
+        parsed: RerankOrder = _ask(client, _RERANK.format(query=query, passages=passages), RerankOrder, step, run_id)
+        order = [i.strip() for i in parsed.order]
+        _check_permutation(order, list(by_id))
+    except ProviderError as exc:
+        _degraded(events, step, exc)
+        return list(candidates)
+    ranked = [by_id[i] for i in order]
+    result = [c for c in ranked if c.exact] + [c for c in ranked if not c.exact]
+    events.append({"event": "local_inference_applied", "step": step, "model": client.spec.identity,
+                   "changed": [c.chunk_id for c in result] != [c.chunk_id for c in candidates]})
+    return result
