@@ -8,7 +8,9 @@ import os
 import dagster as dg
 
 from rag_assets.assets.ingestion import build_ingestion_assets
+from rag_assets.assets.graph_quality import graph_quality, graph_quality_job, nightly_graph_quality
 from rag_assets.assets.packs_summary import domain_packs
+from rag_assets.cleanup import graph_cleanup
 from rag_assets.assets.usage_costs import usage_costs
 from rag_assets.jobs import ingestion_job
 from rag_assets.resources import EngineResource
@@ -19,8 +21,8 @@ from rag_engine.engine import DEFAULT_CONFIG, Engine
 def build_definitions(config_path: str | None = None) -> dg.Definitions:
     config_path = config_path or os.environ.get("RAG_CONFIG", DEFAULT_CONFIG)
     engine = Engine.from_path(config_path)  # raises ConfigError / RegistryError subclasses
-    assets: list = [domain_packs, usage_costs]
-    jobs, sensors = [], []
+    assets: list = [domain_packs, usage_costs, graph_quality]
+    jobs, sensors = [graph_quality_job, graph_cleanup], []
     for pack in engine.packs.values():
         assets += build_ingestion_assets(engine, pack)
         job = ingestion_job(pack.name)
@@ -30,6 +32,7 @@ def build_definitions(config_path: str | None = None) -> dg.Definitions:
         assets=assets,
         jobs=jobs,
         sensors=sensors,
+        schedules=[nightly_graph_quality],
         resources={"rag": EngineResource(config_path=config_path)},
     )
 

@@ -104,5 +104,5 @@ def load_document(pack: DomainPack, partition_key: str, *, max_bytes: int) -> So
     text = decode_document(raw, name=path.name, max_bytes=max_bytes)
     title, collection, language = pack.describe_document(doc_id, text)
     source = path.relative_to(pack.root) if path.is_relative_to(pack.root) else path
-    return SourceDocument(doc_id=doc_id, version=version, title=title, text=text, collection=collection,
+    return SourceDocument(pack=pack.name, doc_id=doc_id, version=version, title=title, text=text, collection=collection,
                           language=language, source_path=str(source))

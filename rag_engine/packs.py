@@ -51,6 +51,8 @@ class PackManifest(_Frozen):
 
 
 class SourceDocument(_Frozen):
+    pack: str
+    """Graph keys are pack-scoped: two packs may both have a document called 'overview'."""
     doc_id: str
     version: str
     title: str
@@ -62,7 +64,7 @@ class SourceDocument(_Frozen):
 
 class ChunkRecord(_Frozen):
     chunk_id: str
-    """Unique per document version: ``<doc_id>--<version>#<local>``."""
+    """Unique per pack and document version: ``<pack>:<doc_id>--<version>#<local>``."""
     anchor: str
     """Stable across versions: ``<doc_id>#<local>``; golden sets and citations of intent use it."""
     doc_id: str
@@ -94,7 +96,7 @@ def make_chunk(doc: SourceDocument, ordinal: int, local: str, heading: str, text
                keys: tuple[str, ...] = ()) -> ChunkRecord:
     """Build a chunk with the id conventions every pack shares."""
     return ChunkRecord(
-        chunk_id=f"{doc.doc_id}--{doc.version}#{local}",
+        chunk_id=f"{doc.pack}:{doc.doc_id}--{doc.version}#{local}",
         anchor=f"{doc.doc_id}#{local}",
         doc_id=doc.doc_id,
         doc_version=doc.version,

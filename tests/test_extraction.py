@@ -211,15 +211,17 @@ def test_changed_version_calls_only_its_changed_chunks_and_drops_old_records(
         ingest_pack(engine, pack)
         new_calls = server.calls("/chat/completions")[before:]
         called = {_chunk_from(c.body)[0] for c in new_calls}
-        assert called and all(c.startswith(new_key + "#") for c in called)
+        assert called and all(c.startswith(f"{unique}:{new_key}#") for c in called)
         assert len(called) == 1  # only the edited chunk; the unchanged one came from the cache
         old_version = old_key.split("--")[1]
         assert not [e for e in _edges(engine, unique) if e["p"]["doc_version"] == old_version]
         new_edges = [e for e in _edges(engine, unique) if e["p"]["doc_version"] == new_key.split("--")[1]]
         # the unchanged "Ownership" chunk kept its edges through the cache, under its new chunk id
-        ownership = [e for e in new_edges if e["p"]["chunk_id"] == f"{new_key}#ownership" and e["p"]["type"] == "owns"]
+        ownership = [e for e in new_edges
+                     if e["p"]["chunk_id"] == f"{unique}:{new_key}#ownership" and e["p"]["type"] == "owns"]
         assert [(e["a"], e["b"]) for e in ownership] == [("Security team", "laptop")]
-        assert {e["p"]["chunk_id"] for e in new_edges} == {f"{new_key}#ownership", f"{new_key}#support"}
+        assert {e["p"]["chunk_id"] for e in new_edges} == {f"{unique}:{new_key}#ownership",
+                                                           f"{unique}:{new_key}#support"}
     finally:
         engine.close()
 

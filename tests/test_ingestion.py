@@ -61,7 +61,8 @@ def test_new_version_supersedes_old_and_unchanged_file_adds_nothing(engine, uniq
     rows, _, _ = engine.driver.execute_query(
         "MATCH (v:DocumentVersion {doc_id: 'policy'})<-[:HAS_VERSION]-(:Document {pack: $pack}) "
         "RETURN v.key AS key, v.status AS status", pack=unique)
-    assert {r["key"]: r["status"] for r in rows} == {before["policy"]: "superseded", after["policy"]: "current"}
+    assert {r["key"]: r["status"] for r in rows} == {f"{unique}:{before['policy']}": "superseded",
+                                                      f"{unique}:{after['policy']}": "current"}
     rows, _, _ = engine.driver.execute_query(
         "MATCH (c:Chunk {pack: $pack, doc_id: 'policy'}) RETURN c.doc_version AS v, c.active AS active", pack=unique)
     old_v, new_v = before["policy"].split("--")[1], after["policy"].split("--")[1]

@@ -51,7 +51,7 @@ def test_exact_reference_in_question_ranks_that_chunk_first(ingested_engine):
     result = retrieve(ingested_engine, "What does Article 17(1) require?", "legal_analyst")
     first = result.candidates[0]
     assert first.exact and first.anchor == "gdpr-ch03#art17-p1"
-    assert first.chunk_id.startswith("gdpr-ch03--")
+    assert first.chunk_id.startswith("legal_regulatory:gdpr-ch03--")
 
 
 def test_semantic_question_finds_the_article(ingested_engine):

@@ -17,11 +17,11 @@ from rag_engine.graph import schema, writer
 
 
 def _cleanup(engine: Engine, pack: str) -> None:
-    engine.driver.execute_query(
-        "MATCH (n) WHERE (n:Chunk OR n:Document OR n:DocumentVersion) AND n.pack = $pack "
-        "CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 2000 ROWS", pack=pack, database_=engine.database)
-    engine.driver.execute_query("MATCH (v:DocumentVersion) WHERE v.doc_id STARTS WITH $p DETACH DELETE v",
-                                p=pack, database_=engine.database)
+    with engine.driver.session(database=engine.database) as session:  # IN TRANSACTIONS needs an implicit tx
+        session.run("MATCH (n) WHERE (n:Chunk OR n:Document) AND n.pack = $pack "
+                    "CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 2000 ROWS", pack=pack).consume()
+    engine.driver.execute_query("MATCH (v:DocumentVersion) WHERE v.key STARTS WITH $p DETACH DELETE v",
+                                p=pack + ":", database_=engine.database)
     engine.driver.execute_query("MATCH (k:RefKey) WHERE k.key STARTS WITH $p DETACH DELETE k",
                                 p=pack + "|", database_=engine.database)
 
@@ -42,7 +42,7 @@ def main() -> None:
         for mode in ("batched", "per_row"):
             bench_pack = f"bench_{uuid.uuid4().hex[:8]}"
             # distinct doc ids per round so both modes create, not update
-            variants = [d.model_copy(update={"doc_id": f"{bench_pack}-{d.doc_id}"}) for d in docs]
+            variants = [d.model_copy(update={"pack": bench_pack}) for d in docs]
             chunked = [(d, pack.chunk(d)) for d in variants]
             total = sum(len(c) for _, c in chunked)
             started = time.perf_counter()
@@ -53,12 +53,12 @@ def main() -> None:
                         title=d.title, collection=d.collection, content_hash=d.version, source_path=d.source_path,
                         chunks=chunks, batch_size=engine.cfg.storage.neo4j.write_batch_size)
                 else:
-                    key = f"{d.doc_id}--{d.version}"
-                    engine.driver.execute_query(
-                        "MERGE (d:Document {doc_id: $id}) SET d.pack = $pack "
-                        "MERGE (v:DocumentVersion {key: $key}) SET v.doc_id = $id MERGE (d)-[:HAS_VERSION]->(v)",
-                        id=d.doc_id, pack=bench_pack, key=key, database_=engine.database)
-                    writer.write_chunks_per_row(engine.driver, engine.database, pack=bench_pack, key=key, chunks=chunks)
+                    writer.write_document_version(  # the version node alone, then one transaction per chunk
+                        engine.driver, engine.database, pack=bench_pack, doc_id=d.doc_id, version=d.version,
+                        title=d.title, collection=d.collection, content_hash=d.version, source_path=d.source_path,
+                        chunks=[])
+                    writer.write_chunks_per_row(engine.driver, engine.database, pack=bench_pack,
+                                                key=f"{d.doc_id}--{d.version}", chunks=chunks)
             rates[mode].append(total / (time.perf_counter() - started))
             _cleanup(engine, bench_pack)
     b, p = statistics.median(rates["batched"]), statistics.median(rates["per_row"])

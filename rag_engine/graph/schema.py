@@ -16,7 +16,7 @@ CHUNK_FULLTEXT = "chunk_text"
 ENTITY_FULLTEXT = "entity_name"
 
 CONSTRAINTS = (
-    "CREATE CONSTRAINT document_id IF NOT EXISTS FOR (d:Document) REQUIRE d.doc_id IS UNIQUE",
+    "CREATE CONSTRAINT document_key IF NOT EXISTS FOR (d:Document) REQUIRE d.key IS UNIQUE",
     "CREATE CONSTRAINT document_version_key IF NOT EXISTS FOR (v:DocumentVersion) REQUIRE v.key IS UNIQUE",
     "CREATE CONSTRAINT chunk_id IF NOT EXISTS FOR (c:Chunk) REQUIRE c.chunk_id IS UNIQUE",
     "CREATE CONSTRAINT ref_key IF NOT EXISTS FOR (k:RefKey) REQUIRE k.key IS UNIQUE",
@@ -34,9 +34,13 @@ INDEXES = (
 )
 
 
+# schema objects of earlier layouts, dropped on startup (Document ids became pack-scoped keys)
+OBSOLETE = ("DROP CONSTRAINT document_id IF EXISTS",)
+
+
 def ensure_schema(driver: neo4j.Driver, database: str) -> None:
     with driver.session(database=database) as session:
-        for stmt in CONSTRAINTS + INDEXES:
+        for stmt in OBSOLETE + CONSTRAINTS + INDEXES:
             session.run(stmt).consume()
         session.run("CALL db.awaitIndexes(300)").consume()
 

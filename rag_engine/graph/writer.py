@@ -20,9 +20,14 @@ def batched(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
         yield items[start : start + size]
 
 
+def version_key(pack: str, partition_key: str) -> str:
+    """DocumentVersion key: pack-scoped, since partition keys are unique only within a pack."""
+    return f"{pack}:{partition_key}"
+
+
 _WRITE_VERSION = """
-MERGE (d:Document {doc_id: $doc_id})
-  SET d.pack = $pack, d.title = $title, d.collection = $collection
+MERGE (d:Document {key: $pack + ':' + $doc_id})
+  SET d.doc_id = $doc_id, d.pack = $pack, d.title = $title, d.collection = $collection
 MERGE (v:DocumentVersion {key: $key})
   SET v.version = $version, v.doc_id = $doc_id, v.content_hash = $content_hash, v.status = 'current',
       v.source_path = $source_path, v.updated_at = datetime()
@@ -31,7 +36,7 @@ WITH d, v
 OPTIONAL MATCH (d)-[:HAS_VERSION]->(old:DocumentVersion) WHERE old.key <> $key
 SET old.status = 'superseded', old.superseded_at = coalesce(old.superseded_at, datetime())
 WITH DISTINCT v
-OPTIONAL MATCH (c:Chunk {doc_id: $doc_id}) WHERE c.doc_version <> $version
+OPTIONAL MATCH (c:Chunk {doc_id: $doc_id, pack: $pack}) WHERE c.doc_version <> $version
 SET c.active = false
 """
 
@@ -75,7 +80,7 @@ def write_document_version(
     batch_size: int = 500,
 ) -> None:
     """Write one document version and its chunks; the version becomes current."""
-    key = f"{doc_id}--{version}"
+    key = version_key(pack, f"{doc_id}--{version}")
     rows = [chunk_row(c) for c in chunks]
 
     def work(tx: neo4j.ManagedTransaction) -> None:
@@ -92,6 +97,7 @@ def write_document_version(
 def write_chunks_per_row(driver: neo4j.Driver, database: str, *, pack: str, key: str,
                          chunks: Iterable[ChunkRecord]) -> None:
     """The naive path (one transaction per chunk). Kept only so the benchmark can compare."""
+    key = version_key(pack, key)
     with driver.session(database=database) as session:
         for c in chunks:
             session.execute_write(lambda tx, row=chunk_row(c): tx.run(_WRITE_CHUNKS, rows=[row], key=key, pack=pack).consume())
@@ -159,6 +165,7 @@ def write_citations(driver: neo4j.Driver, database: str, *, pack: str, key: str,
                     refs: Sequence[ReferenceRecord], batch_size: int = 500) -> None:
     """Replace this version's extracted citations (chunk -> normalized key)."""
     rows = [r.model_dump(mode="json") for r in refs]
+    key = version_key(pack, key)
 
     def work(tx: neo4j.ManagedTransaction) -> None:
         tx.run(_CLEAR_CITES, key=key).consume()
@@ -172,6 +179,7 @@ def write_citations(driver: neo4j.Driver, database: str, *, pack: str, key: str,
 def resolve_references(driver: neo4j.Driver, database: str, *, pack: str, key: str,
                        resolution_version: str) -> dict[str, int]:
     """Re-derive the pack's REFERENCES edges; return this version's resolved/unresolved counts."""
+    key = version_key(pack, key)
 
     def work(tx: neo4j.ManagedTransaction) -> dict[str, int]:
         tx.run(_DROP_STALE_REFERENCES, pack=pack).consume()

@@ -19,7 +19,7 @@ PACK = "company_x_kb"
 
 def _document(pack, doc_id: str, text: str, source_path: str = "inline.md") -> SourceDocument:
     title, collection, language = pack.describe_document(doc_id, text)
-    return SourceDocument(doc_id=doc_id, version=content_hash(text)[:12], title=title, text=text,
+    return SourceDocument(pack="company_x_kb", doc_id=doc_id, version=content_hash(text)[:12], title=title, text=text,
                           collection=collection, language=language, source_path=source_path)
 
 

@@ -24,7 +24,7 @@ def _documents(pack) -> list[SourceDocument]:
         text = path.read_text(encoding="utf-8")
         title, collection, language = pack.describe_document(path.stem, text)
         docs.append(SourceDocument(
-            doc_id=path.stem, version=content_hash(text)[:12], title=title, text=text,
+            pack=pack.name, doc_id=path.stem, version=content_hash(text)[:12], title=title, text=text,
             collection=collection, language=language,
             source_path=path.relative_to(pack.root).as_posix()))
     return docs
@@ -94,7 +94,7 @@ def test_chunk_ids_unique_and_stable_across_runs(entry, docs, chunks):
     assert [(c.chunk_id, c.content_hash, c.keys) for c in again] == \
         [(c.chunk_id, c.content_hash, c.keys) for c in chunks]
     for c in chunks:
-        assert c.chunk_id == f"{c.doc_id}--{c.doc_version}#{c.anchor.split('#', 1)[1]}"
+        assert c.chunk_id == f"legal_regulatory:{c.doc_id}--{c.doc_version}#{c.anchor.split('#', 1)[1]}"
 
 
 def test_every_chunk_has_keys_and_fits(pack, chunks):
@@ -166,7 +166,7 @@ def test_known_references_are_extracted_and_normalized(pack, by_anchor):
 
 
 def _synthetic(pack, text, keys=("article:40(3)",)):
-    doc = SourceDocument(doc_id="synthetic", version="v1", title="t", text=text,
+    doc = SourceDocument(pack="legal_regulatory", doc_id="synthetic", version="v1", title="t", text=text,
                          collection="legal_public", language="en", source_path="synthetic.md")
     return pack.extract_references(make_chunk(doc, 0, "x", "x", text, keys))
 
@@ -254,7 +254,7 @@ def test_golden_queries_point_at_existing_anchors(pack, by_anchor):
 
 def test_malformed_documents_raise_a_clear_pack_error(pack):
     def doc(text):
-        return SourceDocument(doc_id="bad", version="v1", title="t", text=text,
+        return SourceDocument(pack="legal_regulatory", doc_id="bad", version="v1", title="t", text=text,
                               collection="legal_public", language="en", source_path="bad.md")
     with pytest.raises(PackError, match="bad: no articles or recitals"):
         pack.chunk(doc(""))

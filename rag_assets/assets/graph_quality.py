@@ -1,0 +1,75 @@
+"""graph_quality: the graph's health as asset checks, run nightly by a schedule.
+
+Orphans, dangling edges and missing provenance are blocking ERROR checks: the checks job fails
+when one fails. Stale versions and an incomplete latest extraction run warn. Low-confidence
+counts, graph sizes and the cleanup status are reported as metadata and always pass.
+"""
+
+import dagster as dg
+
+from rag_assets.resources import EngineResource
+from rag_engine.graph.quality import quality_report
+
+KEY = dg.AssetKey("graph_quality")
+BLOCKING = {"no_orphan_entities": "orphan_entities", "no_dangling_edges": "dangling_edges",
+            "no_missing_provenance": "missing_provenance"}
+WARNING = {"no_stale_versions": "stale_versions"}
+INFO = ("low_confidence_counted", "graph_size_reported", "latest_extraction_run", "cleanup_status")
+
+
+def _specs() -> list[dg.AssetCheckSpec]:
+    specs = [dg.AssetCheckSpec(name, asset=KEY, blocking=True) for name in BLOCKING]
+    specs += [dg.AssetCheckSpec(name, asset=KEY) for name in (*WARNING, *INFO)]
+    return specs
+
+
+def _checks(report: dict) -> list[dg.AssetCheckResult]:
+    out = []
+    for name, field in {**BLOCKING, **WARNING}.items():
+        count = int(report[field]["count"])
+        out.append(dg.AssetCheckResult(
+            check_name=name, passed=count == 0,
+            severity=dg.AssetCheckSeverity.ERROR if name in BLOCKING else dg.AssetCheckSeverity.WARN,
+            metadata={"count": count, "detail": dg.MetadataValue.json(report[field])}))
+    out.append(dg.AssetCheckResult(check_name="low_confidence_counted", passed=True, metadata={
+        "low_confidence": report["low_confidence"]["count"], "eligible": report["low_confidence"]["eligible"]}))
+    out.append(dg.AssetCheckResult(check_name="graph_size_reported", passed=True, metadata={
+        "deterministic_edges": report["graph_size"]["deterministic"],
+        "inferred_edges": report["graph_size"]["inferred"]}))
+    latest = report["latest_run"]
+    out.append(dg.AssetCheckResult(
+        check_name="latest_extraction_run", severity=dg.AssetCheckSeverity.WARN,
+        passed=latest is None or latest["status"] == "complete",
+        metadata={"latest_run": dg.MetadataValue.json(latest or {})}))
+    out.append(dg.AssetCheckResult(check_name="cleanup_status", passed=True,
+                                   metadata={"last_cleanup": dg.MetadataValue.json(report["cleanup"] or {})}))
+    return out
+
+
+@dg.asset(key=KEY, group_name="platform", kinds={"neo4j"}, check_specs=_specs(),
+          description="Graph health: orphans, dangling edges, stale versions, provenance, confidence, sizes, "
+                      "latest extraction run and cleanup status, for the enabled packs.")
+def graph_quality(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
+    engine = rag.engine()
+    report = quality_report(engine.driver, engine.database, sorted(engine.packs))
+    failing = [n for n, f in BLOCKING.items() if report[f]["count"]]
+    if failing:
+        context.log.error(f"blocking graph quality checks fail: {failing}; see `rag cleanup --dry-run`")
+    return dg.MaterializeResult(
+        metadata={"packs": dg.MetadataValue.json(report["packs"]),
+                  "orphan_entities": report["orphan_entities"]["count"],
+                  "dangling_edges": report["dangling_edges"]["count"],
+                  "stale_versions": report["stale_versions"]["count"],
+                  "deterministic_edges": report["graph_size"]["deterministic"],
+                  "inferred_edges": report["graph_size"]["inferred"]},
+        check_results=_checks(report))
+
+
+graph_quality_job = dg.define_asset_job(
+    "graph_quality_checks", selection=dg.AssetSelection.assets(KEY),
+    description="Recompute graph_quality and run its checks; fails when a blocking check fails.")
+
+nightly_graph_quality = dg.ScheduleDefinition(
+    name="nightly_graph_quality", job=graph_quality_job, cron_schedule="0 3 * * *",
+    execution_timezone="UTC", default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Graph quality checks every night at 03:00 UTC.")

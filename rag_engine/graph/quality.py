@@ -1,0 +1,105 @@
+"""Graph quality report: what is wrong with the graph, counted, per set of packs. Read-only.
+
+orphan_entities        entities no current chunk mentions any more
+dangling_edges         inferred edges whose evidence chunk is gone or not current, and
+                       reference edges touching a chunk that is not current
+stale_versions         superseded document versions that still hold chunk nodes
+missing_provenance     inferred edges or mentions lacking any provenance field
+low_confidence         inferred edges stored but not retrieval-eligible (expected, reported)
+graph_size             deterministic (REFERENCES) vs inferred (RELATED) edge counts
+latest_run             the most recent (:ExtractionRun)
+cleanup                the most recent approved (:Cleanup)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import neo4j
+
+from rag_engine.retrieval.store_reads import read
+
+PROVENANCE_FIELDS = ("doc_id", "chunk_id", "doc_version", "confidence_bucket", "extraction_run_id", "model",
+                     "prompt_hash", "source_type")
+
+_ORPHANS = """
+MATCH (e:Entity) WHERE e.pack IN $packs
+AND NOT EXISTS { MATCH (e)-[:MENTIONED_IN]->(c:Chunk) WHERE c.active }
+RETURN count(e) AS n, collect(e.name)[..10] AS sample
+"""
+
+_DANGLING_INFERRED = """
+MATCH (:Entity)-[r:RELATED]->(:Entity) WHERE r.pack IN $packs
+OPTIONAL MATCH (c:Chunk {chunk_id: r.chunk_id})
+WITH r, c WHERE c IS NULL OR NOT c.active
+RETURN count(r) AS n, collect(r.chunk_id)[..10] AS sample
+"""
+
+_DANGLING_REFERENCES = """
+MATCH (s:Chunk)-[e:REFERENCES]->(t:Chunk) WHERE s.pack IN $packs AND NOT (s.active AND t.active)
+RETURN count(e) AS n
+"""
+
+_STALE_VERSIONS = """
+MATCH (d:Document)-[:HAS_VERSION]->(v:DocumentVersion {status: 'superseded'}) WHERE d.pack IN $packs
+OPTIONAL MATCH (v)-[:HAS_CHUNK]->(c:Chunk)
+WITH v, count(c) AS chunks
+RETURN count(v) AS superseded, sum(CASE WHEN chunks > 0 THEN 1 ELSE 0 END) AS n, sum(chunks) AS chunks
+"""
+
+_MISSING_PROVENANCE = """
+MATCH (:Entity)-[r:RELATED|MENTIONED_IN]->() WHERE r.pack IN $packs
+AND any(f IN $fields WHERE r[f] IS NULL)
+RETURN count(r) AS n
+"""
+
+_CONFIDENCE = """
+MATCH (:Entity)-[r:RELATED]->(:Entity) WHERE r.pack IN $packs
+RETURN count(r) AS inferred,
+       sum(CASE WHEN r.retrieval_eligible THEN 0 ELSE 1 END) AS low_confidence,
+       sum(CASE WHEN r.retrieval_eligible THEN 1 ELSE 0 END) AS eligible
+"""
+
+_DETERMINISTIC = """
+MATCH (s:Chunk)-[e:REFERENCES]->(:Chunk) WHERE s.pack IN $packs RETURN count(e) AS n
+"""
+
+_LATEST_RUN = """
+MATCH (r:ExtractionRun) WHERE r.pack IN $packs
+RETURN r.run_id AS run_id, r.pack AS pack, r.status AS status, r.chunks AS llm_calls, r.cache_hits AS cache_hits,
+       toString(r.finished_at) AS finished_at
+ORDER BY r.finished_at DESC LIMIT 1
+"""
+
+_LATEST_CLEANUP = """
+MATCH (c:Cleanup) WHERE any(p IN c.packs WHERE p IN $packs)
+RETURN c.run_id AS run_id, c.approved_by AS approved_by, c.reason AS reason, c.removed AS removed,
+       toString(c.at) AS at
+ORDER BY c.at DESC LIMIT 1
+"""
+
+
+def quality_report(driver: neo4j.Driver, database: str, packs: list[str]) -> dict[str, Any]:
+    p = {"packs": packs}
+    orphans = read(driver, database, _ORPHANS, **p)[0]
+    dangling = read(driver, database, _DANGLING_INFERRED, **p)[0]
+    dangling_refs = read(driver, database, _DANGLING_REFERENCES, **p)[0]
+    stale = read(driver, database, _STALE_VERSIONS, **p)[0]
+    missing = read(driver, database, _MISSING_PROVENANCE, fields=list(PROVENANCE_FIELDS), **p)[0]
+    conf = read(driver, database, _CONFIDENCE, **p)[0]
+    deterministic = read(driver, database, _DETERMINISTIC, **p)[0]
+    latest = read(driver, database, _LATEST_RUN, **p)
+    cleanup = read(driver, database, _LATEST_CLEANUP, **p)
+    return {
+        "packs": packs,
+        "orphan_entities": {"count": orphans["n"], "sample": orphans["sample"]},
+        "dangling_edges": {"count": dangling["n"] + dangling_refs["n"], "inferred": dangling["n"],
+                           "references": dangling_refs["n"], "sample": dangling["sample"]},
+        "stale_versions": {"count": int(stale["n"] or 0), "superseded": int(stale["superseded"] or 0),
+                           "chunks": int(stale["chunks"] or 0)},
+        "missing_provenance": {"count": missing["n"]},
+        "low_confidence": {"count": int(conf["low_confidence"] or 0), "eligible": int(conf["eligible"] or 0)},
+        "graph_size": {"deterministic": deterministic["n"], "inferred": int(conf["inferred"] or 0)},
+        "latest_run": latest[0] if latest else None,
+        "cleanup": cleanup[0] if cleanup else None,
+    }
