@@ -10,7 +10,7 @@ PG_LOCAL_PORT ?= 55432
 export DAGSTER_PG_URL ?= postgresql+psycopg2://postgres@127.0.0.1:$(PG_LOCAL_PORT)/dagster
 export RAG_TEST_PG_LEDGER_URL ?= postgresql+psycopg2://postgres@127.0.0.1:$(PG_LOCAL_PORT)/rag_ledger
 
-.PHONY: setup demo test dev neo4j-start neo4j-stop postgres-start postgres-stop bench clean
+.PHONY: setup demo test dev neo4j-start neo4j-stop postgres-start postgres-stop bench eval eval-gate baseline clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,27 @@ dev: setup neo4j-start
 
 bench: setup neo4j-start
 	$(PY) -m evals.bench.ingest
+
+# Evals run on their own, freshly created Neo4j so test data never leaks into the numbers.
+EVAL_NEO4J_PORT ?= 7697
+EVAL_DIR := $(CURDIR)/var/eval
+EVAL_ENV := NEO4J_URI=bolt://127.0.0.1:$(EVAL_NEO4J_PORT) RAG_LEDGER_URL=sqlite:///$(EVAL_DIR)/ledger.sqlite
+
+eval: setup
+	rm -rf $(EVAL_DIR) && mkdir -p $(EVAL_DIR)
+	NEO4J_LOCAL_PORT=$(EVAL_NEO4J_PORT) NEO4J_LOCAL_DIR=$(EVAL_DIR)/neo4j tools/neo4j-local/start.sh
+	@set -e; trap 'NEO4J_LOCAL_DIR=$(EVAL_DIR)/neo4j tools/neo4j-local/stop.sh >/dev/null' EXIT; \
+	$(EVAL_ENV) $(VENV)/bin/rag ingest; \
+	$(EVAL_ENV) $(PY) -m evals.runner --output $(EVAL_DIR)/report.json
+
+# Exit 0 pass, 1 regression, 2 incomparable: against the committed baseline.
+eval-gate: eval
+	$(PY) -m evals.gates --config config/engine.yaml --report $(EVAL_DIR)/report.json \
+		--baseline-report evals/reports/BASELINE.json --output $(EVAL_DIR)/gate.json $(if $(ACCEPT),--accept $(ACCEPT))
+
+# Replace the baseline with a fresh report (review the diff, commit with a reason).
+baseline: eval
+	cp $(EVAL_DIR)/report.json evals/reports/BASELINE.json
 
 clean: neo4j-stop postgres-stop
 	rm -rf var tools/neo4j-local/.state tools/postgres-local/.state

@@ -8,6 +8,7 @@ import os
 import dagster as dg
 
 from rag_assets.assets.ingestion import build_ingestion_assets
+from rag_assets.assets.evals import build_eval_assets
 from rag_assets.assets.graph_quality import graph_quality, graph_quality_job, nightly_graph_quality
 from rag_assets.assets.packs_summary import domain_packs
 from rag_assets.cleanup import graph_cleanup
@@ -28,8 +29,12 @@ def build_definitions(config_path: str | None = None) -> dg.Definitions:
         job = ingestion_job(pack.name)
         jobs.append(job)
         sensors.append(build_document_sensor(pack.name, job))
+    graph_keys = [dg.AssetKey([p, step]) for p in engine.packs for step in ("chunk_index", "graph_writes")]
+    eval_report, eval_gate = build_eval_assets(graph_keys)
+    assets.append(eval_report)
     return dg.Definitions(
         assets=assets,
+        asset_checks=[eval_gate],
         jobs=jobs,
         sensors=sensors,
         schedules=[nightly_graph_quality],

@@ -86,6 +86,31 @@ def cmd_query(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ingest(args: argparse.Namespace) -> int:
+    """The pipeline without the orchestrator (same steps as the Dagster assets)."""
+    from rag_engine.ingest import ingest_pack
+
+    engine = _engine(args)
+    try:
+        packs = [engine.pack(args.pack)] if args.pack else list(engine.packs.values())
+        failed = 0
+        for pack in packs:
+            started = time.perf_counter()
+            reports = ingest_pack(engine, pack, extract=not args.no_extract,
+                                  progress=lambda m, p=pack.name: print(f"[{p}] {m}", file=sys.stderr))
+            rejected = reports["source_documents"].rejected
+            failed += len(rejected)
+            for key, reason in rejected.items():
+                print(f"[{pack.name}] rejected {key}: {reason}", file=sys.stderr)
+            graph = reports["graph_writes"]
+            print(f"{pack.name}: {len(reports['chunks'].done)} documents, {reports['chunks'].total('chunks')} chunks, "
+                  f"{graph.total('resolved')} references resolved / {graph.total('unresolved')} unresolved, "
+                  f"{graph.total('relationships')} inferred edges, {time.perf_counter() - started:.1f}s")
+        return 1 if failed else 0
+    finally:
+        engine.close()
+
+
 def cmd_quality(args: argparse.Namespace) -> int:
     from rag_engine.graph.quality import quality_report
 
@@ -157,6 +182,11 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--json", action="store_true")
     q.add_argument("--no-generate", action="store_true", help="extractive answer, no generation model call")
     q.set_defaults(fn=cmd_query)
+
+    ing = sub.add_parser("ingest", help="ingest the enabled packs (or one) into Neo4j without Dagster")
+    ing.add_argument("--pack", default=None)
+    ing.add_argument("--no-extract", action="store_true", help="skip LLM graph extraction")
+    ing.set_defaults(fn=cmd_ingest)
 
     sub.add_parser("quality", help="graph quality report (read-only)").set_defaults(fn=cmd_quality)
 

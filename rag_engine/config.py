@@ -142,6 +142,9 @@ class RetrievalConfig(Frozen):
     final_k: int = Field(10, ge=1, le=100)
     rrf_k: int = Field(60, ge=1)
     exact_match_boost: float = Field(1.0, ge=0)
+    min_evidence_coverage: float = Field(0.5, ge=0, le=1)
+    """Share of the question's content terms the best context chunk must contain; below it the
+    answer is "insufficient evidence" without a model call (exact reference hits always pass)."""
 
 
 class GraphConfig(Frozen):
@@ -192,6 +195,9 @@ class EvalsConfig(Frozen):
     min_queries: int = Field(20, ge=1)
     golden: tuple[str, ...] = ()
     """Golden query files (relative to the project root) the eval report runs."""
+    baseline: str = "evals/reports/BASELINE.json"
+    reports_dir: str = "var/reports"
+    acceptances_dir: str = "evals/acceptances"
 
 
 class EngineConfig(Frozen):

@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict
 
 from rag_engine.engine import Engine
 from rag_engine.errors import RagError
-from rag_engine.retrieval.answer import Answer, answer_question, extractive_answer
+from rag_engine.graph.planner import content_terms
+from rag_engine.retrieval.answer import Answer, answer_question, extractive_answer, insufficient
 from rag_engine.retrieval.context import AssembledContext, assemble_context
 from rag_engine.retrieval.local_inference import expand_query, rerank
 from rag_engine.retrieval.retriever import RetrievalResult, retrieve
@@ -46,6 +47,20 @@ def _client(engine: Engine, name: str | None):
         return None
 
 
+def evidence_coverage(question: str, context: AssembledContext) -> float:
+    """Best share of the question's content terms found in one context chunk (1.0 for an exact hit)."""
+    terms = set(content_terms(question))
+    if not terms:
+        return 1.0
+    best = 0.0
+    for doc in context.documents:
+        if doc.exact:
+            return 1.0
+        words = set(content_terms(f"{doc.heading} {doc.text}"))
+        best = max(best, len(terms & words) / len(terms))
+    return best
+
+
 def run_query(engine: Engine, question: str, role: str, *, k: int | None = None, generate: bool = True,
               local_inference: bool = True, conversation: list[dict] | None = None,
               run_id: str | None = None) -> QueryOutcome:
@@ -58,7 +73,12 @@ def run_query(engine: Engine, question: str, role: str, *, k: int | None = None,
         else result.candidates
     context = assemble_context(candidates, budgets=engine.cfg.context, system_prompt=SYSTEM_PROMPT,
                                conversation=conversation or ())
-    if generate:
+    coverage = evidence_coverage(question, context)
+    if context.documents and coverage < engine.cfg.retrieval.min_evidence_coverage:
+        answer = insufficient("low_evidence_coverage")
+        events.append({"event": "insufficient_evidence", "coverage": round(coverage, 3),
+                       "floor": engine.cfg.retrieval.min_evidence_coverage})
+    elif generate:
         answer = answer_question(_client(engine, engine.cfg.defaults.generation_model), question, context,
                                  run_id=run_id)
     else:

@@ -28,7 +28,7 @@ def _quality_per_dollar(engine, known_costs) -> "float | None":
     """nDCG@10 of the latest eval report per dollar spent, once eval reports exist."""
     import json
 
-    latest = engine.root / "evals" / "reports" / "latest.json"
+    latest = engine.root / "var" / "reports" / "latest.json"
     if not latest.is_file() or not known_costs:
         return None
     total = float(sum(known_costs))

@@ -28,6 +28,7 @@ INSUFFICIENT = "insufficient evidence"
 
 Reason = Literal[
     "empty_context",  # no document fitted the context: no model call made
+    "low_evidence_coverage",  # no context chunk holds enough of the question's terms: no model call
     "model_insufficient",  # the model said the context does not answer the question
     "no_valid_citations",  # every citation pointed outside the context (or none was given)
     "empty_answer",  # the model cited but wrote nothing

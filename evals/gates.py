@@ -1,0 +1,466 @@
+"""The eval regression gate: is a candidate eval report worse than the baseline, with confidence?
+
+    python -m evals.gates --config config/engine.yaml --report R --baseline-report B --output G [--accept A]
+
+Exit codes: 0 pass (or a regression covered by a matching acceptance), 1 regression,
+2 incomparable inputs. The JSON result is written to G in every case (also when an input is
+unreadable), and a short summary is printed.
+
+The rules, in the order they are checked:
+
+1. **Comparable?** Both reports readable, same golden hash, same query ids with the same gold
+   and expectations, at least ``evals.min_queries`` paired queries overall *and* per gated
+   metric, and every gated metric known. Otherwise: ``incomparable`` (exit 2); nothing is judged.
+2. **Embedder identity.** If the candidate's embedder identity differs from the baseline's, the
+   candidate's ``reindex`` must record ``complete: true`` for the candidate identity; else
+   ``embedder_changed_without_reindex`` (exit 1). An acceptance cannot waive this: a report
+   measured on a half-migrated index does not measure the candidate at all.
+3. **Per metric**, over queries where both reports have a value: paired deltas
+   ``candidate - baseline``, their mean, and a two-sided ``confidence`` percentile bootstrap
+   interval of the mean (``bootstrap_samples`` resamples, ``numpy.random.default_rng(seed)``,
+   a fresh generator per metric so one metric's interval never depends on the others). A metric
+   **regresses when mean delta < -max_drop AND the interval's upper bound < 0**: worse beyond
+   the tolerance, and confidently worse rather than noise. Pairing removes between-query
+   variance, which dominates on small golden sets.
+4. **Acceptance.** A regression becomes ``accepted`` (exit 0) only if an acceptance binds the
+   sha256 of *these exact* baseline and candidate files and gives a reason and who accepted it.
+   A mismatched or invalid acceptance is reported in the result and ignored.
+
+``evaluate_gate`` is pure (no files, no clock) so the Dagster ``eval_gate`` asset check runs the
+very same decision.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+import datetime as dt
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from evals.report import METRIC_NAMES, EvalReport, load_report, report_sha256
+from rag_engine.config import EvalsConfig, load_config
+from rag_engine.errors import EvalInputError, IncomparableReports, RagError
+
+GATE_SCHEMA = "rag-eval-gate/1"
+Status = Literal["pass", "regression", "accepted", "incomparable"]
+EXIT_CODES: dict[str, int] = {"pass": 0, "accepted": 0, "regression": 1, "incomparable": 2}
+EMBEDDER_CHANGED = "embedder_changed_without_reindex"
+_FLOAT_SLACK = 1e-12
+"""A mean delta of exactly -max_drop is within tolerance; this absorbs float rounding of it."""
+
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MetricGate(_Frozen):
+    baseline_mean: float
+    candidate_mean: float
+    mean_delta: float
+    ci_low: float
+    ci_high: float
+    n: int
+    regressed: bool
+
+
+class Acceptance(_Frozen):
+    """An acceptance file: a human decision that binds two exact report files."""
+
+    baseline_sha256: Sha256
+    candidate_sha256: Sha256
+    reason: str
+    accepted_by: str
+    date: dt.date | None = None
+
+    @field_validator("baseline_sha256", "candidate_sha256", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("reason", "accepted_by")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value.strip()
+
+
+class AcceptanceOutcome(_Frozen):
+    source: str | None = None
+    baseline_sha256: str | None = None
+    candidate_sha256: str | None = None
+    reason: str | None = None
+    accepted_by: str | None = None
+    date: dt.date | None = None
+    matched: bool
+    """The acceptance is valid and binds exactly the two files being compared."""
+    applied: bool
+    """It turned a regression into ``accepted``."""
+    problems: tuple[str, ...] = ()
+
+
+class GatePolicy(_Frozen):
+    gate_metrics: tuple[str, ...]
+    max_drop: float
+    bootstrap_samples: int
+    confidence: float
+    seed: int
+    min_queries: int
+
+    @classmethod
+    def of(cls, cfg: EvalsConfig) -> "GatePolicy":
+        return cls(**{k: getattr(cfg, k) for k in cls.model_fields})
+
+
+class GateResult(_Frozen):
+    schema_id: Literal["rag-eval-gate/1"] = Field(GATE_SCHEMA, alias="schema")
+    status: Status
+    exit_code: int
+    reasons: tuple[str, ...]
+    metrics: dict[str, MetricGate]
+    baseline_sha256: str | None
+    candidate_sha256: str | None
+    acceptance: AcceptanceOutcome | None
+    policy: GatePolicy | None
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+    @property
+    def regressed_metrics(self) -> tuple[str, ...]:
+        return tuple(name for name, m in self.metrics.items() if m.regressed)
+
+
+# ---------------------------------------------------------------------------------------
+# Statistics
+
+
+def paired_values(candidate: EvalReport, baseline: EvalReport, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """(candidate, baseline) per-query values of ``metric`` over queries where both are non-null.
+
+    Queries are taken in sorted id order, so the result (and the bootstrap over it) does not
+    depend on the order the runner wrote them in.
+    """
+    if metric not in METRIC_NAMES:
+        raise IncomparableReports(f"unknown gate metric {metric!r}; known: {list(METRIC_NAMES)}")
+    cand, base = candidate.by_id(), baseline.by_id()
+    if cand.keys() != base.keys():
+        raise IncomparableReports("the reports hold different query ids")
+    c_vals, b_vals = [], []
+    for qid in sorted(cand):
+        c, b = cand[qid].value(metric), base[qid].value(metric)
+        if c is not None and b is not None:
+            c_vals.append(c)
+            b_vals.append(b)
+    return np.asarray(c_vals, dtype=float), np.asarray(b_vals, dtype=float)
+
+
+def bootstrap_interval(deltas: np.ndarray, *, samples: int, confidence: float, seed: int) -> tuple[float, float]:
+    """Two-sided percentile bootstrap interval of the mean of ``deltas`` (deterministic per seed)."""
+    deltas = np.asarray(deltas, dtype=float)
+    if deltas.size == 0:
+        raise IncomparableReports("no paired values to bootstrap")
+    if samples < 1 or not 0 < confidence < 1:
+        raise EvalInputError(f"bootstrap needs samples >= 1 and 0 < confidence < 1 (got {samples}, {confidence})")
+    rng = np.random.default_rng(seed)
+    n = deltas.size
+    means = np.empty(samples, dtype=float)
+    step = max(1, 2_000_000 // n)  # bound memory: at most ~2M indices per batch
+    for start in range(0, samples, step):
+        stop = min(samples, start + step)
+        idx = rng.integers(0, n, size=(stop - start, n))
+        means[start:stop] = deltas[idx].mean(axis=1)
+    alpha = 1.0 - confidence
+    low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2])
+    return float(low), float(high)
+
+
+def compare_metric(candidate: EvalReport, baseline: EvalReport, metric: str, cfg: EvalsConfig) -> MetricGate:
+    c_vals, b_vals = paired_values(candidate, baseline, metric)
+    if c_vals.size == 0:
+        raise IncomparableReports(f"{metric}: no query has a value in both reports")
+    deltas = c_vals - b_vals
+    mean_delta = float(deltas.mean())
+    low, high = bootstrap_interval(deltas, samples=cfg.bootstrap_samples, confidence=cfg.confidence, seed=cfg.seed)
+    regressed = mean_delta < -cfg.max_drop - _FLOAT_SLACK and high < 0
+    return MetricGate(
+        baseline_mean=float(b_vals.mean()),
+        candidate_mean=float(c_vals.mean()),
+        mean_delta=mean_delta,
+        ci_low=low,
+        ci_high=high,
+        n=int(deltas.size),
+        regressed=regressed,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Decision
+
+
+def comparability_problems(candidate: EvalReport, baseline: EvalReport, cfg: EvalsConfig) -> list[str]:
+    """Why these two reports cannot be compared (empty list: they can)."""
+    problems: list[str] = []
+    unknown = [m for m in cfg.gate_metrics if m not in METRIC_NAMES]
+    if unknown:
+        problems.append(f"unknown_gate_metric: {unknown} (known: {list(METRIC_NAMES)})")
+    if candidate.golden.hash != baseline.golden.hash:
+        problems.append(f"golden_hash_mismatch: baseline {baseline.golden.hash[:12]} "
+                        f"({', '.join(baseline.golden.paths)}) vs candidate {candidate.golden.hash[:12]} "
+                        f"({', '.join(candidate.golden.paths)})")
+    cand, base = candidate.by_id(), baseline.by_id()
+    if cand.keys() != base.keys():
+        missing = sorted(base.keys() - cand.keys())
+        extra = sorted(cand.keys() - base.keys())
+        problems.append(f"query_ids_mismatch: missing from candidate {missing[:10]}"
+                        f"{'...' if len(missing) > 10 else ''}, not in baseline {extra[:10]}"
+                        f"{'...' if len(extra) > 10 else ''}")
+    paired = sorted(cand.keys() & base.keys())
+    differing = [q for q in paired
+                 if set(cand[q].gold) != set(base[q].gold)
+                 or cand[q].expect_insufficient != base[q].expect_insufficient]
+    if differing:
+        problems.append(f"golden_content_mismatch: gold or expectation differs for {differing[:10]}")
+    if len(paired) < cfg.min_queries:
+        problems.append(f"too_few_queries: {len(paired)} paired queries < evals.min_queries {cfg.min_queries}")
+    elif not problems:
+        for metric in cfg.gate_metrics:
+            n = paired_values(candidate, baseline, metric)[0].size
+            if n < cfg.min_queries:
+                problems.append(f"too_few_queries: {metric} has {n} paired values "
+                                f"< evals.min_queries {cfg.min_queries}")
+    return problems
+
+
+def embedder_problem(candidate: EvalReport, baseline: EvalReport) -> str | None:
+    """An embedder change is only comparable after a complete re-index with the new embedder."""
+    new, old = candidate.embedder.identity, baseline.embedder.identity
+    if new == old:
+        return None
+    ri = candidate.reindex
+    if ri is not None and ri.complete and ri.embedder_identity == new:
+        return None
+    recorded = "no re-index recorded" if ri is None else (
+        f"re-index recorded for {ri.embedder_identity!r}, complete={ri.complete}")
+    return f"{EMBEDDER_CHANGED}: baseline {old!r} -> candidate {new!r}; {recorded}"
+
+
+def _judge_acceptance(
+    raw: dict[str, Any] | None,
+    *,
+    source: str | None,
+    error: str | None,
+    candidate_sha: str | None,
+    baseline_sha: str | None,
+) -> AcceptanceOutcome | None:
+    if raw is None and error is None:
+        return None
+    if error is not None:
+        return AcceptanceOutcome(source=source, matched=False, applied=False, problems=(error,))
+    if not isinstance(raw, dict):
+        return AcceptanceOutcome(source=source, matched=False, applied=False,
+                                 problems=(f"an acceptance must be a mapping, got {type(raw).__name__}",))
+    try:
+        acc = Acceptance.model_validate(raw)
+    except ValidationError as exc:
+        problems = tuple(
+            f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: "
+            f"{'unknown key' if e['type'] == 'extra_forbidden' else e['msg']}"
+            for e in exc.errors()
+        )
+        return AcceptanceOutcome(source=source, matched=False, applied=False, problems=problems)
+    problems = []
+    if acc.baseline_sha256 != baseline_sha:
+        problems.append(f"baseline_sha256 {acc.baseline_sha256[:12]} does not match the baseline report "
+                        f"({(baseline_sha or 'unknown')[:12]})")
+    if acc.candidate_sha256 != candidate_sha:
+        problems.append(f"candidate_sha256 {acc.candidate_sha256[:12]} does not match the candidate report "
+                        f"({(candidate_sha or 'unknown')[:12]})")
+    return AcceptanceOutcome(source=source, **acc.model_dump(), matched=not problems, applied=False,
+                             problems=tuple(problems))
+
+
+def _result(status: Status, reasons: Sequence[str], *, metrics: dict[str, MetricGate] | None = None,
+            candidate_sha: str | None, baseline_sha: str | None, acceptance: AcceptanceOutcome | None,
+            cfg: EvalsConfig | None) -> GateResult:
+    return GateResult(
+        status=status,
+        exit_code=EXIT_CODES[status],
+        reasons=tuple(reasons),
+        metrics=metrics or {},
+        baseline_sha256=baseline_sha,
+        candidate_sha256=candidate_sha,
+        acceptance=acceptance,
+        policy=GatePolicy.of(cfg) if cfg is not None else None,
+    )
+
+
+def evaluate_gate(
+    candidate: EvalReport,
+    baseline: EvalReport,
+    cfg: EvalsConfig,
+    *,
+    candidate_sha: str | None,
+    baseline_sha: str | None,
+    acceptance: dict[str, Any] | None,
+    acceptance_source: str | None = None,
+    acceptance_error: str | None = None,
+) -> GateResult:
+    """The gate decision (pure). ``acceptance`` is the decoded acceptance file, or None.
+
+    ``acceptance_error`` records an acceptance file that could not be read: it is reported and,
+    like any mismatched acceptance, ignored.
+    """
+    outcome = _judge_acceptance(acceptance, source=acceptance_source, error=acceptance_error,
+                                candidate_sha=candidate_sha, baseline_sha=baseline_sha)
+    problems = comparability_problems(candidate, baseline, cfg)
+    if problems:
+        if outcome is not None:
+            outcome = outcome.model_copy(update={"problems": outcome.problems + (
+                "not applied: incomparable reports cannot be accepted",)})
+        return _result("incomparable", problems, candidate_sha=candidate_sha, baseline_sha=baseline_sha,
+                       acceptance=outcome, cfg=cfg)
+
+    metrics = {m: compare_metric(candidate, baseline, m, cfg) for m in cfg.gate_metrics}
+    reasons: list[str] = []
+    pct = f"{cfg.confidence:.0%}"
+    for name, g in metrics.items():
+        if g.regressed:
+            reasons.append(f"regression: {name} mean delta {g.mean_delta:+.4f} < -{cfg.max_drop} "
+                           f"and {pct} CI [{g.ci_low:+.4f}, {g.ci_high:+.4f}] below 0 (n={g.n})")
+    embedder = embedder_problem(candidate, baseline)
+    if embedder:
+        reasons.append(embedder)
+
+    if not reasons:
+        if outcome is not None:
+            outcome = outcome.model_copy(update={"problems": outcome.problems + (
+                "not applied: no regression to accept",)})
+        return _result("pass", [], metrics=metrics, candidate_sha=candidate_sha, baseline_sha=baseline_sha,
+                       acceptance=outcome, cfg=cfg)
+
+    if outcome is not None and outcome.matched and embedder is None:
+        outcome = outcome.model_copy(update={"applied": True})
+        reasons.append(f"accepted: {outcome.reason} (by {outcome.accepted_by}"
+                       f"{', ' + outcome.date.isoformat() if outcome.date else ''})")
+        return _result("accepted", reasons, metrics=metrics, candidate_sha=candidate_sha,
+                       baseline_sha=baseline_sha, acceptance=outcome, cfg=cfg)
+
+    if outcome is not None:
+        extra = ()
+        if outcome.matched and embedder is not None:
+            extra = (f"not applied: an acceptance cannot waive {EMBEDDER_CHANGED}; re-index with the new "
+                     "embedder and re-run the eval",)
+        outcome = outcome.model_copy(update={"problems": outcome.problems + extra})
+        reasons.append("acceptance_ignored: " + "; ".join(outcome.problems))
+    return _result("regression", reasons, metrics=metrics, candidate_sha=candidate_sha,
+                   baseline_sha=baseline_sha, acceptance=outcome, cfg=cfg)
+
+
+# ---------------------------------------------------------------------------------------
+# Files and CLI
+
+
+def load_acceptance(path: str | Path) -> dict[str, Any]:
+    """Decode an acceptance file (JSON or YAML); EvalInputError when missing or malformed."""
+    path = Path(path)
+    if not path.is_file():
+        raise EvalInputError(f"acceptance file not found: {path}")
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise EvalInputError(f"{path}: acceptance is not valid JSON/YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise EvalInputError(f"{path}: an acceptance must be a mapping of keys to values")
+    return data
+
+
+def summary(result: GateResult) -> str:
+    """A few human lines: status, one line per gated metric, the reasons."""
+    lines = [f"eval gate: {result.status.upper()} (exit {result.exit_code})"]
+    for name, g in result.metrics.items():
+        flag = "  REGRESSED" if g.regressed else ""
+        lines.append(f"  {name:<32} baseline {g.baseline_mean:.4f}  candidate {g.candidate_mean:.4f}  "
+                     f"delta {g.mean_delta:+.4f}  CI [{g.ci_low:+.4f}, {g.ci_high:+.4f}]  n={g.n}{flag}")
+    lines += [f"  - {r}" for r in result.reasons]
+    if result.acceptance is not None and not result.acceptance.applied and result.status == "pass":
+        lines += [f"  acceptance: {p}" for p in result.acceptance.problems]
+    return "\n".join(lines)
+
+
+def _sha_or_none(path: str) -> str | None:
+    try:
+        return report_sha256(path)
+    except (EvalInputError, OSError):
+        return None
+
+
+def run(config: str, report: str, baseline_report: str, output: str, accept: str | None = None) -> GateResult:
+    """Everything the CLI does except printing; never raises for bad inputs (they are exit 2)."""
+    cand_sha, base_sha = _sha_or_none(report), _sha_or_none(baseline_report)
+    cfg: EvalsConfig | None = None
+    unreadable: list[str] = []
+    try:
+        cfg = load_config(config).evals
+    except RagError as exc:
+        unreadable.append(f"unreadable_input: config: {exc}")
+    loaded: dict[str, EvalReport] = {}
+    for label, path in (("candidate", report), ("baseline", baseline_report)):
+        try:
+            loaded[label] = load_report(path)
+        except EvalInputError as exc:
+            unreadable.append(f"unreadable_input: {label} report: {exc}")
+
+    acc_raw, acc_error = None, None
+    if accept is not None:
+        try:
+            acc_raw = load_acceptance(accept)
+        except EvalInputError as exc:
+            acc_error = str(exc)
+
+    if unreadable or cfg is None:
+        outcome = _judge_acceptance(acc_raw, source=accept, error=acc_error,
+                                    candidate_sha=cand_sha, baseline_sha=base_sha)
+        result = _result("incomparable", unreadable, candidate_sha=cand_sha, baseline_sha=base_sha,
+                         acceptance=outcome, cfg=cfg)
+    else:
+        result = evaluate_gate(loaded["candidate"], loaded["baseline"], cfg, candidate_sha=cand_sha,
+                               baseline_sha=base_sha, acceptance=acc_raw, acceptance_source=accept,
+                               acceptance_error=acc_error)
+    out = Path(output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result.to_json(), indent=2) + "\n", encoding="utf-8")
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m evals.gates", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True, help="engine config (its evals: section is the policy)")
+    parser.add_argument("--report", required=True, help="candidate eval report (JSON)")
+    parser.add_argument("--baseline-report", required=True, help="baseline eval report (JSON)")
+    parser.add_argument("--output", required=True, help="where to write the gate result (JSON)")
+    parser.add_argument("--accept", help="acceptance file (YAML or JSON) binding both report hashes")
+    args = parser.parse_args(argv)
+    try:
+        result = run(args.config, args.report, args.baseline_report, args.output, args.accept)
+    except OSError as exc:  # the output cannot be written: not a regression, so never exit 1
+        print(f"eval gate: cannot write {args.output}: {exc}", file=sys.stderr)
+        return EXIT_CODES["incomparable"]
+    print(summary(result))
+    return result.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

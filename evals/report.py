@@ -1,0 +1,270 @@
+"""The eval report (schema ``rag-eval-report/1``): the one file the runner writes and the gate reads.
+
+The report is the contract between two processes that may run months apart (the committed
+BASELINE.json and tonight's candidate), so it is validated strictly on the way in: unknown keys,
+out-of-range metrics and a foreign schema are errors with the offending location, never
+silently dropped fields. Metric names contain ``@``, which is not a Python identifier: the
+models use ``recall_at_5``-style attributes with the JSON names as aliases; always dump with
+``to_json()`` (or ``by_alias=True``) so the file keeps the documented keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from rag_engine.errors import EvalInputError
+
+SCHEMA = "rag-eval-report/1"
+
+TOP_K = 10
+"""The ranked list in a report holds at most this many anchors (all @k metrics are k <= 10)."""
+
+METRIC_NAMES: tuple[str, ...] = (
+    "recall@1",
+    "recall@5",
+    "recall@10",
+    "mrr@10",
+    "ndcg@10",
+    "citation_hit_rate",
+    "insufficient_evidence_accuracy",
+)
+"""Quality metrics: aggregated in ``metrics`` and gateable (higher is better for all of them)."""
+
+QUERY_FIELD: dict[str, str] = {
+    "recall@1": "recall@1",
+    "recall@5": "recall@5",
+    "recall@10": "recall@10",
+    "mrr@10": "mrr@10",
+    "ndcg@10": "ndcg@10",
+    "citation_hit_rate": "citation_hit",
+    "insufficient_evidence_accuracy": "insufficient_correct",
+}
+"""Aggregate metric name -> the per-query key whose mean it is."""
+
+Unit = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+Millis = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+NonEmpty = Annotated[str, Field(min_length=1)]
+
+
+def _usd(value: str | None) -> str | None:
+    """Money stays exact decimal text; None means unknown (never zero)."""
+    if value is None:
+        return None
+    try:
+        amount = Decimal(value)
+    except (InvalidOperation, TypeError, ValueError):
+        raise ValueError(f"not a decimal amount: {value!r}") from None
+    if not amount.is_finite() or amount < 0:
+        raise ValueError(f"must be a finite, non-negative amount: {value!r}")
+    return value
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class GoldenRef(_Frozen):
+    paths: tuple[NonEmpty, ...] = Field(min_length=1)
+    hash: Sha256
+    """sha256 over the golden files' bytes, concatenated in ``paths`` order."""
+
+
+class GenerationInfo(_Frozen):
+    provider: NonEmpty
+    model: NonEmpty
+
+
+class EmbedderInfo(_Frozen):
+    provider: NonEmpty
+    model: NonEmpty
+    dimension: int = Field(ge=1)
+    identity: NonEmpty
+
+
+class ReindexInfo(_Frozen):
+    """What the chunk index the report queried was fully built with."""
+
+    embedder_identity: NonEmpty
+    complete: bool
+
+
+class ReportMetrics(_Frozen):
+    recall_at_1: Unit | None = Field(alias="recall@1")
+    recall_at_5: Unit | None = Field(alias="recall@5")
+    recall_at_10: Unit | None = Field(alias="recall@10")
+    mrr_at_10: Unit | None = Field(alias="mrr@10")
+    ndcg_at_10: Unit | None = Field(alias="ndcg@10")
+    citation_hit_rate: Unit | None
+    insufficient_evidence_accuracy: Unit | None
+    latency_ms_p50: Millis
+    latency_ms_p95: Millis
+    cost_per_query_usd: str | None
+    queries: int = Field(ge=0)
+
+    @field_validator("cost_per_query_usd")
+    @classmethod
+    def _cost(cls, value: str | None) -> str | None:
+        return _usd(value)
+
+    def get(self, name: str) -> Any:
+        """Value by its JSON name (``"ndcg@10"``)."""
+        data = self.model_dump(by_alias=True)
+        if name not in data:
+            raise KeyError(f"unknown metric {name!r}")
+        return data[name]
+
+
+class QueryResult(_Frozen):
+    id: NonEmpty
+    pack: NonEmpty
+    question: NonEmpty
+    gold: tuple[NonEmpty, ...]
+    expect_insufficient: bool
+    ranked: tuple[NonEmpty, ...] = Field(max_length=TOP_K)
+    cited: tuple[NonEmpty, ...]
+    answered_insufficient: bool
+    latency_ms: Millis
+    cost_usd: str | None
+    recall_at_1: Unit | None = Field(alias="recall@1")
+    recall_at_5: Unit | None = Field(alias="recall@5")
+    recall_at_10: Unit | None = Field(alias="recall@10")
+    mrr_at_10: Unit | None = Field(alias="mrr@10")
+    ndcg_at_10: Unit | None = Field(alias="ndcg@10")
+    citation_hit: Unit | None
+    insufficient_correct: Unit
+
+    @field_validator("cost_usd")
+    @classmethod
+    def _cost(cls, value: str | None) -> str | None:
+        return _usd(value)
+
+    @model_validator(mode="after")
+    def _retrieval_metrics_need_gold(self) -> "QueryResult":
+        # A query expected to be unanswerable has no gold chunks, so ranking metrics are
+        # undefined for it; a number there means the runner scored it against nothing.
+        if self.expect_insufficient:
+            filled = [k for k in ("recall@1", "recall@5", "recall@10", "mrr@10", "ndcg@10")
+                      if self.value(k) is not None]
+            if filled:
+                raise ValueError(f"query {self.id!r} expects insufficient evidence; {filled} must be null")
+        return self
+
+    def value(self, name: str) -> float | None:
+        """A per-query value by aggregate metric name or per-query JSON key."""
+        key = QUERY_FIELD.get(name, name)
+        if key not in _PER_QUERY_ATTR:
+            raise KeyError(f"unknown per-query metric {name!r}")
+        return getattr(self, _PER_QUERY_ATTR[key])
+
+
+_PER_QUERY_ATTR: dict[str, str] = {
+    (info.alias or name): name
+    for name, info in QueryResult.model_fields.items()
+    if (info.alias or name) in QUERY_FIELD.values()
+}
+
+
+class EvalReport(_Frozen):
+    schema_id: Literal["rag-eval-report/1"] = Field(SCHEMA, alias="schema")
+    created_at: datetime
+    config_hash: NonEmpty
+    golden: GoldenRef
+    generation: GenerationInfo
+    embedder: EmbedderInfo
+    reindex: ReindexInfo | None
+    metrics: ReportMetrics
+    queries: tuple[QueryResult, ...]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "EvalReport":
+        ids = [q.id for q in self.queries]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"duplicate query ids: {dupes[:10]}")
+        if self.metrics.queries != len(self.queries):
+            raise ValueError(f"metrics.queries is {self.metrics.queries} but the report holds "
+                             f"{len(self.queries)} queries")
+        return self
+
+    def by_id(self) -> dict[str, QueryResult]:
+        return {q.id: q for q in self.queries}
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON document with the documented key names."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+# ---------------------------------------------------------------------------------------
+# Files
+
+
+def _format(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = "unknown key (not allowed here)" if err["type"] == "extra_forbidden" else err["msg"]
+        lines.append(f"{where}: {msg}")
+    return "\n  ".join(lines)
+
+
+def parse_report(data: Any, *, source: str = "<data>") -> EvalReport:
+    """Validate an already-decoded report; EvalInputError names the source and every bad field."""
+    if not isinstance(data, dict):
+        raise EvalInputError(f"{source}: an eval report must be a JSON object, got {type(data).__name__}")
+    schema = data.get("schema")
+    if schema != SCHEMA:
+        raise EvalInputError(f"{source}: schema is {schema!r}, expected {SCHEMA!r} (not an eval report, "
+                             "or one written by an incompatible runner)")
+    try:
+        return EvalReport.model_validate(data)
+    except ValidationError as exc:
+        raise EvalInputError(f"{source}: invalid eval report:\n  {_format(exc)}") from None
+
+
+def load_report(path: str | Path) -> EvalReport:
+    """Read and validate a report file. Raises EvalInputError (missing, not JSON, wrong schema)."""
+    path = Path(path)
+    if not path.is_file():
+        raise EvalInputError(f"eval report not found: {path}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise EvalInputError(f"{path}: eval report is not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise EvalInputError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
+    return parse_report(data, source=str(path))
+
+
+def dump_report(report: EvalReport, path: str | Path) -> Path:
+    """Write a report deterministically (stable key order, trailing newline); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path
+
+
+def report_sha256(path: str | Path) -> str:
+    """sha256 of the report file's bytes: what an acceptance binds to (not a re-serialisation)."""
+    path = Path(path)
+    if not path.is_file():
+        raise EvalInputError(f"eval report not found: {path}")
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def golden_sha256(paths: list[str | Path] | tuple[str | Path, ...]) -> str:
+    """sha256 over the golden files' bytes in the given order (the report's ``golden.hash``)."""
+    digest = hashlib.sha256()
+    for p in paths:
+        p = Path(p)
+        if not p.is_file():
+            raise EvalInputError(f"golden file not found: {p}")
+        digest.update(p.read_bytes())
+    return digest.hexdigest()

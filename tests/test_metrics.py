@@ -1,0 +1,198 @@
+"""Per-query metrics on hand-computed examples, aggregation, and the report file contract."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from evals.metrics import (
+    aggregate,
+    citation_hit,
+    insufficient_correct,
+    mean_cost,
+    ndcg_at_k,
+    recall_at_k,
+    reciprocal_rank,
+    score_query,
+)
+from evals.report import EvalReport, dump_report, load_report, parse_report, report_sha256
+from rag_engine.errors import EvalInputError, RagError
+
+
+def test_ndcg_binary_gains_hand_computed():
+    # hits at ranks 2 and 4; ideal: 3 gold -> ranks 1..3
+    # DCG = 1/log2(3) + 1/log2(5) = 1.0616063; IDCG = 1 + 1/log2(3) + 1/2 = 2.1309298
+    assert ndcg_at_k(["x", "g1", "y", "g2"], ["g1", "g2", "g3"]) == pytest.approx(0.49818925746641285, abs=1e-12)
+    assert ndcg_at_k(["g1"], ["g1"]) == 1.0
+    assert ndcg_at_k(["x", "y"], ["g1"]) == 0.0
+    # a gold anchor ranked twice is one hit: 1.5 / (1 + 1/log2(3))
+    assert ndcg_at_k(["g1", "g1", "g2"], ["g1", "g2"]) == pytest.approx(0.9197207891481876, abs=1e-12)
+    # ideal is capped at 10 hits: 12 gold, the top 10 all gold -> perfect
+    gold = [f"g{i}" for i in range(12)]
+    assert ndcg_at_k(gold[:10], gold) == pytest.approx(1.0)
+    # only the top 10 counts
+    assert ndcg_at_k([f"x{i}" for i in range(10)] + ["g1"], ["g1"]) == 0.0
+
+
+def test_recall_and_reciprocal_rank():
+    ranked = ["a", "g1", "b", "c", "d", "g2", "e"]
+    gold = ["g1", "g2", "g3", "g4"]
+    assert recall_at_k(ranked, gold, 1) == 0.0
+    assert recall_at_k(ranked, gold, 5) == 0.25
+    assert recall_at_k(ranked, gold, 10) == 0.5
+    assert recall_at_k(["g1", "g1"], ["g1", "g2"], 5) == 0.5  # duplicates count once
+    assert reciprocal_rank(ranked, gold) == 0.5
+    assert reciprocal_rank(["a"] * 10 + ["g1"], gold) == 0.0  # outside the top 10
+    with pytest.raises(EvalInputError):
+        recall_at_k(ranked, [], 5)
+    with pytest.raises(EvalInputError):
+        recall_at_k(ranked, gold, 0)
+
+
+def test_citation_hit_and_insufficient_correct():
+    assert citation_hit(["g1", "x"], ["g1"], expect_insufficient=False) == 1.0
+    assert citation_hit(["x"], ["g1"], expect_insufficient=False) == 0.0
+    assert citation_hit([], ["g1"], expect_insufficient=False) == 0.0  # uncited answer is a miss
+    assert citation_hit(["x"], [], expect_insufficient=True) is None
+    assert insufficient_correct(True, True) == 1.0
+    assert insufficient_correct(False, False) == 1.0
+    assert insufficient_correct(True, False) == 0.0
+    assert insufficient_correct(False, True) == 0.0
+
+
+def test_score_query_nulls_ranking_metrics_for_expected_insufficient():
+    q = score_query(id="q1", pack="p", question="?", gold=[], expect_insufficient=True, ranked=["a", "b"],
+                    cited=[], answered_insufficient=True, latency_ms=3.0, cost_usd=None)
+    assert q.value("ndcg@10") is None and q.value("recall@5") is None and q.value("citation_hit_rate") is None
+    assert q.value("insufficient_evidence_accuracy") == 1.0
+    with pytest.raises(EvalInputError, match="no gold"):
+        score_query(id="q2", pack="p", question="?", gold=[], expect_insufficient=False, ranked=[],
+                    cited=[], answered_insufficient=False, latency_ms=1.0, cost_usd=None)
+
+
+def test_score_query_keeps_top_10_and_scores():
+    ranked = [f"x{i}" for i in range(12)]
+    ranked[2] = "g"
+    q = score_query(id="q", pack="p", question="?", gold=["g"], expect_insufficient=False, ranked=ranked,
+                    cited=["g"], answered_insufficient=False, latency_ms=1.0, cost_usd="0.001")
+    assert len(q.ranked) == 10
+    assert (q.value("recall@1"), q.value("recall@5"), q.value("mrr@10")) == (0.0, 1.0, pytest.approx(1 / 3))
+    assert q.citation_hit == 1.0 and q.cost_usd == "0.001"
+
+
+def _q(i: int, *, rank: int | None, latency: float, cost: str | None, insufficient: bool = False):
+    gold = [] if insufficient else [f"d{i}#a"]
+    ranked = [f"other{j}" for j in range(10)]
+    if rank is not None and not insufficient:
+        ranked[rank - 1] = gold[0]
+    return score_query(id=f"q{i}", pack="p", question=f"question {i}", gold=gold, expect_insufficient=insufficient,
+                       ranked=ranked, cited=gold if rank else [], answered_insufficient=insufficient,
+                       latency_ms=latency, cost_usd=cost)
+
+
+def test_aggregate_means_over_non_null_percentiles_and_exact_cost():
+    qs = [_q(1, rank=1, latency=10, cost="0.001"), _q(2, rank=2, latency=20, cost="0.002"),
+          _q(3, rank=None, latency=30, cost="0.0005"), _q(4, rank=None, latency=40, cost="0", insufficient=True)]
+    m = aggregate(qs)
+    assert m["recall@1"] == pytest.approx(1 / 3)  # q4 has no value; it is not a zero
+    assert m["mrr@10"] == pytest.approx((1 + 0.5 + 0) / 3)
+    assert m["citation_hit_rate"] == pytest.approx(2 / 3)
+    assert m["insufficient_evidence_accuracy"] == 1.0
+    assert m["latency_ms_p50"] == 25.0
+    assert m["latency_ms_p95"] == pytest.approx(38.5)  # linear: 30 + 0.85 * 10
+    assert m["cost_per_query_usd"] == "0.000875"  # 0.0035 / 4, exact
+    assert m["queries"] == 4
+
+
+def test_cost_unknown_if_any_query_cost_unknown():
+    assert mean_cost(["0.001", None]) is None
+    assert mean_cost([]) is None
+    assert mean_cost(["0", "0"]) == "0"
+    assert mean_cost(["1", "0", "0"]) == "0.333333333333"  # rounded half-even to 1e-12
+
+
+def test_aggregate_rejects_empty():
+    with pytest.raises(EvalInputError):
+        aggregate([])
+
+
+# -- report files ---------------------------------------------------------------------------
+
+
+def _report_dict() -> dict:
+    qs = [_q(i, rank=1, latency=5.0, cost=None) for i in range(3)]
+    return {
+        "schema": "rag-eval-report/1",
+        "created_at": "2025-01-01T00:00:00+00:00",
+        "config_hash": "abc123",
+        "golden": {"paths": ["packs/x/golden/queries.yaml"], "hash": "0" * 64},
+        "generation": {"provider": "demo_replay", "model": "demo-chat"},
+        "embedder": {"provider": "local_hash", "model": "hash-embed-384", "dimension": 384, "identity": "h/384"},
+        "reindex": None,
+        "metrics": aggregate(qs),
+        "queries": [q.model_dump(mode="json", by_alias=True) for q in qs],
+    }
+
+
+def test_report_round_trip_keeps_json_key_names(tmp_path):
+    report = parse_report(_report_dict())
+    path = dump_report(report, tmp_path / "r.json")
+    raw = json.loads(path.read_text())
+    assert raw["schema"] == "rag-eval-report/1"
+    assert "ndcg@10" in raw["metrics"] and "recall@5" in raw["queries"][0]
+    assert load_report(path) == report
+    assert len(report_sha256(path)) == 64
+    with pytest.raises(ValidationError, match="frozen"):
+        report.config_hash = "other"  # type: ignore[misc]
+    with pytest.raises(ValidationError, match="frozen"):
+        report.metrics.queries = 9  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("content, match", [
+    (None, "not found"),
+    ("{not json", "not valid JSON"),
+    ('["a list"]', "must be a JSON object"),
+    ('{"schema": "something-else/2"}', "schema is 'something-else/2'"),
+])
+def test_load_report_clear_errors(tmp_path, content, match):
+    path = tmp_path / "r.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(EvalInputError, match=match) as info:
+        load_report(path)
+    assert isinstance(info.value, RagError)
+
+
+def test_load_report_names_bad_fields(tmp_path):
+    data = _report_dict()
+    data["metrics"]["ndcg@10"] = 1.5
+    data["queries"][0]["surprise"] = 1
+    data["queries"][1]["id"] = data["queries"][2]["id"]
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(EvalInputError) as info:
+        load_report(path)
+    text = str(info.value)
+    assert "metrics.ndcg@10" in text and "queries.0.surprise: unknown key" in text
+
+
+def test_report_rejects_inconsistent_content():
+    data = _report_dict()
+    data["queries"][1]["id"] = data["queries"][0]["id"]
+    with pytest.raises(EvalInputError, match="duplicate query ids"):
+        parse_report(data)
+    data = _report_dict()
+    data["metrics"]["queries"] = 7
+    with pytest.raises(EvalInputError, match="metrics.queries"):
+        parse_report(data)
+    data = _report_dict()
+    data["queries"][0]["expect_insufficient"] = True
+    with pytest.raises(EvalInputError, match="must be null"):
+        parse_report(data)
+    data = _report_dict()
+    data["queries"][0]["cost_usd"] = "-1"
+    with pytest.raises(EvalInputError, match="non-negative"):
+        parse_report(data)
+    assert isinstance(parse_report(_report_dict()), EvalReport)
