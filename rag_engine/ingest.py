@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from rag_engine.documents import load_document
 from rag_engine.engine import Engine
-from rag_engine.errors import DocumentError
+from rag_engine.errors import DocumentError, PackError
 from rag_engine.graph import schema, writer
 from rag_engine.packs import ChunkRecord, DomainPack, content_hash
 
@@ -45,7 +45,7 @@ def run_step(step: str, keys: list[str], fn: Callable[[str], dict[str, Any]],
     for i, key in enumerate(keys, 1):
         try:
             report.done[key] = fn(key)
-        except DocumentError as exc:
+        except (DocumentError, PackError) as exc:  # one document's problem, never the run's
             report.rejected[key] = str(exc)
             log.warning("%s %s rejected: %s", step, key, exc)
         except _Skip as exc:
@@ -74,7 +74,7 @@ def _upstream(engine: Engine, pack: DomainPack, key: str, step: str) -> Any:
 def source_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
     try:
         doc = load_document(pack, key, max_bytes=engine.cfg.max_document_bytes)
-    except DocumentError as exc:
+    except (DocumentError, PackError) as exc:
         engine.artifacts.write(pack.name, key, SOURCE, {"rejected": str(exc)})
         raise
     engine.artifacts.write(pack.name, key, SOURCE, doc.model_dump(mode="json"))

@@ -144,10 +144,20 @@ class DomainPack(ABC):
         """Deterministic references found in a chunk, normalized to keys other chunks may answer to."""
 
     def rules_fingerprint(self) -> str:
-        """Hash of everything that changes extraction output; override to add rule files."""
+        """Hash of everything that changes extraction output: the manifest and the pack module's
+        whole source (rules usually live in module-level patterns, not only in the class)."""
         payload = self.manifest.model_dump(mode="json")
-        payload["rules_source"] = inspect.getsource(type(self))
+        payload["rules_source"] = inspect.getsource(sys.modules[type(self).__module__])
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def require_versions(entry: PackEntry, manifest: PackManifest, *, rules: frozenset[str],
+                     normalizers: frozenset[str]) -> None:
+    """A pack factory refuses a manifest asking for rule/normalizer versions its code does not implement."""
+    for label, asked, known in (("rules_version", manifest.rules_version, rules),
+                                ("normalizer_version", manifest.normalizer_version, normalizers)):
+        if asked not in known:
+            raise PackError(f"pack {entry.name!r}: {label} {asked!r} not supported (known: {sorted(known)})")
 
 
 def _load_manifest(entry: PackEntry, root: Path) -> PackManifest:

@@ -13,6 +13,7 @@ import pytest
 
 from rag_engine.config import EngineConfig, load_config
 from rag_engine.engine import Engine
+from tests.support.packs import POLICY, RUNBOOK
 
 ROOT = Path(__file__).resolve().parents[1]
 SENTINEL = "sk-SENTINEL-DO-NOT-LEAK-7f3a9c"
@@ -99,3 +100,29 @@ def postgres_url() -> str:
     except Exception as exc:  # pragma: no cover
         pytest.fail(f"PostgreSQL is not reachable at {url} ({exc}); run `make postgres-start` or use `make test`")
     return url
+
+
+@pytest.fixture()
+def variant(tmp_path, unique, neo4j_driver):
+    """Write a config variant: only a temporary copy of the KB pack, under a unique name."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "policy.md").write_text(POLICY)
+    (corpus / "runbook.md").write_text(RUNBOOK)
+    manifest = (ROOT / "packs/company_x_kb/manifest.yaml").read_text()
+    base = (ROOT / "config/engine.yaml").read_text()
+    base = base.replace("  - name: legal_regulatory\n    enabled: true", "  - name: legal_regulatory\n    enabled: false")
+    base = base.replace("  - name: company_x_kb\n", f"  - name: {unique}\n")
+    base = base.replace("corpus: packs/company_x_kb/corpus", f"corpus: {corpus}")
+    base = base.replace("artifacts_dir: var/artifacts", f"artifacts_dir: {tmp_path / 'artifacts'}")
+
+    def write(name: str, *, manifest_version: str = "1.0.0", edit=lambda s: s) -> str:
+        mpath = tmp_path / f"manifest-{name}.yaml"
+        mpath.write_text(manifest.replace('version: "1.0.0"', f'version: "{manifest_version}"', 1))
+        text = base.replace("manifest: packs/company_x_kb/manifest.yaml", f"manifest: {mpath}")
+        text = text.replace('    domain: kb\n    version: "1.0.0"', f'    domain: kb\n    version: "{manifest_version}"')
+        cpath = tmp_path / f"engine-{name}.yaml"
+        cpath.write_text(edit(text))
+        return str(cpath)
+
+    return write

@@ -10,7 +10,6 @@ from rag_assets.demo import materialize_pack
 from rag_engine.graph import writer
 from rag_engine.graph.cleanup import CleanupNotApproved, run_cleanup
 from rag_engine.graph.quality import quality_report
-from tests.test_staleness import variant  # noqa: F401  (fixture: a config with one temporary pack)
 
 
 def _seed_valid_and_broken(engine, pack: str) -> None:
@@ -58,7 +57,7 @@ def _valid_chunk(engine, pack):
     return rows[0]["id"]
 
 
-def test_checks_fail_on_orphans_and_dangling_edges_and_pass_after_approved_cleanup(variant, unique):  # noqa: F811
+def test_checks_fail_on_orphans_and_dangling_edges_and_pass_after_approved_cleanup(variant, unique):
     defs = build_definitions(variant("base"))
     engine = defs.resources["rag"].engine()
     instance = dg.DagsterInstance.ephemeral()

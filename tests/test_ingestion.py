@@ -7,31 +7,7 @@ import pytest
 from rag_engine.documents import discover
 from rag_engine.errors import DocumentError
 from rag_engine.ingest import ingest_pack
-from tests.support.packs import graph_counts, temp_pack
-
-POLICY = """---
-id: POL-900
-collection: kb_internal
----
-# Laptop policy
-
-## Scope
-Every company laptop is encrypted. See RB-77 for the lost device runbook.
-
-## Lost devices
-Report a lost laptop within one hour, as the runbook RB-77 describes.
-"""
-
-RUNBOOK = """---
-id: RB-77
-collection: kb_internal
----
-# Lost device runbook
-
-## Steps
-Lock the device remotely, rotate credentials and file a ticket referencing POL-900.
-"""
-
+from tests.support.packs import POLICY, RUNBOOK, graph_counts, temp_pack
 
 def test_reingest_is_idempotent(engine, unique, tmp_path):
     pack = temp_pack(engine, unique, tmp_path / "corpus", {"policy.md": POLICY, "runbook.md": RUNBOOK})
@@ -82,18 +58,20 @@ def test_bad_documents_fail_alone_with_clear_reasons(engine, unique, tmp_path):
         "latin1.md": "caf\xe9 policy".encode("latin-1"),
         "binary.md": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)),
         "huge.md": "A" * (20 * 1024 * 1024),
+        "badfront.md": "---\ncollection: [unclosed\n---\n# Broken\n\n## Part\nText.\n",
     }
     pack = temp_pack(engine, unique, tmp_path / "corpus", files)
     reports = ingest_pack(engine, pack)
     rejected = {k.split("--")[0]: v for k, v in reports["source_documents"].rejected.items()}
-    assert set(rejected) == {"empty", "latin1", "binary", "huge"}
+    assert set(rejected) == {"empty", "latin1", "binary", "huge", "badfront"}
+    assert "front matter is not valid YAML" in rejected["badfront"]  # a pack rule error stays per document
     assert "empty" in rejected["empty"]
     assert "not valid UTF-8 at byte 3" in rejected["latin1"]
     assert "binary" in rejected["binary"]
     assert "exceeds the limit" in rejected["huge"] and "20,971,520" in rejected["huge"]
     # the good document went all the way through; the bad ones were skipped, not retried
     assert [k.split("--")[0] for k in reports["chunk_index"].done] == ["good"]
-    assert len(reports["chunks"].skipped) == 4
+    assert len(reports["chunks"].skipped) == 5
     assert graph_counts(engine, unique)["documents"] == 1
 
 

@@ -5,42 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import dagster as dg
-import pytest
 from dagster._core.definitions.data_version import StaleStatus
 from dagster._utils.test.data_versions import get_stale_status_resolver
 
 from rag_assets.definitions import build_definitions
 from rag_assets.demo import materialize_pack
-from tests.test_ingestion import POLICY, RUNBOOK
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = ("source_documents", "chunks", "references", "chunk_index", "llm_extraction", "graph_writes")
-
-
-@pytest.fixture()
-def variant(tmp_path, unique, neo4j_driver):
-    """Write a config variant: only a temporary copy of the KB pack, under a unique name."""
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    (corpus / "policy.md").write_text(POLICY)
-    (corpus / "runbook.md").write_text(RUNBOOK)
-    manifest = (ROOT / "packs/company_x_kb/manifest.yaml").read_text()
-    base = (ROOT / "config/engine.yaml").read_text()
-    base = base.replace("  - name: legal_regulatory\n    enabled: true", "  - name: legal_regulatory\n    enabled: false")
-    base = base.replace("  - name: company_x_kb\n", f"  - name: {unique}\n")
-    base = base.replace("corpus: packs/company_x_kb/corpus", f"corpus: {corpus}")
-    base = base.replace("artifacts_dir: var/artifacts", f"artifacts_dir: {tmp_path / 'artifacts'}")
-
-    def write(name: str, *, manifest_version: str = "1.0.0", edit=lambda s: s) -> str:
-        mpath = tmp_path / f"manifest-{name}.yaml"
-        mpath.write_text(manifest.replace('version: "1.0.0"', f'version: "{manifest_version}"', 1))
-        text = base.replace("manifest: packs/company_x_kb/manifest.yaml", f"manifest: {mpath}")
-        text = text.replace('    domain: kb\n    version: "1.0.0"', f'    domain: kb\n    version: "{manifest_version}"')
-        cpath = tmp_path / f"engine-{name}.yaml"
-        cpath.write_text(edit(text))
-        return str(cpath)
-
-    return write
 
 
 def _stale(defs: dg.Definitions, instance: dg.DagsterInstance, pack: str, keys: list[str]) -> set[str]:

@@ -24,10 +24,7 @@ references a key it answers to itself.
 
 from __future__ import annotations
 
-import hashlib
-import inspect
 import re
-import sys
 import unicodedata
 from pathlib import Path
 
@@ -41,6 +38,7 @@ from rag_engine.packs import (
     ReferenceRecord,
     SourceDocument,
     make_chunk,
+    require_versions,
 )
 
 SUPPORTED_RULES_VERSIONS = frozenset({"1"})
@@ -199,17 +197,8 @@ class CompanyKbPack(DomainPack):
                                        raw=m.group(0), normalized=key, start=m.start(), end=m.end()))
         return out
 
-    def rules_fingerprint(self) -> str:
-        """The rules live in module-level regexes too, so the whole module source counts."""
-        module_source = inspect.getsource(sys.modules[type(self).__module__])
-        return hashlib.sha256((super().rules_fingerprint() + module_source).encode()).hexdigest()[:12]
 
 
 def build_pack(entry, manifest: PackManifest, root: Path) -> CompanyKbPack:
-    if manifest.rules_version not in SUPPORTED_RULES_VERSIONS:
-        raise PackError(f"pack {entry.name!r}: rules_version {manifest.rules_version!r} not supported "
-                        f"(known: {sorted(SUPPORTED_RULES_VERSIONS)})")
-    if manifest.normalizer_version not in SUPPORTED_NORMALIZER_VERSIONS:
-        raise PackError(f"pack {entry.name!r}: normalizer_version {manifest.normalizer_version!r} not "
-                        f"supported (known: {sorted(SUPPORTED_NORMALIZER_VERSIONS)})")
+    require_versions(entry, manifest, rules=SUPPORTED_RULES_VERSIONS, normalizers=SUPPORTED_NORMALIZER_VERSIONS)
     return CompanyKbPack(entry, manifest, root)

@@ -8,6 +8,29 @@ from pathlib import Path
 from rag_engine.engine import Engine
 from rag_engine.packs import DomainPack, load_pack
 
+POLICY = """---
+id: POL-900
+collection: kb_internal
+---
+# Laptop policy
+
+## Scope
+Every company laptop is encrypted. See RB-77 for the lost device runbook.
+
+## Lost devices
+Report a lost laptop within one hour, as the runbook RB-77 describes.
+"""
+
+RUNBOOK = """---
+id: RB-77
+collection: kb_internal
+---
+# Lost device runbook
+
+## Steps
+Lock the device remotely, rotate credentials and file a ticket referencing POL-900.
+"""
+
 
 def temp_pack(
     engine: Engine, name: str, corpus: Path, files: dict[str, str | bytes], base: str = "company_x_kb"

@@ -1,0 +1,63 @@
+"""The document-version sensor and the usage_costs asset, through Dagster."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import dagster as dg
+
+from rag_assets.definitions import build_definitions
+from rag_assets.sensors import plan_partitions
+from rag_engine.providers.ledger import UsageRecord
+from tests.support.packs import POLICY
+
+
+def test_plan_partitions_adds_new_and_drops_superseded():
+    add, drop = plan_partitions(["a--1", "b--1"], ["a--2", "b--1", "c--1"])
+    assert add == ["a--2", "c--1"] and drop == ["a--1"]
+    assert plan_partitions(["a--1"], ["a--1"]) == ([], [])
+
+
+def _evaluate(defs, instance, pack):
+    sensor = defs.resolve_sensor_def(f"{pack}__new_document_versions")
+    ctx = dg.build_sensor_context(instance=instance, resources={"rag": defs.resources["rag"]})
+    return sensor(ctx)
+
+
+def test_sensor_adds_versions_requests_one_run_and_supersedes(variant, unique, tmp_path):
+    defs = build_definitions(variant("base"))
+    instance = dg.DagsterInstance.ephemeral()
+    result = _evaluate(defs, instance, unique)
+    assert isinstance(result, dg.SensorResult)
+    (add,) = result.dynamic_partitions_requests
+    assert sorted(k.split("--")[0] for k in add.partition_keys) == ["policy", "runbook"]
+    (run,) = result.run_requests  # one run for all new versions (single-run backfill)
+    assert run.tags["dagster/asset_partition_range_start"] == add.partition_keys[0]
+    assert run.tags["dagster/asset_partition_range_end"] == add.partition_keys[-1]
+    instance.add_dynamic_partitions(f"{unique}__document_versions", list(add.partition_keys))
+
+    unchanged = _evaluate(defs, instance, unique)
+    assert isinstance(unchanged, dg.SkipReason)
+
+    (tmp_path / "corpus" / "policy.md").write_text(POLICY + "\n## Addendum\nNew rule.\n")
+    changed = _evaluate(defs, instance, unique)
+    added, deleted = changed.dynamic_partitions_requests
+    assert [k.split("--")[0] for k in added.partition_keys] == ["policy"]
+    assert [k.split("--")[0] for k in deleted.partition_keys] == ["policy"]
+    assert added.partition_keys[0] != deleted.partition_keys[0]
+
+
+def test_usage_costs_asset_summarises_the_ledger():
+    defs = build_definitions()
+    engine = defs.resources["rag"].engine()
+    before = len(engine.ledger.records())
+    engine.ledger.record(UsageRecord(run_id="costs-test", purpose="test", provider="openai", requested_model="m",
+                                     reported_model="m-1", input_tokens=1000, cached_input_tokens=200,
+                                     output_tokens=100, status="ok", pricing_version="v", cost=Decimal("0.0015")))
+    engine.ledger.record(UsageRecord(run_id="costs-test", purpose="test", provider="local", requested_model="x",
+                                     input_tokens=10, output_tokens=1, status="ok", cost=None))
+    result = dg.materialize([defs.resolve_assets_def("usage_costs")])
+    meta = result.asset_materializations_for_node("usage_costs")[0].metadata
+    assert meta["calls"].value == before + 2
+    assert meta["unknown_cost_calls"].value >= 1  # unknown cost stays visible, never counted as zero
+    assert Decimal(meta["known_cost_usd"].value) >= Decimal("0.0015")
