@@ -6,32 +6,14 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PORT="${NEO4J_LOCAL_PORT:-7687}"
-STATE_DIR="${NEO4J_LOCAL_DIR:-$HERE/.state}"
 HEAP="${NEO4J_LOCAL_HEAP:-1g}"
 TIMEOUT="${NEO4J_LOCAL_START_TIMEOUT:-120}"
 JAVA="${JAVA_HOME:+$JAVA_HOME/bin/}java"
 
-mkdir -p "$STATE_DIR"
-STATE_DIR="$(cd "$STATE_DIR" && pwd)"
-PID_FILE="$STATE_DIR/neo4j.pid"
-READY_FILE="$STATE_DIR/READY"
+mkdir -p "${NEO4J_LOCAL_DIR:-$HERE/.state}"
+# shellcheck source=common.sh
+source "$HERE/common.sh"
 LOG_FILE="$STATE_DIR/neo4j-local.log"
-
-alive() { # pid exists and is not a zombie
-  local pid="$1"
-  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 1
-  [[ "$(ps -o stat= -p "$pid" 2>/dev/null)" != Z* ]]
-}
-
-is_ours() { # alive and is our launcher (guards against pid reuse)
-  local pid="$1"
-  alive "$pid" || return 1
-  if [[ -r "/proc/$pid/cmdline" ]]; then
-    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q 'local\.neo4j\.Launcher'
-  else
-    ps -p "$pid" -o args= 2>/dev/null | grep -q 'local\.neo4j\.Launcher'
-  fi
-}
 
 fail() {
   echo "neo4j-local: $*" >&2

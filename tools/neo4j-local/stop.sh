@@ -4,26 +4,9 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-STATE_DIR="${NEO4J_LOCAL_DIR:-$HERE/.state}"
 TIMEOUT="${NEO4J_LOCAL_STOP_TIMEOUT:-60}"
-PID_FILE="$STATE_DIR/neo4j.pid"
-READY_FILE="$STATE_DIR/READY"
-
-alive() { # pid exists and is not a zombie
-  local pid="$1"
-  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 1
-  [[ "$(ps -o stat= -p "$pid" 2>/dev/null)" != Z* ]]
-}
-
-is_ours() { # alive and is our launcher (guards against pid reuse)
-  local pid="$1"
-  alive "$pid" || return 1
-  if [[ -r "/proc/$pid/cmdline" ]]; then
-    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q 'local\.neo4j\.Launcher'
-  else
-    ps -p "$pid" -o args= 2>/dev/null | grep -q 'local\.neo4j\.Launcher'
-  fi
-}
+# shellcheck source=common.sh
+source "$HERE/common.sh"
 
 pid=""
 [[ -f "$PID_FILE" ]] && pid="$(cat "$PID_FILE")"
