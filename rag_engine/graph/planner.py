@@ -4,7 +4,8 @@ Traversal is a bet that the inferred graph knows something the text search does 
 planner refuses the bet, with an explicit reason code in the trace, whenever it is unsafe or
 pointless:
 
-  simple_question          too few content terms; lexical + dense retrieval already answer it
+  simple_question          too few content terms, or a lookup naming several entities but no
+                           relationship: lexical + dense retrieval already answer it
   missing_graph_entities   no entity of a permitted pack matches the question
   ambiguous_entity_match   more matches than planner.max_ambiguous_matches: seeds would be guesses
   single_entity_query      one entity and no relationship asked about: its own chunks are the answer
@@ -137,9 +138,14 @@ def plan(driver: neo4j.Driver, database: str, question: str, packs: list[DomainP
                             detail=f"{len(matches)} entities matched > {planner.max_ambiguous_matches}")
     stems = relational_stems(packs)
     relational = any(t.startswith(stem) for t in terms for stem in stems)
-    if len(matches) < max(2, planner.min_seed_entities) and not relational:
+    if not relational and len(matches) < planner.min_seed_entities:
         return PlanDecision(traverse=False, reason="single_entity_query", seeds=tuple(matches), matches=len(matches),
                             detail="one entity and no relationship in the question")
+    if not relational:
+        # graph evidence answers questions about relationships; a lookup that merely names
+        # several entities is better served by the text search, and traversal would flood it
+        return PlanDecision(traverse=False, reason="simple_question", seeds=tuple(matches), matches=len(matches),
+                            detail="no relationship asked")
     if eligible_edge_count(driver, database, [s.entity_id for s in matches], traversal.confidence_floor) == 0:
         return PlanDecision(traverse=False, reason="low_confidence_match", seeds=tuple(matches), matches=len(matches),
                             detail=f"no retrieval-eligible edge >= {traversal.confidence_floor} at the seeds")
