@@ -50,7 +50,7 @@ def main() -> int:
                 return 1
     from rag_engine.cli import main as rag
 
-    question = "Under which conditions may a data subject obtain erasure of personal data?"
+    question = "When must a controller notify a personal data breach to the supervisory authority?"
     print(f"\n[demo] rag query {question!r} --role legal_analyst\n")
     return rag(["query", question, "--role", "legal_analyst", "-k", "5"])
 
