@@ -19,7 +19,7 @@ The output is deterministic: running the script twice gives byte-identical files
 
 Usage (from the repository root)::
 
-    python packs/legal_regulatory/build_corpus.py ../shared/corpora/gdpr/gdpr.json
+    python -m packs.legal_regulatory.build_corpus ../shared/corpora/gdpr/gdpr.json
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from packs.legal_regulatory.pack import roman_to_int
+
 PACK_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PACK_DIR.parents[1]
 DEFAULT_SOURCE = Path("..") / "shared" / "corpora" / "gdpr" / "gdpr.json"
@@ -38,15 +40,6 @@ DEFAULT_OUT = PACK_DIR / "corpus"
 RECITALS_PER_FILE = 50
 DASH = "\u2014"
 
-_ROMAN = {"I": 1, "V": 5, "X": 10, "L": 50, "C": 100}
-
-
-def roman_to_int(numeral: str) -> int:
-    total = 0
-    for i, ch in enumerate(numeral):
-        value = _ROMAN[ch]
-        total += -value if i + 1 < len(numeral) and _ROMAN[numeral[i + 1]] > value else value
-    return total
 
 
 def _clean(text: str | None) -> str:
