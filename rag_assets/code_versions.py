@@ -30,6 +30,6 @@ def code_versions(engine: Engine, pack: DomainPack) -> dict[str, str]:
         "llm_extraction": slice_hash("extraction-v1", rules, prompt_hash(pack.manifest),
                                      engine.registry.extraction.identity, cfg.budgets.batch_size),
         "graph_writes": slice_hash("graph-v1", cfg.graph.target_resolution_version,
-                                   cfg.graph.confidence_floor, cfg.traversal.policy_version,
+                                   cfg.graph.confidence_floor, cfg.graph.confidence_buckets, cfg.traversal.policy_version,
                                    cfg.traversal.confidence_floor),
     }

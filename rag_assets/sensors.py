@@ -1,20 +1,23 @@
 """Discover new document versions: add their partitions and request one run for all of them."""
 
 
+import time
+
 import dagster as dg
 
 from rag_assets.partitions import document_versions
 from rag_assets.resources import EngineResource
-from rag_engine.documents import discover, split_partition_key
+from rag_engine.documents import discover
+from rag_engine.ingest import withdraw_missing_documents
 
 
 def plan_partitions(current: list[str], found: list[str]) -> tuple[list[str], list[str]]:
-    """(keys to add, superseded keys to drop): a doc id whose version changed drops its old key."""
+    """(keys to add, keys to drop): a changed document drops its old version's key, a removed
+    document drops its key too (the engine withdraws it from retrieval)."""
     found_set = set(found)
-    found_docs = {split_partition_key(k)[0] for k in found}
     add = [k for k in found if k not in set(current)]
-    superseded = [k for k in current if k not in found_set and split_partition_key(k)[0] in found_docs]
-    return add, superseded
+    drop = [k for k in current if k not in found_set]
+    return add, drop
 
 
 def build_document_sensor(pack_name: str, job) -> dg.SensorDefinition:
@@ -24,20 +27,26 @@ def build_document_sensor(pack_name: str, job) -> dg.SensorDefinition:
                default_status=dg.DefaultSensorStatus.STOPPED,
                description="Scans the pack corpus by content hash; new versions get partitions and one run.")
     def _sensor(context: dg.SensorEvaluationContext, rag: EngineResource) -> dg.SensorResult | dg.SkipReason:
-        pack = rag.engine().pack(pack_name)
-        found = [r.partition_key for r in discover(pack)]
+        engine = rag.engine()
+        pack = engine.pack(pack_name)
+        refs = discover(pack)
+        found = [r.partition_key for r in refs]
+        withdrawn = withdraw_missing_documents(engine, pack, [r.doc_id for r in refs])
+        if withdrawn:
+            context.log.warning(f"withdrawn from retrieval (no longer in the corpus): {withdrawn}")
         current = list(context.instance.get_dynamic_partitions(parts.name))
         add, superseded = plan_partitions(current, found)
         if not add and not superseded:
             return dg.SkipReason(f"no new document versions among {len(found)} documents")
         requests = [parts.build_add_request(add)] if add else []
         if superseded:
-            context.log.info(f"superseded versions dropped from partitions: {superseded}")
+            context.log.info(f"superseded or removed versions dropped from partitions: {superseded}")
             requests.append(parts.build_delete_request(superseded))
         runs = []
         if add:
             runs.append(dg.RunRequest(
-                run_key=f"{pack_name}:{','.join(sorted(add))}"[:4000],
+                # the tick time makes a reverted file (X -> B -> C -> B) run again
+                run_key=f"{pack_name}:{time.time_ns()}:{','.join(sorted(add))}"[:4000],
                 tags={"dagster/asset_partition_range_start": add[0], "dagster/asset_partition_range_end": add[-1]},
             ))
         return dg.SensorResult(run_requests=runs, dynamic_partitions_requests=requests)

@@ -102,6 +102,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             failed += len(rejected)
             for key, reason in rejected.items():
                 print(f"[{pack.name}] rejected {key}: {reason}", file=sys.stderr)
+            for step, report in reports.items():
+                failed += len(report.failed)
+                for key, reason in report.failed.items():
+                    print(f"[{pack.name}] {step} failed for {key}: {reason}", file=sys.stderr)
             graph = reports["graph_writes"]
             print(f"{pack.name}: {len(reports['chunks'].done)} documents, {reports['chunks'].total('chunks')} chunks, "
                   f"{graph.total('resolved')} references resolved / {graph.total('unresolved')} unresolved, "
@@ -115,8 +119,10 @@ def cmd_quality(args: argparse.Namespace) -> int:
     from rag_engine.graph.quality import quality_report
 
     engine = _engine(args)
-    report = quality_report(engine.driver, engine.database, list(engine.packs))
-    engine.close()
+    try:
+        report = quality_report(engine.driver, engine.database, list(engine.packs))
+    finally:
+        engine.close()
     print(json.dumps(report, indent=2, default=str))
     return 0
 

@@ -8,6 +8,7 @@ Validation errors are per document (DocumentError) so one bad file never stops t
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 from rag_engine.errors import DocumentError
 from rag_engine.packs import DomainPack, SourceDocument
 
+log = logging.getLogger(__name__)
 PARTITION_SEP = "--"
 _DOC_ID_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
 VERSION_CHARS = 12
@@ -61,11 +63,15 @@ def discover(pack: DomainPack) -> list[DocumentVersionRef]:
         if p.is_file()
     ]
     seen: dict[str, Path] = {}
+    kept = []
     for r in refs:
-        if r.doc_id in seen:
-            raise DocumentError(f"two files map to document id {r.doc_id!r}: {seen[r.doc_id].name}, {r.path.name}")
+        if r.doc_id in seen:  # one misnamed file must not stop the pack: keep the first, say so loudly
+            log.error("pack %s: %s and %s map to the same document id %r; %s is skipped until renamed",
+                      pack.name, seen[r.doc_id].name, r.path.name, r.doc_id, r.path.name)
+            continue
         seen[r.doc_id] = r.path
-    return refs
+        kept.append(r)
+    return kept
 
 
 def decode_document(raw: bytes, *, name: str, max_bytes: int) -> str:

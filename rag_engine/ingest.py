@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from rag_engine.documents import load_document
+from rag_engine.config import GraphConfig
 from rag_engine.engine import Engine
-from rag_engine.errors import DocumentError, PackError
+from rag_engine.errors import CapabilityNotSupported, ConfigError, DocumentError, EmbedderMismatch, PackError
 from rag_engine.graph import schema, writer
 from rag_engine.packs import ChunkRecord, DomainPack, content_hash
 
@@ -32,6 +33,8 @@ class StepReport:
     done: dict[str, dict[str, Any]] = field(default_factory=dict)
     rejected: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    """Unexpected errors of one partition (Neo4j, provider, bug): the others still run."""
     seconds: float = 0.0
 
     def total(self, key: str) -> int:
@@ -50,6 +53,11 @@ def run_step(step: str, keys: list[str], fn: Callable[[str], dict[str, Any]],
             log.warning("%s %s rejected: %s", step, key, exc)
         except _Skip as exc:
             report.skipped[key] = str(exc)
+        except (ConfigError, CapabilityNotSupported, EmbedderMismatch):
+            raise  # the same for every partition: stop at once with the typed error
+        except Exception as exc:  # noqa: BLE001 - one partition's failure must not lose the others' work
+            report.failed[key] = f"{type(exc).__name__}: {exc}"
+            log.exception("%s %s failed", step, key)
         if progress and (i == len(keys) or i % 10 == 0):
             progress(f"{step}: {i}/{len(keys)} partitions")
     report.seconds = round(time.perf_counter() - started, 3)
@@ -129,6 +137,22 @@ def index_step(engine: Engine, pack: DomainPack, key: str, run_id: str | None = 
     return {"embedded": len(rows), "dimension": spec.model.dimension}
 
 
+def apply_graph_policy(records: list[dict[str, Any]], graph: GraphConfig) -> list[dict[str, Any]]:
+    """Eligibility and confidence buckets are graph policy, decided when the graph is written:
+    a changed confidence floor rebuilds the graph (graph_writes) without re-extraction."""
+    from rag_engine.graph.extraction import confidence_bucket
+
+    out = []
+    for rec in records:
+        rels = []
+        for rel in rec["relationships"]:
+            bucket = confidence_bucket(rel["confidence"], graph.confidence_buckets)
+            rels.append({**rel, "retrieval_eligible": rel["confidence"] >= graph.confidence_floor,
+                         "provenance": {**rel["provenance"], "confidence_bucket": bucket}})
+        out.append({**rec, "relationships": rels})
+    return out
+
+
 def graph_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
     """Target resolution (CITES -> REFERENCES) and the validated LLM records of this version."""
     from rag_engine.documents import split_partition_key
@@ -138,11 +162,22 @@ def graph_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
                                     resolution_version=engine.cfg.graph.target_resolution_version)
     if engine.artifacts.exists(pack.name, key, EXTRACTION):
         extraction = engine.artifacts.read(pack.name, key, EXTRACTION)
+        records = apply_graph_policy(extraction["records"], engine.cfg.graph)
         out.update(writer.write_inferred(engine.driver, engine.database, pack=pack.name,
-                                         doc_id=split_partition_key(key)[0], records=extraction["records"],
+                                         doc_id=split_partition_key(key)[0], records=records,
                                          batch_size=engine.cfg.storage.neo4j.write_batch_size))
         out["extraction_complete"] = int(extraction["complete"])
     return out
+
+
+def withdraw_missing_documents(engine: Engine, pack: DomainPack, present: list[str]) -> list[str]:
+    """A file removed from the corpus must stop being answered and cited."""
+    schema.ensure_schema(engine.driver, engine.database)
+    withdrawn = writer.withdraw_missing(engine.driver, engine.database, pack=pack.name, present=present,
+                                        resolution_version=engine.cfg.graph.target_resolution_version)
+    for doc_id in withdrawn:
+        log.warning("document %s of pack %s is no longer in the corpus: withdrawn", doc_id, pack.name)
+    return withdrawn
 
 
 def ingest_pack(engine: Engine, pack: DomainPack, keys: list[str] | None = None,
@@ -155,8 +190,10 @@ def ingest_pack(engine: Engine, pack: DomainPack, keys: list[str] | None = None,
     from rag_engine.documents import discover
     from rag_engine.llm_extraction import extraction_step, finish_run, new_budget
 
-    keys = keys if keys is not None else [r.partition_key for r in discover(pack)]
+    found = discover(pack)
+    keys = keys if keys is not None else [r.partition_key for r in found]
     run_id = run_id or f"local-{uuid.uuid4().hex[:12]}"
+    withdraw_missing_documents(engine, pack, [r.doc_id for r in found])
     budget = new_budget(engine)
     steps: list[tuple[str, Callable[..., dict[str, Any]]]] = [
         ("source_documents", source_step),

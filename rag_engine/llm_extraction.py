@@ -15,7 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 from rag_engine.engine import Engine
-from rag_engine.errors import CapabilityNotSupported, ProviderError
+from rag_engine.errors import CapabilityNotSupported, ProviderError, ProviderResponseInvalid
 from rag_engine.graph.entity_resolution import EntityResolver
 from rag_engine.graph.extraction import build_messages, prompt_hash, validate
 from rag_engine.graph.extraction_cache import ExtractionCache, cache_key
@@ -122,6 +122,10 @@ def extraction_step(engine: Engine, pack: DomainPack, key: str, *, run_id: str, 
                 except CapabilityNotSupported:
                     raise  # a configuration error, not a per-chunk failure
                 except ProviderError as exc:
+                    # an attempted call counts against the budget even when it failed: a model
+                    # that keeps answering garbage must still be bounded. An invalid answer was
+                    # billed (its tokens are in the ledger), so the run's cost becomes unknown here.
+                    budget.charge(0, None if isinstance(exc, ProviderResponseInvalid) else Decimal(0))
                     failed[chunk.chunk_id] = type(exc).__name__
                     log.warning("extraction failed for %s: %s", chunk.chunk_id, type(exc).__name__)
                     continue

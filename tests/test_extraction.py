@@ -259,3 +259,36 @@ def test_token_budget(base_config, tmp_path, server, unique, neo4j_driver):
         assert len(server.calls("/chat/completions")) == 2
     finally:
         engine.close()
+
+
+def test_raising_the_confidence_floor_needs_only_a_graph_rebuild(base_config, tmp_path, server, unique, neo4j_driver):
+    engine, pack, _ = _setup(base_config, tmp_path, server, unique)
+    ingest_pack(engine, pack)
+    calls = len(server.calls("/chat/completions"))
+    assert {e["p"]["retrieval_eligible"] for e in _edges(engine, unique) if e["p"]["confidence"] == 0.9} == {True}
+    engine.close()
+    strict_cfg = engine.cfg.model_copy(update={"graph": engine.cfg.graph.model_copy(update={"confidence_floor": 0.95})})
+    strict = Engine(strict_cfg, engine.root, engine.env)
+    try:
+        ingest_pack(strict, pack)
+        assert len(server.calls("/chat/completions")) == calls  # cache: no re-extraction
+        edges = _edges(strict, unique)
+        assert edges and not any(e["p"]["retrieval_eligible"] for e in edges)
+    finally:
+        strict.close()
+
+
+def test_failed_calls_count_against_the_budget(base_config, tmp_path, server, unique, neo4j_driver):
+    from tests.support.fake_openai import invalid_json
+
+    engine, pack, _ = _setup(base_config, tmp_path, server, unique, budgets={"max_chunks_per_run": 3, "batch_size": 1})
+    server.responder = lambda body: invalid_json()  # a model that only ever answers garbage
+    try:
+        reports = ingest_pack(engine, pack, run_id=f"bad-{unique}")
+        assert len(server.calls("/chat/completions")) == 3  # bounded by the budget, not by the corpus
+        assert reports["llm_extraction"].total("failed") == 3
+        rows, _, _ = engine.driver.execute_query("MATCH (r:ExtractionRun {run_id: $r}) RETURN r.status AS s, "
+                                                 "r.cost AS cost", r=f"bad-{unique}")
+        assert rows[0]["s"] == "budget_exhausted" and rows[0]["cost"] is None
+    finally:
+        engine.close()

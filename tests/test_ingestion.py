@@ -108,3 +108,64 @@ def test_gdpr_references_resolve(ingested_engine, capsys):
         "MATCH (s:Chunk {active: true})-[e:REFERENCES]->(t:Chunk {active: true}) "
         "WHERE e.raw CONTAINS 'Article 23(1)' RETURN DISTINCT t.anchor AS anchor")
     assert {r["anchor"] for r in rows} & {"gdpr-ch03#art23-p1"}
+
+
+def test_removed_document_is_withdrawn_from_retrieval(engine, unique, tmp_path):
+    from rag_engine.retrieval.retriever import retrieve
+
+    corpus = tmp_path / "corpus"
+    pack = temp_pack(engine, unique, corpus, {"policy.md": POLICY, "runbook.md": RUNBOOK})
+    ingest_pack(engine, pack)
+    (corpus / "runbook.md").unlink()
+    ingest_pack(engine, pack)
+    rows, _, _ = engine.driver.execute_query(
+        "MATCH (d:Document {pack: $p, doc_id: 'runbook'})-[:HAS_VERSION]->(v) "
+        "OPTIONAL MATCH (c:Chunk {pack: $p, doc_id: 'runbook', active: true}) RETURN v.status AS s, count(c) AS n",
+        p=unique)
+    assert rows[0]["s"] == "withdrawn" and rows[0]["n"] == 0
+    rows, _, _ = engine.driver.execute_query(
+        "MATCH (:Chunk {pack: $p})-[:REFERENCES]->(t:Chunk {doc_id: 'runbook'}) RETURN count(*) AS n", p=unique)
+    assert rows[0]["n"] == 0
+    eng = type(engine)(engine.cfg.model_copy(update={"roles": {"r": ("kb_internal",)}}), engine.root, engine.env,
+                       packs=[pack])
+    try:
+        result = retrieve(eng, "Lock the device remotely and rotate credentials", "r", k=50)
+    finally:
+        eng.close()
+    assert not [c for c in result.candidates if c.chunk_id.startswith(f"{unique}:runbook--")]
+
+
+def test_changed_rules_on_the_same_chunk_drop_old_reference_keys(engine, unique):
+    from rag_engine.graph import writer
+    from rag_engine.packs import SourceDocument, make_chunk
+    from rag_engine.retrieval import store_reads
+
+    doc = SourceDocument(pack=unique, doc_id="d", version="v1", title="t", text="x", collection="kb_internal",
+                         language="en", source_path="x")
+    for keys in (("policy:pol-111",), ("policy:pol-222",)):  # same chunk id, the rules now give another key
+        writer.write_document_version(engine.driver, engine.database, pack=unique, doc_id="d", version="v1",
+                                      title="t", collection="kb_internal", content_hash="h", source_path="x",
+                                      chunks=[make_chunk(doc, 0, "a", "A", "text", keys)])
+    hits = lambda key: store_reads.by_keys(engine.driver, engine.database, [f"{unique}|{key}"],  # noqa: E731
+                                           ("kb_internal",), 5)
+    assert hits("policy:pol-111") == [] and len(hits("policy:pol-222")) == 1
+
+
+def test_an_unexpected_failure_of_one_partition_keeps_the_others(engine, unique, tmp_path):
+    pack = temp_pack(engine, unique, tmp_path / "corpus", {"policy.md": POLICY, "runbook.md": RUNBOOK})
+    keys = [r.partition_key for r in discover(pack)]
+    from rag_engine.ingest import run_step
+
+    def step(key):
+        if key.startswith("policy--"):
+            raise RuntimeError("disk on fire")
+        return {"ok": 1}
+
+    report = run_step("probe", keys, step)
+    assert list(report.done) == [k for k in keys if k.startswith("runbook--")]
+    assert report.failed == {next(k for k in keys if k.startswith("policy--")): "RuntimeError: disk on fire"}
+
+
+def test_two_files_with_one_document_id_do_not_stop_the_pack(engine, unique, tmp_path):
+    pack = temp_pack(engine, unique, tmp_path / "corpus", {"a b.md": POLICY, "a_b.md": RUNBOOK})
+    assert [r.path.name for r in discover(pack)] == ["a b.md"]

@@ -46,7 +46,7 @@ def test_seed_comparison_json(seed_world):
 
 def _plan(engine: Engine, pack, question: str, **planner):
     cfg = engine.cfg.planner.model_copy(update=planner)
-    return plan(engine.driver, engine.database, question, [pack], cfg, engine.cfg.traversal)
+    return plan(engine.driver, engine.database, question, [pack], cfg, engine.cfg.traversal, ("kb_internal",))
 
 
 @pytest.mark.parametrize("question, overrides, reason", [
@@ -84,7 +84,7 @@ def test_relationship_bonus_is_added_to_the_path_score(seed_world):
         "MATCH (e:Entity {normalized_name: 'project falcon', pack: $p}) RETURN e.entity_id AS id",
         p=seed_world[1].name)
     cfg = engine.cfg.traversal.model_copy(update={"relationship_bonus": {"depends_on": 0.1}})
-    paths = traverse(engine.driver, engine.database, [(rows[0]["id"], "Project Falcon")], cfg)
+    paths = traverse(engine.driver, engine.database, [(rows[0]["id"], "Project Falcon")], cfg, ("kb_internal",))
     best = paths[0]
     assert best.hops[0].type == "depends_on"
     assert best.path_score == pytest.approx(0.83 / 1 + 0.1)
@@ -129,7 +129,7 @@ def test_dense_graph_never_exceeds_the_caps(engine, unique, tmp_path):
                  "confidence": 0.9, "retrieval_eligible": True, "provenance": prov(chunk_id, 0.9)}]})
     writer.write_inferred(engine.driver, engine.database, pack=unique, doc_id="hub", records=records)
     cfg = engine.cfg.traversal.model_copy(update={"max_paths": 7, "per_seed_limit": 3, "max_candidates": 2})
-    paths = traverse(engine.driver, engine.database, [(hub, "hub service")], cfg)
+    paths = traverse(engine.driver, engine.database, [(hub, "hub service")], cfg, ("kb_internal",))
     assert 0 < len(paths) <= 3  # per-seed limit binds before max_paths with one seed
     assert all(len(p.hops) <= cfg.max_depth for p in paths)
     assert len(candidate_chunks(paths, cfg.max_candidates)) <= 2
@@ -142,3 +142,26 @@ def test_dense_graph_never_exceeds_the_caps(engine, unique, tmp_path):
         eng.close()
     assert result.plan["reason"] == "traverse"
     assert 0 < len([c for c in result.candidates if c.path_score is not None]) <= 2
+
+
+def test_graph_path_never_crosses_into_a_forbidden_collection(seed_world):
+    """The seed fixture is all kb_internal: a role that may read only kb_public must get no seed,
+    no path and no plan that reveals an internal edge exists."""
+    engine, pack, _ = seed_world
+    question = "Which system does Project Falcon depend on?"
+    assert _plan(engine, pack, question).reason == "traverse"
+    public = plan(engine.driver, engine.database, question, [pack], engine.cfg.planner, engine.cfg.traversal,
+                  ("kb_public",))
+    assert public.reason == "missing_graph_entities" and not public.seeds
+    rows, _, _ = engine.driver.execute_query(
+        "MATCH (e:Entity {normalized_name: 'project falcon', pack: $p}) RETURN e.entity_id AS id", p=pack.name)
+    assert traverse(engine.driver, engine.database, [(rows[0]["id"], "Project Falcon")], engine.cfg.traversal,
+                    ("kb_public",)) == []
+    eng = Engine(engine.cfg.model_copy(update={"roles": {"outsider": ("kb_public",)}}), engine.root, engine.env,
+                 packs=[pack])
+    try:
+        result = retrieve(eng, question, "outsider")
+    finally:
+        eng.close()
+    assert all(c.path is None and c.collection == "kb_public" for c in result.candidates)
+    assert "Project Falcon" not in str(result.plan)

@@ -106,3 +106,13 @@ def test_cli_query_json(ingested_engine, capsys):
 def test_cli_reports_typed_errors(capsys):
     assert rag_main(["query", "x", "--role", "intruder"]) == 2
     assert "PolicyError" in capsys.readouterr().err
+
+
+def test_small_collection_still_gets_k_dense_hits(ingested_engine):
+    """kb_public is a few dozen chunks among ~700: the unfiltered index must be over-fetched
+    until the permitted nearest neighbours are found."""
+    vec = ingested_engine.embed_texts(["right to erasure of personal data"], purpose="test")[0]
+    rows = store_reads.vector(ingested_engine.driver, ingested_engine.database, vec, ("kb_public",), 20)
+    total, _, _ = ingested_engine.driver.execute_query(
+        "MATCH (c:Chunk {active: true, collection: 'kb_public'}) RETURN count(c) AS n")
+    assert len(rows) == min(20, total[0]["n"]) and all(r["collection"] == "kb_public" for r in rows)

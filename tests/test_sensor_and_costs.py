@@ -13,8 +13,8 @@ from tests.support.packs import POLICY
 
 
 def test_plan_partitions_adds_new_and_drops_superseded():
-    add, drop = plan_partitions(["a--1", "b--1"], ["a--2", "b--1", "c--1"])
-    assert add == ["a--2", "c--1"] and drop == ["a--1"]
+    add, drop = plan_partitions(["a--1", "b--1", "gone--1"], ["a--2", "b--1", "c--1"])
+    assert add == ["a--2", "c--1"] and drop == ["a--1", "gone--1"]
     assert plan_partitions(["a--1"], ["a--1"]) == ([], [])
 
 

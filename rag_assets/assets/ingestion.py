@@ -27,6 +27,7 @@ def _report_metadata(report: ingest.StepReport, totals: tuple[str, ...]) -> dict
         "partitions_done": len(report.done),
         "partitions_rejected": len(report.rejected),
         "partitions_skipped": len(report.skipped),
+        "partitions_failed": len(report.failed),
         "seconds": report.seconds,
     }
     for key in totals:
@@ -35,6 +36,8 @@ def _report_metadata(report: ingest.StepReport, totals: tuple[str, ...]) -> dict
         meta["rejected"] = dg.MetadataValue.json(report.rejected)
     if report.skipped:
         meta["skipped"] = dg.MetadataValue.json(report.skipped)
+    if report.failed:
+        meta["failed"] = dg.MetadataValue.json(report.failed)
     if len(report.done) == 1:
         meta.update({k: v for k, v in next(iter(report.done.values())).items() if isinstance(v, (int, float, str))})
     return meta
@@ -46,8 +49,11 @@ def _run(context: dg.AssetExecutionContext, engine_res: EngineResource, pack_nam
     pack = engine.pack(pack_name)
     keys = list(context.partition_keys)
     report = ingest.run_step(step, keys, lambda key: fn(engine, pack, key), progress=context.log.info)
-    for key, reason in report.rejected.items():
+    for key, reason in {**report.rejected, **report.failed}.items():
         context.log.error(f"{key}: {reason}")
+    if report.failed:  # the others' work is written; the run says which partitions to re-run
+        raise dg.Failure(description=f"{step}: {len(report.failed)} partition(s) failed: {sorted(report.failed)}",
+                         metadata=_report_metadata(report, totals))
     if not report.done and (report.rejected or report.skipped):
         raise dg.Failure(
             description=f"{step}: no partition of this run could be processed",

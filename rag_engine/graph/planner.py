@@ -82,17 +82,19 @@ def relational_stems(packs: list[DomainPack]) -> tuple[str, ...]:
 
 
 def match_entities(driver: neo4j.Driver, database: str, question: str, packs: list[DomainPack],
-                   limit: int = 25) -> list[Seed]:
-    """Entities named in the question (whole normalized name, or a pack alias), best first."""
+                   collections: tuple[str, ...], limit: int = 25) -> list[Seed]:
+    """Entities named in the question (whole normalized name, or a pack alias), best first; only
+    entities a current chunk of a permitted collection mentions (the policy gate covers names)."""
     names = {p.name for p in packs}
     q = lucene_escape(question)
     if not q.strip() or not names:
         return []
     rows = read(driver, database,
                 f"CALL db.index.fulltext.queryNodes('{ENTITY_FULLTEXT}', $q, {{limit: $fetch}}) YIELD node AS e "
-                "WHERE e.pack IN $packs RETURN e.entity_id AS entity_id, e.name AS name, "
-                "e.normalized_name AS normalized, e.pack AS pack",
-                q=q, packs=sorted(names), fetch=limit * 4)
+                "WHERE e.pack IN $packs AND EXISTS { MATCH (e)-[:MENTIONED_IN]->(c:Chunk) "
+                "WHERE c.active AND c.collection IN $collections } "
+                "RETURN e.entity_id AS entity_id, e.name AS name, e.normalized_name AS normalized, e.pack AS pack",
+                q=q, packs=sorted(names), fetch=limit * 4, collections=list(collections))
     words = _query_words(question)
     normalized_question = " " + normalize_name(question) + " "
     seeds: dict[str, Seed] = {}
@@ -109,26 +111,32 @@ def match_entities(driver: neo4j.Driver, database: str, question: str, packs: li
             if any(f" {normalize_name(a)} " in normalized_question for a in (canonical, *aliases)):
                 norm = resolver.resolve(canonical)
                 eid = resolver.entity_id(norm)
-                found = read(driver, database, "MATCH (e:Entity {entity_id: $id}) RETURN e.name AS name", id=eid)
+                found = read(driver, database,
+                             "MATCH (e:Entity {entity_id: $id}) WHERE EXISTS { MATCH (e)-[:MENTIONED_IN]->(c:Chunk) "
+                             "WHERE c.active AND c.collection IN $collections } RETURN e.name AS name",
+                             id=eid, collections=list(collections))
                 if found:
                     seeds[eid] = Seed(entity_id=eid, name=found[0]["name"], pack=pack.name, score=1.0)
     return sorted(seeds.values(), key=lambda s: (-s.score, s.name))[:limit]
 
 
-def eligible_edge_count(driver: neo4j.Driver, database: str, seed_ids: list[str], floor: float) -> int:
+def eligible_edge_count(driver: neo4j.Driver, database: str, seed_ids: list[str], floor: float,
+                        collections: tuple[str, ...]) -> int:
     rows = read(driver, database,
                 "MATCH (e:Entity)-[r:RELATED]-() WHERE e.entity_id IN $ids AND r.retrieval_eligible "
-                "AND r.confidence >= $floor RETURN count(r) AS n", ids=seed_ids, floor=floor)
+                "AND r.confidence >= $floor AND EXISTS { MATCH (ev:Chunk {chunk_id: r.chunk_id}) "
+                "WHERE ev.active AND ev.collection IN $collections } RETURN count(r) AS n",
+                ids=seed_ids, floor=floor, collections=list(collections))
     return int(rows[0]["n"])
 
 
 def plan(driver: neo4j.Driver, database: str, question: str, packs: list[DomainPack],
-         planner: PlannerConfig, traversal: TraversalConfig) -> PlanDecision:
+         planner: PlannerConfig, traversal: TraversalConfig, collections: tuple[str, ...]) -> PlanDecision:
     terms = content_terms(question)
     if len(terms) < planner.min_query_terms:
         return PlanDecision(traverse=False, reason="simple_question",
                             detail=f"{len(terms)} content terms < {planner.min_query_terms}")
-    matches = [s for s in match_entities(driver, database, question, packs)
+    matches = [s for s in match_entities(driver, database, question, packs, collections)
                if s.score >= planner.min_entity_match_score]
     if not matches:
         return PlanDecision(traverse=False, reason="missing_graph_entities",
@@ -146,7 +154,8 @@ def plan(driver: neo4j.Driver, database: str, question: str, packs: list[DomainP
         # several entities is better served by the text search, and traversal would flood it
         return PlanDecision(traverse=False, reason="simple_question", seeds=tuple(matches), matches=len(matches),
                             detail="no relationship asked")
-    if eligible_edge_count(driver, database, [s.entity_id for s in matches], traversal.confidence_floor) == 0:
+    if eligible_edge_count(driver, database, [s.entity_id for s in matches], traversal.confidence_floor,
+                           collections) == 0:
         return PlanDecision(traverse=False, reason="low_confidence_match", seeds=tuple(matches), matches=len(matches),
                             detail=f"no retrieval-eligible edge >= {traversal.confidence_floor} at the seeds")
     return PlanDecision(traverse=True, reason=TRAVERSE, seeds=tuple(matches), matches=len(matches))

@@ -19,10 +19,13 @@ from pydantic import BaseModel, ConfigDict
 from rag_engine.config import TraversalConfig
 from rag_engine.retrieval.store_reads import read
 
+# every hop must be evidenced by a current chunk the caller may read: the policy gate applies to
+# paths (entity names, edges) exactly as it does to chunk text
 _HOP = """
 UNWIND $frontier AS fid
 MATCH (a:Entity {entity_id: fid})-[r:RELATED]-(b:Entity)
 WHERE r.retrieval_eligible AND r.confidence >= $floor
+  AND EXISTS { MATCH (ev:Chunk {chunk_id: r.chunk_id}) WHERE ev.active AND ev.collection IN $collections }
 WITH a, r, b ORDER BY r.confidence DESC, r.chunk_id
 WITH a, collect({rel: r, b: b})[..$fanout] AS edges
 UNWIND edges AS e
@@ -66,8 +69,9 @@ def score_path(hops: tuple[Hop, ...], bonus: dict[str, float]) -> tuple[float, f
 
 
 def traverse(driver: neo4j.Driver, database: str, seeds: list[tuple[str, str]],
-             cfg: TraversalConfig) -> list[GraphPath]:
-    """All bounded paths from the seeds ((entity_id, name) pairs), best first, capped."""
+             cfg: TraversalConfig, collections: tuple[str, ...]) -> list[GraphPath]:
+    """All bounded paths from the seeds ((entity_id, name) pairs), best first, capped; only over
+    edges whose evidence chunk is current and in a permitted collection."""
     paths: list[GraphPath] = []
     for seed_id, seed_name in seeds:
         partial: list[tuple[Hop, ...]] = [()]
@@ -75,7 +79,7 @@ def traverse(driver: neo4j.Driver, database: str, seeds: list[tuple[str, str]],
         for _depth in range(cfg.max_depth):
             frontier = sorted({(p[-1].to_id if p else seed_id) for p in partial})
             rows = read(driver, database, _HOP, frontier=frontier, floor=cfg.confidence_floor,
-                        fanout=cfg.per_seed_limit)
+                        fanout=cfg.per_seed_limit, collections=list(collections))
             by_from: dict[str, list[dict[str, Any]]] = {}
             for row in rows:
                 by_from.setdefault(row["from_id"], []).append(row)

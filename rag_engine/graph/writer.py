@@ -49,6 +49,10 @@ MERGE (c:Chunk {chunk_id: row.chunk_id})
       c.language = row.language, c.content_hash = row.content_hash, c.keys = row.keys, c.active = true
 MERGE (v)-[:HAS_CHUNK]->(c)
 WITH c, row
+// keys the chunk no longer answers to (changed rules, same chunk id) must stop matching
+OPTIONAL MATCH (c)-[old:ANSWERS_TO]->(k:RefKey) WHERE NOT k.key IN [x IN row.keys | $pack + '|' + x]
+DELETE old
+WITH DISTINCT c, row
 UNWIND row.keys AS key
 MERGE (k:RefKey {key: $pack + '|' + key})
 MERGE (c)-[:ANSWERS_TO]->(k)
@@ -136,11 +140,11 @@ MATCH (v:DocumentVersion {key: $key})-[:HAS_CHUNK]->(:Chunk)-[r:CITES]->() DELET
 """
 
 # Derived edges: every active citing chunk to every active chunk answering to the cited key.
-# Self references are skipped. Re-deriving is idempotent and cheap, so the whole pack is
-# re-resolved after each write; edges touching inactive chunks are removed first.
+# Self references are skipped. Re-deriving the whole pack is idempotent and cheap (hundreds of
+# edges per pack), so it is rebuilt after each write: edges of changed rules, superseded or
+# withdrawn chunks cannot survive.
 _DROP_STALE_REFERENCES = """
-MATCH (s:Chunk {pack: $pack})-[e:REFERENCES]->(t:Chunk)
-WHERE NOT (s.active AND t.active)
+MATCH (s:Chunk {pack: $pack})-[e:REFERENCES]->(:Chunk)
 DELETE e
 """
 
@@ -159,6 +163,33 @@ WITH r, count(t) AS targets
 RETURN sum(CASE WHEN targets > 0 THEN 1 ELSE 0 END) AS resolved,
        sum(CASE WHEN targets = 0 THEN 1 ELSE 0 END) AS unresolved
 """
+
+
+_WITHDRAW = """
+MATCH (d:Document {pack: $pack}) WHERE NOT d.doc_id IN $present
+MATCH (d)-[:HAS_VERSION]->(v:DocumentVersion) WHERE v.status = 'current'
+SET v.status = 'withdrawn', v.withdrawn_at = datetime()
+WITH DISTINCT d
+OPTIONAL MATCH (c:Chunk {pack: $pack, doc_id: d.doc_id}) WHERE c.active
+SET c.active = false
+RETURN collect(DISTINCT d.doc_id) AS withdrawn
+"""
+
+
+def withdraw_missing(driver: neo4j.Driver, database: str, *, pack: str, present: Sequence[str],
+                     resolution_version: str) -> list[str]:
+    """Documents no longer in the corpus stop being retrievable (their version becomes
+    'withdrawn', their chunks inactive) and references into them are re-derived."""
+
+    def work(tx: neo4j.ManagedTransaction) -> list[str]:
+        withdrawn = tx.run(_WITHDRAW, pack=pack, present=list(present)).single()["withdrawn"]
+        if withdrawn:
+            tx.run(_DROP_STALE_REFERENCES, pack=pack).consume()
+            tx.run(_RESOLVE, pack=pack, resolution_version=resolution_version).consume()
+        return list(withdrawn)
+
+    with driver.session(database=database) as session:
+        return session.execute_write(work)
 
 
 def write_citations(driver: neo4j.Driver, database: str, *, pack: str, key: str,

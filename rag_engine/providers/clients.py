@@ -168,7 +168,12 @@ class ModelClient:
             cost=self._cost(answer, usage),
         )
         if self._ledger is not None:
-            record = self._ledger.record(record)
+            try:
+                record = self._ledger.record(record)
+            except Exception as exc:  # noqa: BLE001 - metering must not turn an answer into a crash
+                # the record itself holds no secret; it is logged so it can be replayed into the ledger
+                log.error("usage ledger write failed (%s); record kept in this log: %s",
+                          type(exc).__name__, record.model_dump_json())
         log.debug(
             "model call %s purpose=%s status=%s latency_ms=%d tokens=%d/%d",
             self.spec.identity,

@@ -139,12 +139,13 @@ def retrieve(engine: Engine, query: str, role: str, *, k: int | None = None,
     graph_candidates: list[Candidate] = []
     packs = [p for p in engine.packs.values() if set(p.manifest.collections) & set(decision.collections)]
     with trace.step("planner") as t:
-        decision_plan = plan(drv, db, query, packs, engine.cfg.planner, engine.cfg.traversal)
+        decision_plan = plan(drv, db, query, packs, engine.cfg.planner, engine.cfg.traversal, decision.collections)
         t.update(reason=decision_plan.reason, seeds=[s.name for s in decision_plan.seeds], detail=decision_plan.detail)
         result.plan = decision_plan.model_dump(mode="json")
     if decision_plan.traverse:
         with trace.step("traversal", max_depth=engine.cfg.traversal.max_depth) as t:
-            paths = traverse(drv, db, [(s.entity_id, s.name) for s in decision_plan.seeds], engine.cfg.traversal)
+            paths = traverse(drv, db, [(s.entity_id, s.name) for s in decision_plan.seeds], engine.cfg.traversal,
+                             decision.collections)
             picked = candidate_chunks(paths, engine.cfg.traversal.max_candidates)
             rows = {r["chunk_id"]: r for r in store_reads.chunks_by_id(drv, db, [c for c, _ in picked],
                                                                        decision.collections)}

@@ -42,16 +42,26 @@ def fulltext(driver: neo4j.Driver, database: str, text: str, collections: tuple[
     )
 
 
+VECTOR_FETCH_CAP = 5000
+
+
 def vector(driver: neo4j.Driver, database: str, embedding: list[float], collections: tuple[str, ...],
            k: int) -> list[dict]:
-    # the index has no filter: over-fetch, then keep permitted, active chunks
-    return read(
-        driver, database,
-        f"CALL db.index.vector.queryNodes('{VECTOR_INDEX}', $fetch, $embedding) YIELD node AS c, score "
-        f"WHERE c.active AND c.collection IN $collections "
-        f"RETURN {_CHUNK_FIELDS}, score ORDER BY score DESC LIMIT $k",
-        embedding=embedding, collections=list(collections), k=k, fetch=max(k * 5, 50),
-    )
+    """Nearest permitted, current chunks. The index cannot filter, so it is over-fetched and the
+    fetch grows (x4, up to VECTOR_FETCH_CAP) until k permitted hits are found: a role that may
+    read a small collection of a large corpus still gets its k nearest chunks."""
+    fetch = max(k * 5, 50)
+    while True:
+        rows = read(
+            driver, database,
+            f"CALL db.index.vector.queryNodes('{VECTOR_INDEX}', $fetch, $embedding) YIELD node AS c, score "
+            f"WHERE c.active AND c.collection IN $collections "
+            f"RETURN {_CHUNK_FIELDS}, score ORDER BY score DESC LIMIT $k",
+            embedding=embedding, collections=list(collections), k=k, fetch=fetch,
+        )
+        if len(rows) >= k or fetch >= VECTOR_FETCH_CAP:
+            return rows
+        fetch = min(fetch * 4, VECTOR_FETCH_CAP)
 
 
 def by_keys(driver: neo4j.Driver, database: str, keys: list[str], collections: tuple[str, ...],
@@ -78,8 +88,10 @@ def referenced(driver: neo4j.Driver, database: str, chunk_ids: list[str], collec
         f"UNWIND range(0, size($ids) - 1) AS rank "
         f"MATCH (s:Chunk {{chunk_id: $ids[rank]}})-[e:REFERENCES]->(c:Chunk) "
         f"WHERE c.active AND c.collection IN $collections AND NOT c.chunk_id IN $ids "
-        f"WITH c, min(rank) AS seed_rank, collect(DISTINCT e.raw)[0] AS via, collect(DISTINCT s.chunk_id)[0] AS from_chunk "
-        f"RETURN {_CHUNK_FIELDS}, seed_rank, via, from_chunk ORDER BY seed_rank, c.chunk_id LIMIT $k",
+        f"WITH c, rank, e, s ORDER BY rank, e.raw "
+        f"WITH c, collect({{rank: rank, via: e.raw, from: s.chunk_id}})[0] AS best "
+        f"RETURN {_CHUNK_FIELDS}, best.rank AS seed_rank, best.via AS via, best.from AS from_chunk "
+        f"ORDER BY seed_rank, c.chunk_id LIMIT $k",
         ids=chunk_ids, collections=list(collections), k=k,
     )
 
