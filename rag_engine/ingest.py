@@ -134,6 +134,9 @@ def index_step(engine: Engine, pack: DomainPack, key: str, run_id: str | None = 
     rows = [{"chunk_id": c.chunk_id, "embedding": v} for c, v in zip(chunks, vectors)]
     writer.write_embeddings(engine.driver, engine.database, identity=spec.identity, rows=rows,
                             batch_size=engine.cfg.storage.neo4j.write_batch_size)
+    # indexed: this version goes live now (lexical and dense alike), the previous one retires
+    writer.activate_version(engine.driver, engine.database, pack=pack.name, doc_id=chunks[0].doc_id,
+                            version=chunks[0].doc_version)
     return {"embedded": len(rows), "dimension": spec.model.dimension}
 
 

@@ -146,6 +146,7 @@ def test_changed_rules_on_the_same_chunk_drop_old_reference_keys(engine, unique)
         writer.write_document_version(engine.driver, engine.database, pack=unique, doc_id="d", version="v1",
                                       title="t", collection="kb_internal", content_hash="h", source_path="x",
                                       chunks=[make_chunk(doc, 0, "a", "A", "text", keys)])
+        writer.activate_version(engine.driver, engine.database, pack=unique, doc_id="d", version="v1")
     hits = lambda key: store_reads.by_keys(engine.driver, engine.database, [f"{unique}|{key}"],  # noqa: E731
                                            ("kb_internal",), 5)
     assert hits("policy:pol-111") == [] and len(hits("policy:pol-222")) == 1
@@ -169,3 +170,25 @@ def test_an_unexpected_failure_of_one_partition_keeps_the_others(engine, unique,
 def test_two_files_with_one_document_id_do_not_stop_the_pack(engine, unique, tmp_path):
     pack = temp_pack(engine, unique, tmp_path / "corpus", {"a b.md": POLICY, "a_b.md": RUNBOOK})
     assert [r.path.name for r in discover(pack)] == ["a b.md"]
+
+
+def test_old_version_keeps_answering_until_the_new_one_is_indexed(engine, unique, tmp_path):
+    from rag_engine.ingest import chunks_step, index_step, source_step
+
+    corpus = tmp_path / "corpus"
+    pack = temp_pack(engine, unique, corpus, {"policy.md": POLICY})
+    ingest_pack(engine, pack)
+    (corpus / "policy.md").write_text(POLICY.replace("within one hour", "within ten minutes"))
+    new_key = discover(pack)[0].partition_key
+
+    def active_versions():
+        rows, _, _ = engine.driver.execute_query(
+            "MATCH (c:Chunk {pack: $p, active: true}) RETURN DISTINCT c.doc_version AS v", p=unique)
+        return {r["v"] for r in rows}
+
+    before = active_versions()
+    source_step(engine, pack, new_key)
+    chunks_step(engine, pack, new_key)  # written, not yet indexed: still the old version answering
+    assert active_versions() == before
+    index_step(engine, pack, new_key)
+    assert active_versions() == {new_key.split("--")[1]}

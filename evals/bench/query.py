@@ -56,6 +56,7 @@ def grow(engine: Engine, pack: str, pool: list[str], start: int, stop: int, rng:
         writer.write_embeddings(engine.driver, engine.database, identity=engine.embedder_identity,
                                 rows=[{"chunk_id": c.chunk_id, "embedding": v} for c, v in zip(chunks, vectors)],
                                 batch_size=1000)
+        writer.activate_version(engine.driver, engine.database, pack=pack, doc_id=doc.doc_id, version="v1")
         spent += time.perf_counter() - t0
     with engine.driver.session(database=engine.database) as s:
         s.run("CALL db.awaitIndexes(1200)").consume()

@@ -94,7 +94,7 @@ def _build(engine: Engine, pack: DomainPack) -> list[dg.AssetsDefinition]:
         return _run(context, rag, name, "source_documents", ingest.source_step, ("chars",), check="documents_valid")
 
     @dg.asset(key=key("chunks"), deps=[source_documents], code_version=versions["chunks"],
-              description="Chunks by the pack's rules; writes Document, DocumentVersion and Chunk nodes (supersede).",
+              description="Chunks by the pack's rules; writes Document, DocumentVersion and (pending) Chunk nodes.",
               **{**common, "kinds": {"python", "neo4j"}})
     def chunks(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
         return _run(context, rag, name, "chunks", ingest.chunks_step, ("chunks",))
@@ -106,7 +106,8 @@ def _build(engine: Engine, pack: DomainPack) -> list[dg.AssetsDefinition]:
         return _run(context, rag, name, "references", ingest.references_step, ("references",))
 
     @dg.asset(key=key("chunk_index"), deps=[chunks], code_version=versions["chunk_index"],
-              description="Chunk embeddings by the active embedder and the vector index.",
+              description="Chunk embeddings by the active embedder and the vector index; an indexed "
+                          "version becomes the current one (the previous version is superseded).",
               **{**common, "kinds": {"python", "neo4j"}})
     def chunk_index(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
         return _run(context, rag, name, "chunk_index",
@@ -131,7 +132,9 @@ def _build(engine: Engine, pack: DomainPack) -> list[dg.AssetsDefinition]:
                 "prompt_hash": summary["prompt_hash"], "rejected_by_reason": dg.MetadataValue.json(summary["rejected"])}
         return dg.MaterializeResult(metadata=meta)
 
-    @dg.asset(key=key("graph_writes"), deps=[references, llm_extraction], code_version=versions["graph_writes"],
+    # graph_writes waits for chunk_index: a version is live (its chunks active) once indexed
+    @dg.asset(key=key("graph_writes"), deps=[references, llm_extraction, chunk_index],
+              code_version=versions["graph_writes"],
               description="Graph edges: deterministic references resolved to target chunks, and the validated "
                           "LLM records of each version (a superseded version's inferred records are removed).",
               **{**common, "kinds": {"neo4j"}})

@@ -1,8 +1,9 @@
 """Idempotent, batched writes of document versions, chunks, embeddings and references.
 
 Every write is UNWIND + MERGE in a managed transaction, keyed by stable ids, so re-running a
-partition leaves node and edge counts unchanged. Writing a version makes it the current one
-of its document and deactivates the chunks of every other version (supersede).
+partition leaves node and edge counts unchanged. A new version's chunks are written inactive
+('pending'); ``activate_version`` makes it the current one once it is indexed, deactivating
+every other version's chunks (supersede). Until then the previous version keeps answering.
 """
 
 from __future__ import annotations
@@ -29,15 +30,21 @@ _WRITE_VERSION = """
 MERGE (d:Document {key: $pack + ':' + $doc_id})
   SET d.doc_id = $doc_id, d.pack = $pack, d.title = $title, d.collection = $collection
 MERGE (v:DocumentVersion {key: $key})
-  SET v.version = $version, v.doc_id = $doc_id, v.content_hash = $content_hash, v.status = 'current',
+  ON CREATE SET v.status = 'pending'
+  SET v.version = $version, v.doc_id = $doc_id, v.content_hash = $content_hash,
       v.source_path = $source_path, v.updated_at = datetime()
 MERGE (d)-[:HAS_VERSION]->(v)
+"""
+
+_ACTIVATE = """
+MATCH (d:Document {key: $pack + ':' + $doc_id})-[:HAS_VERSION]->(v:DocumentVersion {key: $key})
+SET v.status = 'current', v.activated_at = coalesce(v.activated_at, datetime())
 WITH d, v
-OPTIONAL MATCH (d)-[:HAS_VERSION]->(old:DocumentVersion) WHERE old.key <> $key
-SET old.status = 'superseded', old.superseded_at = coalesce(old.superseded_at, datetime())
+OPTIONAL MATCH (d)-[:HAS_VERSION]->(old:DocumentVersion) WHERE old.key <> $key AND old.status <> 'superseded'
+SET old.status = 'superseded', old.superseded_at = datetime()
 WITH DISTINCT v
-OPTIONAL MATCH (c:Chunk {doc_id: $doc_id, pack: $pack}) WHERE c.doc_version <> $version
-SET c.active = false
+OPTIONAL MATCH (c:Chunk {doc_id: $doc_id, pack: $pack})
+SET c.active = (c.doc_version = $version)
 """
 
 _WRITE_CHUNKS = """
@@ -46,7 +53,8 @@ MATCH (v:DocumentVersion {key: $key})
 MERGE (c:Chunk {chunk_id: row.chunk_id})
   SET c.anchor = row.anchor, c.doc_id = row.doc_id, c.doc_version = row.doc_version, c.pack = $pack,
       c.ordinal = row.ordinal, c.heading = row.heading, c.text = row.text, c.collection = row.collection,
-      c.language = row.language, c.content_hash = row.content_hash, c.keys = row.keys, c.active = true
+      c.language = row.language, c.content_hash = row.content_hash, c.keys = row.keys,
+      c.active = coalesce(c.active, false)
 MERGE (v)-[:HAS_CHUNK]->(c)
 WITH c, row
 // keys the chunk no longer answers to (changed rules, same chunk id) must stop matching
@@ -96,6 +104,12 @@ def write_document_version(
 
     with driver.session(database=database) as session:
         session.execute_write(work)
+
+
+def activate_version(driver: neo4j.Driver, database: str, *, pack: str, doc_id: str, version: str) -> None:
+    """Make a written (and indexed) version the current one; every other version is superseded."""
+    driver.execute_query(_ACTIVATE, pack=pack, doc_id=doc_id, version=version,
+                         key=version_key(pack, f"{doc_id}--{version}"), database_=database)
 
 
 def write_chunks_per_row(driver: neo4j.Driver, database: str, *, pack: str, key: str,
