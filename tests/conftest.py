@@ -126,3 +126,23 @@ def variant(tmp_path, unique, neo4j_driver):
         return str(cpath)
 
     return write
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _drop_test_packs_at_exit():
+    """Tests write under throwaway pack names; remove them so a developer's database does not
+    grow with every `make test` (CI starts from an empty one anyway)."""
+    yield
+    try:
+        driver = neo4j.GraphDatabase.driver(_neo4j_uri(), auth=None)
+        with driver.session() as session:
+            session.run(
+                "MATCH (n) WHERE (n:Chunk OR n:Document OR n:Entity) AND n.pack =~ '(t[0-9a-f]{10}|seed_[0-9a-f]{8})' "
+                "CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 5000 ROWS").consume()
+            session.run(
+                "MATCH (n) WHERE (n:DocumentVersion AND n.key =~ '(t[0-9a-f]{10}|seed_[0-9a-f]{8}):.*') "
+                "OR (n:RefKey AND n.key =~ '(t[0-9a-f]{10}|seed_[0-9a-f]{8})\\\\|.*') "
+                "CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 5000 ROWS").consume()
+        driver.close()
+    except neo4j.exceptions.Neo4jError:  # pragma: no cover - best effort hygiene
+        pass
