@@ -9,6 +9,7 @@ from rag_assets.partitions import document_versions
 from rag_assets.resources import EngineResource
 from rag_engine.documents import discover
 from rag_engine.ingest import withdraw_missing_documents
+from rag_engine.llm_extraction import budget_skipped_partitions
 
 
 def plan_partitions(current: list[str], found: list[str]) -> tuple[list[str], list[str]]:
@@ -37,6 +38,15 @@ def build_document_sensor(pack_name: str, job) -> dg.SensorDefinition:
         current = list(context.instance.get_dynamic_partitions(parts.name))
         add, superseded = plan_partitions(current, found)
         if not add and not superseded:
+            pending = budget_skipped_partitions(engine, pack, [k for k in current if k in set(found)])
+            if pending:  # an extraction budget ran out last time: continue (finished chunks are cached)
+                ordered = [k for k in current if k in set(pending)]
+                return dg.SensorResult(run_requests=[dg.RunRequest(
+                    run_key=f"{pack_name}:continue:{time.time_ns()}",
+                    asset_selection=[dg.AssetKey([pack_name, "llm_extraction"]),
+                                     dg.AssetKey([pack_name, "graph_writes"])],
+                    tags={"dagster/asset_partition_range_start": ordered[0],
+                          "dagster/asset_partition_range_end": ordered[-1]})])
             return dg.SkipReason(f"no new document versions among {len(found)} documents")
         requests = [parts.build_add_request(add)] if add else []
         if superseded:

@@ -25,6 +25,17 @@ from rag_engine.packs import ChunkRecord, DomainPack
 
 log = logging.getLogger(__name__)
 EXTRACTION = "llm_extraction"
+STATUS = "llm_extraction_status"
+
+
+def budget_skipped_partitions(engine: Engine, pack: DomainPack, keys: list[str]) -> list[str]:
+    """Partitions whose last extraction stopped at a budget: a later run should continue them."""
+    out = []
+    for key in keys:
+        if engine.artifacts.exists(pack.name, key, STATUS) and \
+                engine.artifacts.read(pack.name, key, STATUS).get("skipped", 0) > 0:
+            out.append(key)
+    return out
 
 
 @dataclass
@@ -150,6 +161,8 @@ def extraction_step(engine: Engine, pack: DomainPack, key: str, *, run_id: str, 
         rejected.update(validated.rejected)
         records.append(validated.model_dump(mode="json"))
     budget.rejected.update(rejected)
+    # a small status file beside the records: the sensor reads it to continue budget-skipped work
+    engine.artifacts.write(pack.name, key, STATUS, {"skipped": len(skipped), "failed": len(failed)})
     engine.artifacts.write(pack.name, key, EXTRACTION, {
         "complete": not skipped and not failed, "prompt_hash": phash, "model_identity": spec.identity,
         "records": records, "skipped": skipped, "failed": failed, "rejected": dict(rejected)})

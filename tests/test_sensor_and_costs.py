@@ -39,6 +39,17 @@ def test_sensor_adds_versions_requests_one_run_and_supersedes(variant, unique, t
     unchanged = _evaluate(defs, instance, unique)
     assert isinstance(unchanged, dg.SkipReason)
 
+    # an extraction that stopped at its budget is continued by the next tick
+    engine = defs.resources["rag"].engine()
+    policy_key = next(k for k in add.partition_keys if k.startswith("policy--"))
+    engine.artifacts.write(unique, policy_key, "llm_extraction_status", {"skipped": 3, "failed": 0})
+    cont = _evaluate(defs, instance, unique)
+    (req,) = cont.run_requests
+    assert set(req.asset_selection) == {dg.AssetKey([unique, "llm_extraction"]), dg.AssetKey([unique, "graph_writes"])}
+    assert req.tags["dagster/asset_partition_range_start"] == policy_key == req.tags["dagster/asset_partition_range_end"]
+    engine.artifacts.write(unique, policy_key, "llm_extraction_status", {"skipped": 0, "failed": 0})
+    assert isinstance(_evaluate(defs, instance, unique), dg.SkipReason)
+
     (tmp_path / "corpus" / "policy.md").write_text(POLICY + "\n## Addendum\nNew rule.\n")
     changed = _evaluate(defs, instance, unique)
     added, deleted = changed.dynamic_partitions_requests
