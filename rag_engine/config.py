@@ -327,6 +327,12 @@ def config_hash(cfg: EngineConfig) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
+def under_root(root: str | Path, value: str | Path) -> Path:
+    """Paths in the config are relative to the project root unless absolute."""
+    path = Path(value)
+    return path if path.is_absolute() else Path(root) / path
+
+
 def slice_hash(*parts: Any) -> str:
     """Hash of a config slice; the basis of asset code versions."""
     canonical = json.dumps(_redact(list(parts)), sort_keys=True, separators=(",", ":"), default=str)

@@ -13,7 +13,7 @@ from pathlib import Path
 import neo4j
 
 from rag_engine.artifacts import ArtifactStore
-from rag_engine.config import EngineConfig, load_config
+from rag_engine.config import EngineConfig, load_config, under_root
 from rag_engine.errors import PackError
 from rag_engine.graph.connection import Neo4jTarget, neo4j_target, open_driver
 from rag_engine.packs import DomainPack, load_packs
@@ -42,8 +42,7 @@ class Engine:
     def from_path(cls, config_path: str | Path = DEFAULT_CONFIG, root: Path | None = None,
                   env: Mapping[str, str] | None = None) -> "Engine":
         root = root or project_root()
-        path = Path(config_path)
-        return cls(load_config(path if path.is_absolute() else root / path), root, env)
+        return cls(load_config(under_root(root, config_path)), root, env)
 
     # -- packs -------------------------------------------------------------------------
     @cached_property
@@ -71,8 +70,7 @@ class Engine:
 
     @cached_property
     def artifacts(self) -> ArtifactStore:
-        base = Path(self.cfg.storage.artifacts_dir)
-        return ArtifactStore(base if base.is_absolute() else self.root / base)
+        return ArtifactStore(under_root(self.root, self.cfg.storage.artifacts_dir))
 
     # -- models ------------------------------------------------------------------------
     @cached_property

@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from rag_engine.config import under_root
 from rag_engine.documents import discover, load_document
 from rag_engine.engine import Engine
 from rag_engine.errors import ConfigError
@@ -48,8 +49,7 @@ def extraction_spec(engine: Engine) -> ModelSpec:
 
 
 def cassette_path(engine: Engine) -> Path:
-    path = Path(extraction_spec(engine).provider.cassette or "")
-    return path if path.is_absolute() else engine.root / path
+    return under_root(engine.root, extraction_spec(engine).provider.cassette or "")
 
 
 def iter_chunks(engine: Engine) -> Iterator[tuple[DomainPack, ChunkRecord]]:

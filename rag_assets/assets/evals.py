@@ -17,13 +17,8 @@ from evals.gates import evaluate_gate, load_acceptance
 from evals.report import dump_report, load_report, report_sha256
 from evals.runner import run_eval
 from rag_assets.resources import EngineResource
-from rag_engine.config import config_hash
+from rag_engine.config import config_hash, under_root
 from rag_engine.errors import EvalInputError
-
-def _path(root: Path, value: str) -> Path:
-    p = Path(value)
-    return p if p.is_absolute() else root / p
-
 
 def _acceptance_for(folder: Path, baseline_sha: str, candidate_sha: str) -> tuple[dict | None, str | None]:
     for path in sorted(folder.glob("*")):
@@ -47,7 +42,7 @@ def build_eval_assets(pack_keys: list[dg.AssetKey]) -> list:
         engine = rag.engine()
         paths = [engine.root / p for p in engine.cfg.evals.golden]
         report = run_eval(engine, paths, progress=context.log.info)
-        reports = _path(engine.root, engine.cfg.evals.reports_dir)
+        reports = under_root(engine.root, engine.cfg.evals.reports_dir)
         target = reports / f"{context.run.run_id}.json"
         dump_report(report, target)
         shutil.copyfile(target, reports / "latest.json")
@@ -69,14 +64,15 @@ def build_eval_assets(pack_keys: list[dg.AssetKey]) -> list:
     def eval_gate(rag: EngineResource) -> dg.AssetCheckResult:
         engine = rag.engine()
         evals = engine.cfg.evals
-        latest, baseline = _path(engine.root, evals.reports_dir) / "latest.json", _path(engine.root, evals.baseline)
+        latest = under_root(engine.root, evals.reports_dir) / "latest.json"
+        baseline = under_root(engine.root, evals.baseline)
         try:
             candidate_report, baseline_report = load_report(latest), load_report(baseline)
         except EvalInputError as exc:
             return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.ERROR,
                                        metadata={"status": "incomparable", "reason": str(exc)})
         c_sha, b_sha = report_sha256(latest), report_sha256(baseline)
-        acceptance, source = _acceptance_for(_path(engine.root, evals.acceptances_dir), b_sha, c_sha)
+        acceptance, source = _acceptance_for(under_root(engine.root, evals.acceptances_dir), b_sha, c_sha)
         result = evaluate_gate(candidate_report, baseline_report, engine.cfg.evals, candidate_sha=c_sha,
                                baseline_sha=b_sha, acceptance=acceptance, acceptance_source=source)
         return dg.AssetCheckResult(

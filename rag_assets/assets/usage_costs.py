@@ -3,6 +3,7 @@
 import dagster as dg
 
 from rag_assets.resources import EngineResource
+from rag_engine.config import under_root
 
 
 @dg.asset(group_name="platform", kinds={"python", "pandas"},
@@ -28,7 +29,8 @@ def _quality_per_dollar(engine, known_costs) -> "float | None":
     """nDCG@10 of the latest eval report per dollar spent, once eval reports exist."""
     import json
 
-    latest = engine.root / "var" / "reports" / "latest.json"
+    # the report eval_report wrote last, wherever the config puts reports
+    latest = under_root(engine.root, engine.cfg.evals.reports_dir) / "latest.json"
     if not latest.is_file() or not known_costs:
         return None
     total = float(sum(known_costs))

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from rag_engine.config import EngineConfig
+from rag_engine.config import EngineConfig, under_root
 from rag_engine.errors import (
     CapabilityNotSupported,
     ConfigError,
@@ -255,8 +255,7 @@ def _backend(
 
         if not spec.provider.cassette:
             raise ConfigError(f"replay provider {spec.provider.name!r} has no cassette path")
-        path = Path(spec.provider.cassette)
-        cassette = Cassette(path if path.is_absolute() else Path(root) / path)
+        cassette = Cassette(under_root(root, spec.provider.cassette))
         live = None
         if spec.provider.record:
             live = _backend(_record_spec(spec, config), env=env, root=root, config=config, limiter=limiter)

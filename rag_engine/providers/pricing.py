@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from rag_engine.config import EngineConfig
+from rag_engine.config import EngineConfig, under_root
 from rag_engine.errors import ConfigError
 
 _MILLION = Decimal(1_000_000)
@@ -91,5 +91,4 @@ def load_pricing(path: str | Path) -> PriceTable:
 
 def pricing_for(cfg: EngineConfig, root: str | Path) -> PriceTable:
     """The pricing table named by ``cfg.pricing_file``, relative to the project root."""
-    path = Path(cfg.pricing_file)
-    return load_pricing(path if path.is_absolute() else Path(root) / path)
+    return load_pricing(under_root(root, cfg.pricing_file))
