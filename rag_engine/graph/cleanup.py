@@ -36,38 +36,30 @@ class Approval(BaseModel):
         return v.strip()
 
 
-# (name, count query, delete query): each pair selects exactly the same records
-_STEPS: tuple[tuple[str, str, str], ...] = (
-    ("dangling_inferred_edges",
-     "MATCH (:Entity)-[r:RELATED]->(:Entity) WHERE r.pack IN $packs "
-     "AND NOT EXISTS { MATCH (c:Chunk {chunk_id: r.chunk_id}) WHERE c.active } RETURN count(r) AS n",
-     "MATCH (:Entity)-[r:RELATED]->(:Entity) WHERE r.pack IN $packs "
-     "AND NOT EXISTS { MATCH (c:Chunk {chunk_id: r.chunk_id}) WHERE c.active } DELETE r RETURN count(*) AS n"),
-    ("stale_mentions",
-     "MATCH (:Entity)-[m:MENTIONED_IN]->(c:Chunk) WHERE m.pack IN $packs AND NOT c.active RETURN count(m) AS n",
-     "MATCH (:Entity)-[m:MENTIONED_IN]->(c:Chunk) WHERE m.pack IN $packs AND NOT c.active DELETE m "
-     "RETURN count(*) AS n"),
-    ("dangling_reference_edges",
-     "MATCH (s:Chunk)-[e:REFERENCES]->(t:Chunk) WHERE s.pack IN $packs AND NOT (s.active AND t.active) "
-     "RETURN count(e) AS n",
-     "MATCH (s:Chunk)-[e:REFERENCES]->(t:Chunk) WHERE s.pack IN $packs AND NOT (s.active AND t.active) "
-     "DELETE e RETURN count(*) AS n"),
-    ("superseded_chunks",
-     "MATCH (d:Document)-[:HAS_VERSION]->(:DocumentVersion {status: 'superseded'})-[:HAS_CHUNK]->(c:Chunk) "
-     "WHERE d.pack IN $packs AND NOT c.active RETURN count(c) AS n",
-     "MATCH (d:Document)-[:HAS_VERSION]->(:DocumentVersion {status: 'superseded'})-[:HAS_CHUNK]->(c:Chunk) "
-     "WHERE d.pack IN $packs AND NOT c.active DETACH DELETE c RETURN count(*) AS n"),
-    ("orphan_entities",
-     "MATCH (e:Entity) WHERE e.pack IN $packs AND NOT EXISTS { MATCH (e)-[:MENTIONED_IN]->(c:Chunk) "
-     "WHERE c.active } RETURN count(e) AS n",
-     "MATCH (e:Entity) WHERE e.pack IN $packs AND NOT EXISTS { MATCH (e)-[:MENTIONED_IN]->(c:Chunk) "
-     "WHERE c.active } DETACH DELETE e RETURN count(*) AS n"),
-)
+# What counts as stale, once: each entry selects the stale records as `x` and says how to remove
+# them. Cleanup counts and deletes with these; the quality report counts with the same ones.
+STALE: dict[str, tuple[str, str]] = {
+    "dangling_inferred_edges": (
+        "MATCH (:Entity)-[x:RELATED]->(:Entity) WHERE x.pack IN $packs "
+        "AND NOT EXISTS { MATCH (c:Chunk {chunk_id: x.chunk_id}) WHERE c.active }", "DELETE x"),
+    "stale_mentions": (
+        "MATCH (:Entity)-[x:MENTIONED_IN]->(c:Chunk) WHERE x.pack IN $packs AND NOT c.active", "DELETE x"),
+    "dangling_reference_edges": (
+        "MATCH (s:Chunk)-[x:REFERENCES]->(t:Chunk) WHERE s.pack IN $packs AND NOT (s.active AND t.active)",
+        "DELETE x"),
+    "superseded_chunks": (
+        "MATCH (d:Document)-[:HAS_VERSION]->(:DocumentVersion {status: 'superseded'})-[:HAS_CHUNK]->(x:Chunk) "
+        "WHERE d.pack IN $packs AND NOT x.active", "DETACH DELETE x"),
+    "orphan_entities": (
+        "MATCH (x:Entity) WHERE x.pack IN $packs "
+        "AND NOT EXISTS { MATCH (x)-[:MENTIONED_IN]->(c:Chunk) WHERE c.active }", "DETACH DELETE x"),
+}
 
 
 def plan_cleanup(driver: neo4j.Driver, database: str, packs: list[str]) -> dict[str, int]:
     """What a cleanup would remove, without removing anything."""
-    return {name: read(driver, database, count, packs=packs)[0]["n"] for name, count, _ in _STEPS}
+    return {name: read(driver, database, f"{match} RETURN count(x) AS n", packs=packs)[0]["n"]
+            for name, (match, _) in STALE.items()}
 
 
 def run_cleanup(driver: neo4j.Driver, database: str, packs: list[str], approval: Approval | None,
@@ -77,7 +69,8 @@ def run_cleanup(driver: neo4j.Driver, database: str, packs: list[str], approval:
         raise CleanupNotApproved("cleanup deletes graph data: an approval with approved_by and reason is required")
 
     def work(tx: neo4j.ManagedTransaction) -> dict[str, int]:
-        removed = {name: tx.run(delete, packs=packs).single()["n"] for name, _, delete in _STEPS}
+        removed = {name: tx.run(f"{match} {action} RETURN count(*) AS n", packs=packs).single()["n"]
+                   for name, (match, action) in STALE.items()}
         tx.run("CREATE (:Cleanup {run_id: $run_id, packs: $packs, approved_by: $by, reason: $reason, "
                "removed: $removed, at: datetime()})", run_id=run_id, packs=packs, by=approval.approved_by,
                reason=approval.reason, removed=sum(removed.values())).consume()

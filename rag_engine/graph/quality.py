@@ -17,28 +17,11 @@ from typing import Any
 
 import neo4j
 
+from rag_engine.graph.cleanup import STALE
 from rag_engine.retrieval.store_reads import read
 
 PROVENANCE_FIELDS = ("doc_id", "chunk_id", "doc_version", "confidence_bucket", "extraction_run_id", "model",
                      "prompt_hash", "source_type")
-
-_ORPHANS = """
-MATCH (e:Entity) WHERE e.pack IN $packs
-AND NOT EXISTS { MATCH (e)-[:MENTIONED_IN]->(c:Chunk) WHERE c.active }
-RETURN count(e) AS n, collect(e.name)[..10] AS sample
-"""
-
-_DANGLING_INFERRED = """
-MATCH (:Entity)-[r:RELATED]->(:Entity) WHERE r.pack IN $packs
-OPTIONAL MATCH (c:Chunk {chunk_id: r.chunk_id})
-WITH r, c WHERE c IS NULL OR NOT c.active
-RETURN count(r) AS n, collect(r.chunk_id)[..10] AS sample
-"""
-
-_DANGLING_REFERENCES = """
-MATCH (s:Chunk)-[e:REFERENCES]->(t:Chunk) WHERE s.pack IN $packs AND NOT (s.active AND t.active)
-RETURN count(e) AS n
-"""
 
 _STALE_VERSIONS = """
 MATCH (d:Document)-[:HAS_VERSION]->(v:DocumentVersion {status: 'superseded'}) WHERE d.pack IN $packs
@@ -77,6 +60,11 @@ RETURN c.run_id AS run_id, c.approved_by AS approved_by, c.reason AS reason, c.r
        toString(c.at) AS at
 ORDER BY c.at DESC LIMIT 1
 """
+
+
+_ORPHANS = f"{STALE['orphan_entities'][0]} RETURN count(x) AS n, collect(x.name)[..10] AS sample"
+_DANGLING_INFERRED = f"{STALE['dangling_inferred_edges'][0]} RETURN count(x) AS n, collect(x.chunk_id)[..10] AS sample"
+_DANGLING_REFERENCES = f"{STALE['dangling_reference_edges'][0]} RETURN count(x) AS n"
 
 
 def quality_report(driver: neo4j.Driver, database: str, packs: list[str]) -> dict[str, Any]:
