@@ -103,7 +103,7 @@ def retrieve(engine: Engine, query: str, role: str, *, k: int | None = None,
         t["collections"] = list(decision.collections)
     events = [e for e in [decision.governance_event()] if e]
     result = RetrievalResult(query=query, role=role, collections=decision.collections, candidates=[],
-                             trace=trace.steps, events=events)
+                             events=events)
     if not decision.collections or not query.strip():
         result.trace = trace.steps
         return result
@@ -149,7 +149,6 @@ def retrieve(engine: Engine, query: str, role: str, *, k: int | None = None,
             picked = candidate_chunks(paths, engine.cfg.traversal.max_candidates)
             rows = {r["chunk_id"]: r for r in store_reads.chunks_by_id(drv, db, [c for c, _ in picked],
                                                                        decision.collections)}
-            exact_ids = {c.chunk_id for c in candidates if c.exact}
             for chunk_id, gp in picked:
                 if chunk_id in rows and chunk_id not in exact_ids:
                     graph_candidates.append(_candidate(
