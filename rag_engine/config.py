@@ -135,9 +135,36 @@ class PackEntry(Frozen):
     collections: tuple[str, ...]
 
 
+LEGS = ("exact", "lexical", "dense")
+"""Retrieval legs fused by weighted RRF; a weight of 0 turns a leg off (its index stays)."""
+
+
 class RetrievalConfig(Frozen):
     lexical_k: int = Field(20, ge=1, le=1000)
     dense_k: int = Field(20, ge=1, le=1000)
+    weights: dict[str, float] = {"exact": 1.0, "lexical": 1.0, "dense": 1.0}
+    """Per-leg weight in the weighted RRF (score = sum weight / (rrf_k + rank)); legs left out
+    keep 1.0, 0 turns a leg off. A lexical-only embedder such as local_hash deserves a low one."""
+    max_exact: int = Field(3, ge=0, le=20)
+    """At most this many exact reference hits (resolved, unambiguous keys), ranked by the chunk's
+    lexical rank for the question."""
+    ambiguous_ref_boost: float = Field(0.5, ge=0, le=2)
+    """A key named by the question but answered in several documents is not an exact hit; lexical
+    and dense candidates from those documents get this many RRF rank-1 units of boost at most."""
+    max_k: int = Field(50, ge=1, le=1000)
+    """Largest k a caller may ask for; a k outside 1..max_k is a clear input error."""
+    max_question_chars: int = Field(4000, ge=16)
+    """Longer questions are refused with a clear input error (Lucene caps boolean clauses)."""
+
+    @field_validator("weights")
+    @classmethod
+    def _known_legs(cls, value: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(value) - set(LEGS))
+        if unknown:
+            raise ValueError(f"unknown retrieval legs {unknown}; known: {list(LEGS)}")
+        if any(w < 0 for w in value.values()):
+            raise ValueError("leg weights must be >= 0")
+        return {leg: float(value.get(leg, 1.0)) for leg in LEGS}
     reference_expansion_k: int = Field(5, ge=0, le=100)
     final_k: int = Field(10, ge=1, le=100)
     rrf_k: int = Field(60, ge=1)

@@ -4,6 +4,20 @@ A pack brings the domain knowledge (how to chunk, which references exist and how
 them, which relationship types the LLM may emit); the engine stays generic. Packs are enabled
 by config alone: an entry in engine.yaml names the module and factory, or a distribution can
 publish a factory under the ``rag_engine.packs`` entry point group.
+
+Reference keys are opaque strings chosen by the pack, in one namespace per pack: a chunk
+*answers to* keys (``ChunkRecord.keys``) and *cites* keys (``ReferenceRecord.normalized``); a
+citation resolves to the chunks answering to the same key. A pack whose documents are separate
+instruments (rulebooks that each have a "Rule 3.8") scopes its keys by instrument, e.g.
+``cobs:3.8``: an internal reference ("Rule 4.5") is scoped to the citing chunk's own document,
+an external one ("GEN 3.3.31") to the instrument it names. The question side goes through
+``DomainPack.query_references``, which sees no citing document: a number the question does not
+qualify is emitted unscoped (e.g. ``3.8``), and the engine treats a key answered by chunks of
+more than one document as ambiguous: never an exact hit, only a bounded boost.
+
+Local ids (the part after ``#`` in chunk ids and anchors) keep letters, digits and ``._-()~``;
+every other character is percent-encoded (UTF-8) by ``encode_local_id``, so a pack may use the
+source's own numbering ("9.3.1B Guidance 5", "Part 4/Schedule 1") as local id.
 """
 
 from __future__ import annotations
@@ -12,7 +26,9 @@ import hashlib
 import importlib
 import inspect
 import json
+import re
 import sys
+import urllib.parse
 from abc import ABC, abstractmethod
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -47,6 +63,9 @@ class PackManifest(_Frozen):
     entity_types: tuple[str, ...]
     aliases: dict[str, tuple[str, ...]] = {}
     max_chunk_chars: int = Field(2000, ge=200)
+    min_chunk_words: int = Field(0, ge=0)
+    """Chunks with fewer words (headings, bare numbers) are kept as citation anchors and exact
+    reference targets but are not retrieval-eligible by themselves (lexical and dense legs)."""
     document_glob: str = "*.md"
 
 
@@ -92,9 +111,25 @@ def content_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+LOCAL_ID_SAFE = "._-()~"
+_LOCAL_ID_OK = re.compile(r"^[A-Za-z0-9._\-()~%]+$")
+
+
+def encode_local_id(local: str) -> str:
+    """A pack's own numbering as a local id: letters, digits and ``._-()~`` are kept, anything
+    else (spaces, slashes, '#', brackets other than parentheses, non-ASCII) is percent-encoded
+    as UTF-8. Idempotent on ids that are already encoded."""
+    if not local or not local.strip():
+        raise PackError("a chunk's local id must not be empty")
+    if _LOCAL_ID_OK.match(local) and "%" not in local:
+        return local
+    return urllib.parse.quote(urllib.parse.unquote(local), safe=LOCAL_ID_SAFE)
+
+
 def make_chunk(doc: SourceDocument, ordinal: int, local: str, heading: str, text: str,
                keys: tuple[str, ...] = ()) -> ChunkRecord:
-    """Build a chunk with the id conventions every pack shares."""
+    """Build a chunk with the id conventions every pack shares (local ids encoded)."""
+    local = encode_local_id(local)
     return ChunkRecord(
         chunk_id=f"{doc.pack}:{doc.doc_id}--{doc.version}#{local}",
         anchor=f"{doc.doc_id}#{local}",
@@ -142,6 +177,19 @@ class DomainPack(ABC):
     @abstractmethod
     def extract_references(self, chunk: ChunkRecord) -> list[ReferenceRecord]:
         """Deterministic references found in a chunk, normalized to keys other chunks may answer to."""
+
+    def query_references(self, text: str) -> list[ReferenceRecord]:
+        """References named in a question, normalized to the same keys chunks answer to.
+
+        The default parses the question like a chunk of no document (``doc_id`` empty), which is
+        right for single-instrument packs. A multi-instrument pack overrides it: a reference that
+        names its instrument ("COBS Rule 17.5") maps to the scoped key; an unqualified number maps
+        to an unscoped key, which the engine treats as ambiguous when several documents answer it.
+        """
+        probe = ChunkRecord(chunk_id="query", anchor="query", doc_id="", doc_version="", ordinal=0,
+                            heading="", text=text, collection="", language=self.manifest.languages[0],
+                            content_hash="")
+        return self.extract_references(probe)
 
     def rules_fingerprint(self) -> str:
         """Hash of everything that changes extraction output: the manifest and the pack module's

@@ -63,12 +63,13 @@ def evidence_coverage(question: str, context: AssembledContext) -> float:
 
 def run_query(engine: Engine, question: str, role: str, *, k: int | None = None, generate: bool = True,
               local_inference: bool = True, conversation: list[dict] | None = None,
-              run_id: str | None = None) -> QueryOutcome:
+              run_id: str | None = None, weights: dict[str, float] | None = None) -> QueryOutcome:
+    """``weights`` overrides the configured per-leg fusion weights for this call (ablations)."""
     started = time.perf_counter()
     events: list[dict[str, Any]] = []
     local = _client(engine, engine.cfg.defaults.local_inference_model) if local_inference else None
     expanded = expand_query(local, question, events=events, run_id=run_id) if local_inference else question
-    result = retrieve(engine, expanded, role, k=k)
+    result = retrieve(engine, expanded, role, k=k, weights=weights)
     candidates = rerank(local, question, result.candidates, events=events, run_id=run_id) if local_inference \
         else result.candidates
     context = assemble_context(candidates, budgets=engine.cfg.context, system_prompt=SYSTEM_PROMPT,

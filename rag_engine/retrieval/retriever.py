@@ -94,7 +94,7 @@ def fuse(lists: dict[str, list[dict[str, Any]]], rrf_k: int) -> list[tuple[dict[
 
 
 def retrieve(engine: Engine, query: str, role: str, *, k: int | None = None,
-             collections: list[str] | None = None) -> RetrievalResult:
+             collections: list[str] | None = None, weights: dict[str, float] | None = None) -> RetrievalResult:
     cfg = engine.cfg.retrieval
     k = k or cfg.final_k
     trace = Trace()
