@@ -72,6 +72,8 @@ def cmd_query(args: argparse.Namespace) -> int:
                               for j, h in enumerate(c.path))
             print(f"    path (score {c.path_score:.3f}): {hops}\n    feedback path id: {encode_path_id(c.path)}")
         print(textwrap.indent(textwrap.shorten(c.text, 300), "    "))
+    for c in result.expansions:
+        print(f"\n[+] expansion {c.score:.4f} via {c.via}\n    cite: {c.chunk_id}\n    {c.heading}")
     ans = outcome.answer
     print("\nanswer" + (f" ({ans.method})" if ans.method else "") + ":")
     if ans.insufficient_evidence:

@@ -54,6 +54,9 @@ class StorageConfig(Frozen):
     neo4j: Neo4jConfig = Neo4jConfig()
     ledger: LedgerConfig = LedgerConfig()
     artifacts_dir: str = "var/artifacts"
+    embedding_cache: str | None = "var/embedding_cache.sqlite"
+    """SQLite file of passage embeddings keyed by (embedder identity, sha256 of the text), so a
+    re-ingest of unchanged chunks makes no embedding call; None turns the cache off."""
 
 
 ProviderKind = Literal["openai", "openai_compatible", "replay", "local_hash"]
@@ -81,6 +84,9 @@ class ProviderConfig(Frozen):
     enabled: bool = True
     credential_env: str | None = None
     endpoint: str | None = None
+    endpoint_env: str | None = None
+    """NAME of an environment variable that, when set, replaces ``endpoint`` (tests and evals run
+    their own local server on another port); the endpoint stays the default."""
     cassette: str | None = None
     record: bool = False
     record_provider: str | None = None
@@ -89,7 +95,21 @@ class ProviderConfig(Frozen):
     backoff_base_s: float = Field(0.5, ge=0)
     rate_limit: RateLimitConfig = RateLimitConfig()
 
-    _names = field_validator("credential_env")(_env_name)
+    _names = field_validator("credential_env", "endpoint_env")(_env_name)
+
+
+class InputModes(Frozen):
+    """How an asymmetric embedder (e5: "query: " vs "passage: ") is told which side it embeds.
+
+    The mode is sent in the request body field ``field`` (``input_type`` by default, an extra
+    body field of the OpenAI embeddings API): ``query`` for calls with purpose "query" (questions),
+    ``index`` for every other purpose (chunks being indexed, benchmarks). The scheme is part of
+    the embedder identity, so changing it demands a re-index.
+    """
+
+    field: str = Field("input_type", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    query: str = Field(min_length=1)
+    index: str = Field(min_length=1)
 
 
 class ModelConfig(Frozen):
@@ -101,11 +121,17 @@ class ModelConfig(Frozen):
     context_limit: int = Field(8192, ge=256)
     capabilities: tuple[Capability, ...] = ()
     pricing_ref: str | None = None
+    input_modes: InputModes | None = None
+    """Embedding models only: query vs index mode of an asymmetric embedder (None: symmetric)."""
+    batch_size: int = Field(16, ge=1, le=2048)
+    """Embedding models only: texts per embedding request when indexing."""
 
     @model_validator(mode="after")
     def _embedding_has_dimension(self) -> "ModelConfig":
         if self.role == "embedding" and self.dimension is None:
             raise ValueError(f"embedding model {self.name!r} needs a dimension")
+        if self.role != "embedding" and self.input_modes is not None:
+            raise ValueError(f"input_modes is for embedding models; {self.name!r} has role {self.role!r}")
         return self
 
 
@@ -151,6 +177,10 @@ class RetrievalConfig(Frozen):
     ambiguous_ref_boost: float = Field(0.5, ge=0, le=2)
     """A key named by the question but answered in several documents is not an exact hit; lexical
     and dense candidates from those documents get this many RRF rank-1 units of boost at most."""
+    lookup_max_terms: int = Field(3, ge=0, le=20)
+    """A question with at most this many content words besides its references is a lookup: its
+    exact hits lead the ranking. Otherwise exact hits are one fused leg (a question that only
+    mentions a rule in passing is usually answered by a passage that cites it)."""
     max_k: int = Field(50, ge=1, le=1000)
     """Largest k a caller may ask for; a k outside 1..max_k is a clear input error."""
     max_question_chars: int = Field(4000, ge=16)
@@ -220,6 +250,9 @@ class EvalsConfig(Frozen):
     confidence: float = Field(0.95, gt=0.5, lt=1)
     seed: int = 7
     min_queries: int = Field(20, ge=1)
+    bm25_margin: float | None = Field(0.0, ge=0, le=1)
+    """The BM25 floor: on every pack the engine's nDCG@10 and MAP@10 may trail BM25's (same run,
+    same chunks) by at most this much, or the gate fails. None turns the floor off."""
     golden: tuple[str, ...] = ()
     """Golden query files (relative to the project root) the eval report runs."""
     baseline: str = "evals/reports/BASELINE.json"

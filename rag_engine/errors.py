@@ -93,3 +93,7 @@ class EvalInputError(RagError):
 
 class IncomparableReports(RagError):
     """Two eval reports cannot be compared (other golden set, other query ids, too few paired queries)."""
+
+
+class QueryInputError(RagError):
+    """A question or query option is unusable (k out of range, too long, not valid text)."""

@@ -106,6 +106,7 @@ def chunks_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
         engine.driver, engine.database, pack=pack.name, doc_id=doc.doc_id, version=doc.version,
         title=doc.title, collection=doc.collection, content_hash=content_hash(doc.text),
         source_path=doc.source_path, chunks=chunks, batch_size=engine.cfg.storage.neo4j.write_batch_size,
+        min_words=pack.manifest.min_chunk_words,
     )
     return {"chunks": len(chunks)}
 
@@ -162,6 +163,7 @@ def graph_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
 
     _upstream(engine, pack, key, REFERENCES)
     out = writer.resolve_references(engine.driver, engine.database, pack=pack.name, key=key,
+                                    doc_id=split_partition_key(key)[0],
                                     resolution_version=engine.cfg.graph.target_resolution_version)
     if engine.artifacts.exists(pack.name, key, EXTRACTION):
         extraction = engine.artifacts.read(pack.name, key, EXTRACTION)

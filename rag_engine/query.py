@@ -72,7 +72,7 @@ def run_query(engine: Engine, question: str, role: str, *, k: int | None = None,
     result = retrieve(engine, expanded, role, k=k, weights=weights)
     candidates = rerank(local, question, result.candidates, events=events, run_id=run_id) if local_inference \
         else result.candidates
-    context = assemble_context(candidates, budgets=engine.cfg.context, system_prompt=SYSTEM_PROMPT,
+    context = assemble_context([*candidates, *result.expansions], budgets=engine.cfg.context, system_prompt=SYSTEM_PROMPT,
                                conversation=conversation or ())
     coverage = evidence_coverage(question, context)
     if context.documents and coverage < engine.cfg.retrieval.min_evidence_coverage:

@@ -66,9 +66,12 @@ def test_semantic_question_finds_the_article(ingested_engine):
 def test_reference_expansion_adds_cited_chunks(ingested_engine):
     result = retrieve(ingested_engine, "restrictions of the rights of data subjects by Union or Member State law",
                       "legal_analyst", k=5)
-    expanded = [c for c in result.candidates if "reference" in c.sources]
+    expanded = result.expansions
     assert expanded, [c.anchor for c in result.candidates]
-    assert all(c.via and "<-" in c.via for c in expanded)
+    assert all(c.via and "<-" in c.via and c.sources == ("reference",) for c in expanded)
+    # reported apart: the top k stays the fused top k, never pushed out by an expansion
+    assert len(result.candidates) <= 5
+    assert not {c.chunk_id for c in expanded} & {c.chunk_id for c in result.candidates}
 
 
 def test_query_with_another_embedder_demands_reindex(ingested_engine, tmp_path):
@@ -116,3 +119,25 @@ def test_small_collection_still_gets_k_dense_hits(ingested_engine):
     total, _, _ = ingested_engine.driver.execute_query(
         "MATCH (c:Chunk {active: true, collection: 'kb_public'}) RETURN count(c) AS n")
     assert len(rows) == min(20, total[0]["n"]) and all(r["collection"] == "kb_public" for r in rows)
+
+
+@pytest.mark.parametrize("question", ["Is it?", "???", "AND [", "Что такое персональные данные?", "個人データとは何ですか"])
+def test_questions_without_indexable_words_skip_the_dense_leg(ingested_engine, question):
+    result = retrieve(ingested_engine, question, "legal_analyst")
+    dense = next(s for s in result.trace if s["step"] == "dense")
+    if ingested_engine.registry.embedding.provider.kind == "local_hash":  # no word it can hash
+        assert dense == {**dense, "skipped": "zero_vector", "hits": 0}
+
+
+def test_a_long_question_is_capped_not_a_lucene_error(ingested_engine):
+    question = " ".join(f"term{i}" for i in range(3000))[:3990]
+    result = retrieve(ingested_engine, question, "legal_analyst")
+    assert isinstance(result.candidates, list)
+
+
+def test_k_is_honoured_and_validated(ingested_engine):
+    from rag_engine.errors import QueryInputError
+
+    assert len(retrieve(ingested_engine, "right to erasure", "legal_analyst", k=3).candidates) <= 3
+    with pytest.raises(QueryInputError):
+        retrieve(ingested_engine, "right to erasure", "legal_analyst", k=-1)

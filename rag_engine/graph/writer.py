@@ -8,6 +8,7 @@ every other version's chunks (supersede). Until then the previous version keeps 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -54,7 +55,7 @@ MERGE (c:Chunk {chunk_id: row.chunk_id})
   SET c.anchor = row.anchor, c.doc_id = row.doc_id, c.doc_version = row.doc_version, c.pack = $pack,
       c.ordinal = row.ordinal, c.heading = row.heading, c.text = row.text, c.collection = row.collection,
       c.language = row.language, c.content_hash = row.content_hash, c.keys = row.keys,
-      c.active = coalesce(c.active, false)
+      c.eligible = row.eligible, c.active = coalesce(c.active, false)
 MERGE (v)-[:HAS_CHUNK]->(c)
 WITH c, row
 // keys the chunk no longer answers to (changed rules, same chunk id) must stop matching
@@ -73,8 +74,18 @@ DETACH DELETE c
 """
 
 
-def chunk_row(c: ChunkRecord) -> dict[str, Any]:
-    return c.model_dump(mode="json")
+_WORD = re.compile(r"[^\W\d_]{2,}")
+
+
+def retrieval_eligible(text: str, min_words: int) -> bool:
+    """A chunk with fewer than ``min_words`` words (a heading, a bare number) is kept as a
+    citation anchor and reference target, but never retrieved by the lexical or dense leg alone:
+    near-empty text is close to every question in a vector space."""
+    return min_words <= 0 or len(_WORD.findall(text)) >= min_words
+
+
+def chunk_row(c: ChunkRecord, min_words: int = 0) -> dict[str, Any]:
+    return {**c.model_dump(mode="json"), "eligible": retrieval_eligible(c.text, min_words)}
 
 
 def write_document_version(
@@ -90,10 +101,11 @@ def write_document_version(
     source_path: str,
     chunks: Sequence[ChunkRecord],
     batch_size: int = 500,
+    min_words: int = 0,
 ) -> None:
-    """Write one document version and its chunks; the version becomes current."""
+    """Write one document version and its chunks (pending until ``activate_version``)."""
     key = version_key(pack, f"{doc_id}--{version}")
-    rows = [chunk_row(c) for c in chunks]
+    rows = [chunk_row(c, min_words) for c in chunks]
 
     def work(tx: neo4j.ManagedTransaction) -> None:
         tx.run(_WRITE_VERSION, doc_id=doc_id, pack=pack, title=title, collection=collection, key=key,
@@ -153,22 +165,58 @@ _CLEAR_CITES = """
 MATCH (v:DocumentVersion {key: $key})-[:HAS_CHUNK]->(:Chunk)-[r:CITES]->() DELETE r
 """
 
-# Derived edges: every active citing chunk to every active chunk answering to the cited key.
-# Self references are skipped. Re-deriving the whole pack is idempotent and cheap (hundreds of
-# edges per pack), so it is rebuilt after each write: edges of changed rules, superseded or
-# withdrawn chunks cannot survive.
-_DROP_STALE_REFERENCES = """
+# Derived edges: every active citing chunk to every active chunk answering to the cited key,
+# self references skipped. Resolution is incremental: a write touches only the keys its document
+# cites or answers to (any version, so a superseded version's targets are re-derived too), which
+# keeps a full build linear in documents and a one-document change local. Edges whose source or
+# target is no longer active are dropped for those keys. `raw` is the smallest citation text, so
+# a re-run writes the same edge byte for byte.
+_DOC_KEYS = """
+MATCH (c:Chunk {pack: $pack, doc_id: $doc_id})
+OPTIONAL MATCH (c)-[:CITES|ANSWERS_TO]->(k:RefKey)
+RETURN collect(DISTINCT k.key) AS keys
+"""
+
+_DROP_KEY_REFERENCES = """
+UNWIND $keys AS key
+MATCH (k:RefKey {key: key})<-[:CITES]-(s:Chunk)-[e:REFERENCES {normalized: substring(key, size($pack) + 1)}]->(:Chunk)
+WHERE s.pack = $pack
+DELETE e
+"""
+
+_DROP_DOC_REFERENCES = """
+MATCH (c:Chunk {pack: $pack, doc_id: $doc_id})-[e:REFERENCES]-(:Chunk)
+DELETE e
+"""
+
+_RESOLVE_KEYS = """
+UNWIND $keys AS key
+MATCH (k:RefKey {key: key})<-[r:CITES]-(s:Chunk {pack: $pack, active: true})
+MATCH (k)<-[:ANSWERS_TO]-(t:Chunk {active: true})
+WHERE s <> t
+WITH s, t, r.normalized AS normalized, r ORDER BY r.raw
+WITH s, t, normalized, collect(r)[0] AS first
+MERGE (s)-[e:REFERENCES {normalized: normalized}]->(t)
+  SET e.source_type = 'deterministic_reference', e.ref_type = first.ref_type, e.raw = first.raw,
+      e.resolved = true, e.resolution_version = $resolution_version
+"""
+
+_ALL_KEYS = """
+MATCH (k:RefKey) WHERE k.key STARTS WITH $pack + '|' RETURN collect(k.key) AS keys
+"""
+
+_DROP_PACK_REFERENCES = """
 MATCH (s:Chunk {pack: $pack})-[e:REFERENCES]->(:Chunk)
 DELETE e
 """
 
-_RESOLVE = """
-MATCH (s:Chunk {pack: $pack, active: true})-[r:CITES]->(k:RefKey)<-[:ANSWERS_TO]-(t:Chunk {active: true})
-WHERE s <> t
-MERGE (s)-[e:REFERENCES {normalized: r.normalized}]->(t)
-  SET e.source_type = 'deterministic_reference', e.ref_type = r.ref_type, e.raw = r.raw,
-      e.resolved = true, e.resolution_version = $resolution_version
-"""
+
+def _resolve(tx: neo4j.ManagedTransaction, pack: str, keys: list[str], resolution_version: str,
+             batch_size: int = 2000) -> None:
+    for batch in batched(keys, batch_size):
+        tx.run(_DROP_KEY_REFERENCES, keys=list(batch), pack=pack).consume()
+        tx.run(_RESOLVE_KEYS, keys=list(batch), pack=pack, resolution_version=resolution_version).consume()
+
 
 _COUNT_CITES = """
 MATCH (v:DocumentVersion {key: $key})-[:HAS_CHUNK]->(s:Chunk)-[r:CITES]->(k:RefKey)
@@ -197,9 +245,10 @@ def withdraw_missing(driver: neo4j.Driver, database: str, *, pack: str, present:
 
     def work(tx: neo4j.ManagedTransaction) -> list[str]:
         withdrawn = tx.run(_WITHDRAW, pack=pack, present=list(present)).single()["withdrawn"]
-        if withdrawn:
-            tx.run(_DROP_STALE_REFERENCES, pack=pack).consume()
-            tx.run(_RESOLVE, pack=pack, resolution_version=resolution_version).consume()
+        for doc_id in withdrawn:
+            keys = tx.run(_DOC_KEYS, pack=pack, doc_id=doc_id).single()["keys"]
+            tx.run(_DROP_DOC_REFERENCES, pack=pack, doc_id=doc_id).consume()
+            _resolve(tx, pack, keys, resolution_version)
         return list(withdrawn)
 
     with driver.session(database=database) as session:
@@ -221,16 +270,32 @@ def write_citations(driver: neo4j.Driver, database: str, *, pack: str, key: str,
         session.execute_write(work)
 
 
-def resolve_references(driver: neo4j.Driver, database: str, *, pack: str, key: str,
+def resolve_references(driver: neo4j.Driver, database: str, *, pack: str, key: str, doc_id: str,
                        resolution_version: str) -> dict[str, int]:
-    """Re-derive the pack's REFERENCES edges; return this version's resolved/unresolved counts."""
-    key = version_key(pack, key)
+    """Re-derive the REFERENCES edges of the keys this document cites or answers to (any of its
+    versions); return this version's resolved/unresolved citation counts."""
+    version = version_key(pack, key)
 
     def work(tx: neo4j.ManagedTransaction) -> dict[str, int]:
-        tx.run(_DROP_STALE_REFERENCES, pack=pack).consume()
-        tx.run(_RESOLVE, pack=pack, resolution_version=resolution_version).consume()
-        rec = tx.run(_COUNT_CITES, key=key).single()
-        return {"resolved": int(rec["resolved"] or 0), "unresolved": int(rec["unresolved"] or 0)}
+        keys = tx.run(_DOC_KEYS, pack=pack, doc_id=doc_id).single()["keys"]
+        tx.run(_DROP_DOC_REFERENCES, pack=pack, doc_id=doc_id).consume()
+        _resolve(tx, pack, keys, resolution_version)
+        rec = tx.run(_COUNT_CITES, key=version).single()
+        return {"resolved": int(rec["resolved"] or 0), "unresolved": int(rec["unresolved"] or 0),
+                "keys_resolved": len(keys)}
+
+    with driver.session(database=database) as session:
+        return session.execute_write(work)
+
+
+def resolve_pack(driver: neo4j.Driver, database: str, *, pack: str, resolution_version: str) -> int:
+    """Re-derive every REFERENCES edge of a pack (a target-resolution policy change, repairs)."""
+
+    def work(tx: neo4j.ManagedTransaction) -> int:
+        tx.run(_DROP_PACK_REFERENCES, pack=pack).consume()
+        keys = tx.run(_ALL_KEYS, pack=pack).single()["keys"]
+        _resolve(tx, pack, keys, resolution_version)
+        return len(keys)
 
     with driver.session(database=database) as session:
         return session.execute_write(work)

@@ -1,5 +1,6 @@
-"""Baseline retrieval: policy gate -> exact reference hits + fulltext + vector -> RRF fusion ->
-deterministic reference expansion. Every step and its timing lands in the trace."""
+"""Retrieval: policy gate -> legs (exact reference hits, fulltext, vector) -> weighted RRF fusion
+with a bounded reference boost -> planner and bounded traversal -> deterministic reference
+expansion (reported apart). Every step and its timing lands in the trace."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ from typing import Any, Iterator
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rag_engine.config import RetrievalConfig
 from rag_engine.engine import Engine
+from rag_engine.errors import QueryInputError
 from rag_engine.graph.planner import content_terms, plan
 from rag_engine.graph.schema import check_embedder
 from rag_engine.graph.traversal import candidate_chunks, traverse
-from rag_engine.packs import ChunkRecord
+from rag_engine.packs import DomainPack
 from rag_engine.retrieval import store_reads
 from rag_engine.retrieval.policy import PolicyDecision, gate
 
@@ -45,6 +48,9 @@ class RetrievalResult(BaseModel):
     trace: list[dict[str, Any]] = Field(default_factory=list)
     events: list[dict[str, Any]] = Field(default_factory=list)
     plan: dict[str, Any] | None = None
+    expansions: list[Candidate] = Field(default_factory=list)
+    """Chunks the top k cite (deterministic reference expansion): context for an answer, reported
+    apart so they never push a fused candidate out of the top k."""
 
 
 class Trace:
@@ -62,15 +68,41 @@ class Trace:
             self.steps.append(entry)
 
 
-def query_reference_keys(engine: Engine, text: str) -> list[str]:
+def query_reference_keys(engine: Engine, text: str, packs: list[DomainPack] | None = None) -> list[str]:
     """Normalized reference keys named in the question itself, per pack (``pack|key``)."""
+    return question_references(engine, text, packs)[0]
+
+
+def question_references(engine: Engine, text: str,
+                        packs: list[DomainPack] | None = None) -> tuple[list[str], str]:
+    """(keys ``pack|key`` named in the question, the question without those references), through
+    each pack's ``query_references`` (the question side of the pack's key scoping)."""
     keys: list[str] = []
-    for pack in engine.packs.values():
-        probe = ChunkRecord(chunk_id="query", anchor="query", doc_id="query", doc_version="query", ordinal=0,
-                            heading="", text=text, collection="", language=pack.manifest.languages[0],
-                            content_hash="")
-        keys += [f"{pack.name}|{r.normalized}" for r in pack.extract_references(probe)]
-    return list(dict.fromkeys(keys))
+    spans: list[tuple[int, int]] = []
+    for pack in packs if packs is not None else engine.packs.values():
+        for r in pack.query_references(text):
+            keys.append(f"{pack.name}|{r.normalized}")
+            spans.append((r.start, r.end))
+    residual = text
+    for start, end in sorted(set(spans), reverse=True):
+        if 0 <= start < end <= len(residual):
+            residual = residual[:start] + " " + residual[end:]
+    return list(dict.fromkeys(keys)), residual
+
+
+def check_question(query: str, k: int | None, cfg: RetrievalConfig) -> int:
+    """The question and k, validated before any store query: a clear input error, never a
+    driver or Lucene exception."""
+    if k is not None and not 1 <= k <= cfg.max_k:
+        raise QueryInputError(f"k must be between 1 and {cfg.max_k}, got {k}")
+    if len(query) > cfg.max_question_chars:
+        raise QueryInputError(f"the question has {len(query)} characters; the limit is "
+                              f"{cfg.max_question_chars} (retrieval.max_question_chars)")
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError:
+        raise QueryInputError("the question is not valid text (it holds undecodable bytes)") from None
+    return k or cfg.final_k
 
 
 def _candidate(row: dict[str, Any], score: float, sources: tuple[str, ...], **extra: Any) -> Candidate:
@@ -78,25 +110,80 @@ def _candidate(row: dict[str, Any], score: float, sources: tuple[str, ...], **ex
                      text=row["text"], collection=row["collection"], score=round(score, 6), sources=sources, **extra)
 
 
-def fuse(lists: dict[str, list[dict[str, Any]]], rrf_k: int) -> list[tuple[dict[str, Any], float, tuple[str, ...]]]:
-    """Reciprocal rank fusion: robust to incomparable score scales (BM25 vs cosine)."""
+class Fused(BaseModel):
+    """One chunk after weighted RRF, with what the tie-break needs."""
+
+    model_config = ConfigDict(frozen=True)
+
+    row: dict[str, Any]
+    score: float
+    sources: tuple[str, ...]
+    best_rank: int
+    lexical_score: float | None
+
+
+def fuse(lists: dict[str, list[dict[str, Any]]], rrf_k: int,
+         weights: dict[str, float] | None = None) -> list[Fused]:
+    """Weighted reciprocal rank fusion: ``sum(weight_leg / (rrf_k + rank_leg))``, robust to
+    incomparable score scales (BM25 vs cosine). A leg of weight 0 contributes nothing.
+
+    Ties (a chunk at rank r in one list against a chunk at rank r in another) are broken by the
+    best single-leg rank, then by the lexical score: evidence, never the chunk id (which sorts
+    by file name). The id is only the last resort that keeps equal evidence deterministic.
+    """
+    weights = weights or {}
     scores: dict[str, float] = {}
     rows: dict[str, dict[str, Any]] = {}
     sources: dict[str, list[str]] = {}
+    best: dict[str, int] = {}
+    lexical: dict[str, float] = {}
     for name, hits in lists.items():
+        weight = weights.get(name, 1.0)
+        if weight <= 0:
+            continue
         for rank, row in enumerate(hits, 1):
             cid = row["chunk_id"]
-            scores[cid] = scores.get(cid, 0.0) + 1.0 / (rrf_k + rank)
+            scores[cid] = scores.get(cid, 0.0) + weight / (rrf_k + rank)
             rows.setdefault(cid, row)
             sources.setdefault(cid, []).append(name)
-    order = sorted(scores, key=lambda c: (-scores[c], c))
-    return [(rows[c], scores[c], tuple(sources[c])) for c in order]
+            best[cid] = min(best.get(cid, rank), rank)
+            if name == "lexical":
+                lexical[cid] = float(row.get("score") or 0.0)
+    order = sorted(scores, key=lambda c: (-round(scores[c], 12), best[c], -lexical.get(c, float("-inf")), c))
+    return [Fused(row=rows[c], score=scores[c], sources=tuple(sources[c]), best_rank=best[c],
+                  lexical_score=lexical.get(c)) for c in order]
+
+
+def _is_zero(vector: list[float]) -> bool:
+    return not any(vector)
+
+
+def exact_hits(rows: list[dict[str, Any]], docs_by_key: dict[str, list[str]], lexical: list[dict[str, Any]],
+               limit: int) -> tuple[list[dict[str, Any]], list[str], set[str]]:
+    """(exact rows, ambiguous keys, documents answering an ambiguous key).
+
+    An exact hit answers to a key that resolves to exactly one document; at most ``limit`` of
+    them, ordered by the chunk's lexical rank for the question (unranked ones after, in document
+    order), never by document id alone.
+    """
+    ambiguous = sorted(k for k, docs in docs_by_key.items() if len(docs) > 1)
+    ambiguous_docs = {d for k in ambiguous for d in docs_by_key[k]}
+    unique = [r for r in rows if any(len(docs_by_key.get(k, ())) == 1 for k in r["keys"])]
+    lex_rank = {r["chunk_id"]: i for i, r in enumerate(lexical)}
+    unique.sort(key=lambda r: (lex_rank.get(r["chunk_id"], len(lex_rank)), r["pack"], r["doc_id"], r["ordinal"]))
+    return unique[:limit], ambiguous, ambiguous_docs
 
 
 def retrieve(engine: Engine, query: str, role: str, *, k: int | None = None,
              collections: list[str] | None = None, weights: dict[str, float] | None = None) -> RetrievalResult:
+    """Policy gate, then the legs (exact references, fulltext, vector) fused by weighted RRF,
+    the planner and bounded traversal, then reference expansion (reported apart, after the top k).
+
+    ``weights`` overrides the configured per-leg weights for this call (ablations, evals).
+    """
     cfg = engine.cfg.retrieval
-    k = k or cfg.final_k
+    k = check_question(query, k, cfg)
+    legs = {**cfg.weights, **(weights or {})}
     trace = Trace()
     with trace.step("policy_gate", role=role) as t:
         decision: PolicyDecision = gate(engine.cfg, role, collections)
@@ -109,35 +196,50 @@ def retrieve(engine: Engine, query: str, role: str, *, k: int | None = None,
         return result
 
     drv, db = engine.driver, engine.database
-    with trace.step("exact_references") as t:
-        keys = query_reference_keys(engine, query)
-        exact_rows = store_reads.by_keys(drv, db, keys, decision.collections, k)
-        t.update(keys=keys, hits=len(exact_rows))
-    with trace.step("lexical") as t:
-        lexical = store_reads.fulltext(drv, db, query, decision.collections, cfg.lexical_k)
+    packs = [p for p in engine.packs.values() if set(p.manifest.collections) & set(decision.collections)]
+    with trace.step("exact_references", weight=legs["exact"], max_exact=cfg.max_exact) as t:
+        keys, residual = question_references(engine, query, packs) \
+            if legs["exact"] > 0 or cfg.ambiguous_ref_boost else ([], query)
+        key_rows, docs_by_key = store_reads.by_keys(drv, db, keys, decision.collections)
+        # a question that is little more than its reference ("What does Article 17(1) require?")
+        # is a lookup: its exact hits lead; otherwise they are one fused leg among the others
+        lookup = bool(keys) and len(content_terms(residual)) <= cfg.lookup_max_terms
+        t.update(keys=keys, answered=len(key_rows), lookup=lookup)
+    with trace.step("lexical", weight=legs["lexical"]) as t:
+        lexical = store_reads.fulltext(drv, db, query, decision.collections, cfg.lexical_k) \
+            if legs["lexical"] > 0 or legs["exact"] > 0 else []
         t["hits"] = len(lexical)
-    with trace.step("dense", embedder=engine.embedder_identity) as t:
-        check_embedder(drv, db, engine.embedder_identity)
-        vec = engine.embed_texts([query], purpose="query")[0]
-        dense = store_reads.vector(drv, db, vec, decision.collections, cfg.dense_k)
+    with trace.step("dense", embedder=engine.embedder_identity, weight=legs["dense"]) as t:
+        dense: list[dict[str, Any]] = []
+        if legs["dense"] > 0:
+            check_embedder(drv, db, engine.embedder_identity)
+            vec = engine.embed_texts([query], purpose="query")[0]
+            if _is_zero(vec):  # no indexable word for this embedder: nothing to compare with
+                t["skipped"] = "zero_vector"
+            else:
+                dense = store_reads.vector(drv, db, vec, decision.collections, cfg.dense_k)
         t["hits"] = len(dense)
-    with trace.step("fusion", method="rrf", rrf_k=cfg.rrf_k) as t:
-        fused = fuse({"lexical": lexical, "dense": dense}, cfg.rrf_k)
+    with trace.step("fusion", method="weighted_rrf", rrf_k=cfg.rrf_k, weights=legs) as t:
+        exact_rows, ambiguous, ambiguous_docs = exact_hits(key_rows, docs_by_key, lexical, cfg.max_exact) \
+            if legs["exact"] > 0 else ([], [], set())
         phrase = " ".join(content_terms(query))
         ref_ids = {r["chunk_id"] for r in exact_rows}
         phrase_rows = []
-        if len(phrase.split()) >= 2:  # a lexical hit holding the whole question is exact too
+        if legs["exact"] > 0 and len(phrase.split()) >= 2:  # a lexical hit holding the whole question
             phrase_rows = [r for r in lexical if r["chunk_id"] not in ref_ids
-                           and phrase in " ".join(content_terms(f"{r['heading']} {r['text']}"))]
+                           and phrase in " ".join(content_terms(f"{r['heading']} {r['text']}"))][: cfg.max_exact]
         exact_ids = ref_ids | {r["chunk_id"] for r in phrase_rows}
-        top = 1.0 / (cfg.rrf_k + 1) * 2
-        candidates = [_candidate(r, top + 1.0, ("exact_reference",), exact=True) for r in exact_rows]
-        candidates += [_candidate(r, top + 0.5, ("lexical", "exact_phrase"), exact=True) for r in phrase_rows]
-        candidates += [_candidate(r, s, src) for r, s, src in fused if r["chunk_id"] not in exact_ids]
-        candidates = candidates[:k]
-        t["fused"] = len(fused)
+        fused = fuse({"exact": exact_rows + phrase_rows, "lexical": lexical if legs["lexical"] > 0 else [],
+                      "dense": dense}, cfg.rrf_k, legs)
+        boosted = _reference_boost(drv, db, fused, keys, ambiguous_docs, cfg.ambiguous_ref_boost / (cfg.rrf_k + 1))
+        if lookup:  # exact reference hits first, in their own order, then the rest as fused
+            lead = {r["chunk_id"]: i for i, r in enumerate(exact_rows)}
+            boosted.sort(key=lambda p: lead.get(p[0].row["chunk_id"], len(lead)))
+        candidates = [_candidate(f.row, score, _sources(f, exact_ids, phrase_rows), exact=f.row["chunk_id"] in exact_ids)
+                      for f, score in boosted][:k]
+        t.update(fused=len(fused), exact=len(exact_ids), ambiguous_keys=ambiguous,
+                 boosted=sum(1 for f, score in boosted if score > f.score))
     graph_candidates: list[Candidate] = []
-    packs = [p for p in engine.packs.values() if set(p.manifest.collections) & set(decision.collections)]
     with trace.step("planner") as t:
         decision_plan = plan(drv, db, query, packs, engine.cfg.planner, engine.cfg.traversal, decision.collections)
         t.update(reason=decision_plan.reason, seeds=[s.name for s in decision_plan.seeds], detail=decision_plan.detail)
@@ -158,9 +260,10 @@ def retrieve(engine: Engine, query: str, role: str, *, k: int | None = None,
                      dropped_not_permitted=len(picked) - len([c for c, _ in picked if c in rows]))
     with trace.step("fusion_graph", max_graph=engine.cfg.traversal.max_candidates) as t:
         graph_ids = {c.chunk_id for c in graph_candidates}
-        exact = [c for c in candidates if c.exact]
-        rest = [c for c in candidates if not c.exact and c.chunk_id not in graph_ids]
-        ordered = (exact + graph_candidates + rest)[:k]
+        rest = [c for c in candidates if c.chunk_id not in graph_ids]
+        # graph candidates never rank above an exact hit: they go right after the last one
+        cut = max((i + 1 for i, c in enumerate(rest) if c.exact), default=0)
+        ordered = (rest[:cut] + graph_candidates + rest[cut:])[:k]
         t["graph_in_top_k"] = len([c for c in ordered if c.chunk_id in graph_ids])
     with trace.step("reference_expansion", limit=cfg.reference_expansion_k) as t:
         have = {c.chunk_id for c in ordered}
@@ -174,6 +277,36 @@ def retrieve(engine: Engine, query: str, role: str, *, k: int | None = None,
             seed_score = by_id[row["from_chunk"]].score if row["from_chunk"] in by_id else 0.0
             added.append(_candidate(row, seed_score * 0.5, ("reference",), via=f"{row['via']} <- {row['from_chunk']}"))
         t["added"] = len(added)
-    result.candidates = ordered + added
+    result.candidates = ordered
+    result.expansions = added
     result.trace = trace.steps
     return result
+
+
+def _sources(f: Fused, exact_ids: set[str], phrase_rows: list[dict[str, Any]]) -> tuple[str, ...]:
+    cid = f.row["chunk_id"]
+    if cid not in exact_ids:
+        return f.sources
+    kind = "exact_phrase" if any(r["chunk_id"] == cid for r in phrase_rows) else "exact_reference"
+    return (kind, *[s for s in f.sources if s != "exact"])
+
+
+def _reference_boost(drv: Any, db: str, fused: list[Fused], keys: list[str], ambiguous_docs: set[str],
+                     unit: float) -> list[tuple[Fused, float]]:
+    """A bounded boost (at most ``unit``, one rank-1 share of RRF) for fused candidates that cite
+    a reference the question names, or that belong to a document answering a reference the
+    question names ambiguously ("Rule 3.8" without its rulebook). Reordered by the boosted score,
+    ties as in ``fuse``."""
+    if not fused or unit <= 0 or not keys:
+        return [(f, f.score) for f in fused]
+    cites = store_reads.citing(drv, db, [f.row["chunk_id"] for f in fused], keys)
+    out = []
+    for f in fused:
+        share = cites.get(f.row["chunk_id"], 0) / len(keys)
+        in_doc = 0.5 if f"{f.row.get('pack') or f.row['chunk_id'].split(':', 1)[0]}:{f.row['doc_id']}" \
+            in ambiguous_docs else 0.0
+        out.append((f, f.score + unit * min(1.0, max(share, in_doc))))
+    out.sort(key=lambda p: (-round(p[1], 12), p[0].best_rank,
+                            -(p[0].lexical_score if p[0].lexical_score is not None else float("-inf")),
+                            p[0].row["chunk_id"]))
+    return out

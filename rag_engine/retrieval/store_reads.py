@@ -15,10 +15,16 @@ _CHUNK_FIELDS = ("c.chunk_id AS chunk_id, c.anchor AS anchor, c.heading AS headi
                  "c.collection AS collection, c.doc_id AS doc_id, c.doc_version AS doc_version")
 
 
+MAX_QUERY_TERMS = 256
+"""Lucene refuses more than 1024 boolean clauses; distinct terms beyond this cap are dropped."""
+
+
 def lucene_escape(text: str) -> str:
-    """User text is never Lucene syntax: escape every operator, drop boolean keywords."""
+    """User text is never Lucene syntax: escape every operator, drop boolean keywords; at most
+    MAX_QUERY_TERMS distinct terms (first occurrences kept) so no question exceeds Lucene's limit."""
     escaped = _LUCENE_SPECIAL.sub(r"\\\1", text)
-    return " ".join(w for w in escaped.split() if w not in {"AND", "OR", "NOT", "TO"})
+    words = [w for w in escaped.split() if w not in {"AND", "OR", "NOT", "TO"} and w.strip("\\")]
+    return " ".join(list(dict.fromkeys(words))[:MAX_QUERY_TERMS])
 
 
 def read(driver: neo4j.Driver, database: str, query: str, **params: Any) -> list[dict[str, Any]]:
@@ -36,7 +42,7 @@ def fulltext(driver: neo4j.Driver, database: str, text: str, collections: tuple[
     return read(
         driver, database,
         f"CALL db.index.fulltext.queryNodes('{CHUNK_FULLTEXT}', $q, {{limit: $fetch}}) YIELD node AS c, score "
-        f"WHERE c.active AND c.collection IN $collections "
+        f"WHERE c.active AND coalesce(c.eligible, true) AND c.collection IN $collections "
         f"RETURN {_CHUNK_FIELDS}, score ORDER BY score DESC LIMIT $k",
         q=q, collections=list(collections), k=k, fetch=k * 4,
     )
@@ -55,7 +61,7 @@ def vector(driver: neo4j.Driver, database: str, embedding: list[float], collecti
         rows = read(
             driver, database,
             f"CALL db.index.vector.queryNodes('{VECTOR_INDEX}', $fetch, $embedding) YIELD node AS c, score "
-            f"WHERE c.active AND c.collection IN $collections "
+            f"WHERE c.active AND coalesce(c.eligible, true) AND c.collection IN $collections "
             f"RETURN {_CHUNK_FIELDS}, score ORDER BY score DESC LIMIT $k",
             embedding=embedding, collections=list(collections), k=k, fetch=fetch,
         )
@@ -65,17 +71,44 @@ def vector(driver: neo4j.Driver, database: str, embedding: list[float], collecti
 
 
 def by_keys(driver: neo4j.Driver, database: str, keys: list[str], collections: tuple[str, ...],
-            k: int) -> list[dict]:
-    """Chunks answering to normalized reference keys (``pack|key``), e.g. 'Article 17(1)' asked directly."""
+            limit: int = 200) -> tuple[list[dict], dict[str, list[str]]]:
+    """Chunks answering to reference keys (``pack|key``) named in a question, and per key the
+    documents (``pack:doc_id``) whose active chunks answer to it, whatever the caller's role.
+
+    A key answered in more than one document is ambiguous ("Rule 3.8" in a dozen rulebooks): the
+    caller never turns it into an exact hit. Counting documents over every collection reveals no
+    text, only that the number is not unique, and keeps a role's view from making it look unique.
+    """
     if not keys:
-        return []
-    return read(
+        return [], {}
+    docs = read(
+        driver, database,
+        "MATCH (rk:RefKey)<-[:ANSWERS_TO]-(c:Chunk) WHERE rk.key IN $keys AND c.active "
+        "RETURN rk.key AS key, collect(DISTINCT c.pack + ':' + c.doc_id) AS docs",
+        keys=keys,
+    )
+    rows = read(
         driver, database,
         f"MATCH (rk:RefKey)<-[:ANSWERS_TO]-(c:Chunk) WHERE rk.key IN $keys AND c.active "
-        f"AND c.collection IN $collections RETURN DISTINCT {_CHUNK_FIELDS}, c.ordinal AS ordinal, 1.0 AS score "
-        f"ORDER BY doc_id, ordinal LIMIT $k",
-        keys=keys, collections=list(collections), k=k,
+        f"AND c.collection IN $collections "
+        f"RETURN {_CHUNK_FIELDS}, c.pack AS pack, c.ordinal AS ordinal, collect(rk.key) AS keys "
+        f"ORDER BY c.pack, c.doc_id, c.ordinal LIMIT $limit",
+        keys=keys, collections=list(collections), limit=limit,
     )
+    return rows, {d["key"]: sorted(d["docs"]) for d in docs}
+
+
+def citing(driver: neo4j.Driver, database: str, chunk_ids: list[str], keys: list[str]) -> dict[str, int]:
+    """How many of the question's reference keys each candidate chunk cites."""
+    if not chunk_ids or not keys:
+        return {}
+    rows = read(
+        driver, database,
+        "MATCH (c:Chunk)-[:CITES]->(rk:RefKey) WHERE c.chunk_id IN $ids AND rk.key IN $keys "
+        "RETURN c.chunk_id AS chunk_id, count(DISTINCT rk) AS n",
+        ids=chunk_ids, keys=keys,
+    )
+    return {r["chunk_id"]: int(r["n"]) for r in rows}
 
 
 def referenced(driver: neo4j.Driver, database: str, chunk_ids: list[str], collections: tuple[str, ...],
