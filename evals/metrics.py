@@ -4,7 +4,12 @@ Relevance is binary on chunk *anchors* (``<doc_id>#<local>``, stable across docu
 an anchor in the gold list is relevant, anything else is not. Decisions worth knowing:
 
 - **Duplicates in the ranking** count once, at their first position: a gold anchor retrieved
-  twice (e.g. from two document versions) is one hit, so recall and nDCG never exceed 1.
+  twice (e.g. from two document versions) is one hit, so recall, nDCG and AP never exceed 1;
+  the repeat still takes its rank (it is a non-relevant position, as it would be to a reader).
+- **MAP@10** is the mean over queries of AP@10 = sum over the gold hits in the top 10 of
+  precision at that hit's rank, divided by ``min(|gold|, 10)``: the most a top 10 can hold, so a
+  perfect top 10 scores 1 even with more than 10 gold anchors (the TREC convention divides by
+  ``|gold|``; capping keeps AP on the same scale as nDCG@10's ideal).
 - **Expected-insufficient queries** (no gold) get ``None`` for recall/MRR/nDCG and citation hit:
   ranking quality is undefined without gold, and 0 would punish a system for correctly finding
   nothing. They are scored by ``insufficient_correct`` alone.
@@ -74,6 +79,32 @@ def ndcg_at_k(ranked: Sequence[str], gold: Sequence[str], k: int = TOP_K) -> flo
     return dcg / ideal
 
 
+def average_precision_at_k(ranked: Sequence[str], gold: Sequence[str], k: int = TOP_K) -> float:
+    """AP@k, binary relevance: mean of precision@rank over the gold hits, normalised by min(|gold|, k)."""
+    _check(gold, k)
+    hits = _first_hits(ranked, gold, k)
+    return sum(n / pos for n, pos in enumerate(hits, start=1)) / min(len(set(gold)), k)
+
+
+RANKING_METRICS: tuple[str, ...] = ("recall@1", "recall@5", "recall@10", "mrr@10", "ndcg@10", "map@10")
+"""Per-query ranking metrics: defined for answerable queries only (None otherwise)."""
+
+
+def ranking_values(ranked: Sequence[str], gold: Sequence[str], expect_insufficient: bool) -> dict[str, float | None]:
+    """Every ranking metric of one ranked list (cut to the top 10), or all None without gold."""
+    if expect_insufficient:
+        return dict.fromkeys(RANKING_METRICS)
+    top = tuple(ranked[:TOP_K])
+    return {
+        "recall@1": recall_at_k(top, gold, 1),
+        "recall@5": recall_at_k(top, gold, 5),
+        "recall@10": recall_at_k(top, gold, 10),
+        "mrr@10": reciprocal_rank(top, gold, 10),
+        "ndcg@10": ndcg_at_k(top, gold, 10),
+        "map@10": average_precision_at_k(top, gold, 10),
+    }
+
+
 def citation_hit(cited: Sequence[str], gold: Sequence[str], expect_insufficient: bool) -> float | None:
     """1 if any cited anchor is gold, 0 otherwise (also when nothing is cited); None without gold."""
     if expect_insufficient or not gold:
@@ -107,14 +138,7 @@ def score_query(
     if not expect_insufficient and not gold:
         raise EvalInputError(f"query {id!r} expects an answer but has no gold anchors")
     top = tuple(ranked[:TOP_K])
-    scored = not expect_insufficient
-    values: dict[str, Any] = {
-        "recall@1": recall_at_k(top, gold, 1) if scored else None,
-        "recall@5": recall_at_k(top, gold, 5) if scored else None,
-        "recall@10": recall_at_k(top, gold, 10) if scored else None,
-        "mrr@10": reciprocal_rank(top, gold, 10) if scored else None,
-        "ndcg@10": ndcg_at_k(top, gold, 10) if scored else None,
-    }
+    values = ranking_values(top, gold, expect_insufficient)
     return QueryResult.model_validate({
         "id": id,
         "pack": pack,
@@ -148,6 +172,15 @@ def mean_cost(costs: Iterable[str | None]) -> str | None:
         raise EvalInputError(f"not a decimal cost among {costs[:5]}") from None
     mean = (total / len(costs)).quantize(COST_QUANTUM)
     return format(mean.normalize(), "f") if mean else "0"
+
+
+def system_metrics(rows: Sequence[tuple[Sequence[str], Sequence[str], bool]]) -> dict[str, Any]:
+    """One system's ranking metrics over ``(ranked, gold, expect_insufficient)`` rows: the means
+    over answerable queries (the systems table of a report); ``queries`` counts the scored ones."""
+    per_query = [ranking_values(ranked, gold, insufficient) for ranked, gold, insufficient in rows]
+    out: dict[str, Any] = {name: _mean([v[name] for v in per_query]) for name in RANKING_METRICS}
+    out["queries"] = sum(1 for _, _, insufficient in rows if not insufficient)
+    return out
 
 
 def aggregate(queries: Sequence[QueryResult]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The eval report (schema ``rag-eval-report/1``): the one file the runner writes and the gate reads.
+"""The eval report (schema ``rag-eval-report/2``): the one file the runner writes and the gate reads.
 
 The report is the contract between two processes that may run months apart (the committed
 BASELINE.json and tonight's candidate), so it is validated strictly on the way in: unknown keys,
@@ -6,6 +6,12 @@ out-of-range metrics and a foreign schema are errors with the offending location
 silently dropped fields. Metric names contain ``@``, which is not a Python identifier: the
 models use ``recall_at_5``-style attributes with the JSON names as aliases; always dump with
 ``to_json()`` (or ``by_alias=True``) so the file keeps the documented keys.
+
+Schema ``/2`` adds ``map@10`` (aggregate and per query), the ``retrieval`` settings the engine ran
+with (per-leg weights, k), the per-pack ``systems`` table (the engine, BM25, and the engine's
+fulltext and dense legs alone, scored on the same chunks and questions) and the baselines'
+per-query top-10 ``rankings``. ``/1`` files (e.g. an older committed baseline) stay readable:
+their ``map@10`` is None and they have no systems table.
 """
 
 from __future__ import annotations
@@ -21,7 +27,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from rag_engine.errors import EvalInputError
 
-SCHEMA = "rag-eval-report/1"
+SCHEMA = "rag-eval-report/2"
+SCHEMA_V1 = "rag-eval-report/1"
+SCHEMAS = (SCHEMA_V1, SCHEMA)
+"""Schemas ``parse_report`` accepts; the runner writes ``SCHEMA``."""
 
 TOP_K = 10
 """The ranked list in a report holds at most this many anchors (all @k metrics are k <= 10)."""
@@ -32,6 +41,7 @@ METRIC_NAMES: tuple[str, ...] = (
     "recall@10",
     "mrr@10",
     "ndcg@10",
+    "map@10",
     "citation_hit_rate",
     "insufficient_evidence_accuracy",
 )
@@ -43,10 +53,20 @@ QUERY_FIELD: dict[str, str] = {
     "recall@10": "recall@10",
     "mrr@10": "mrr@10",
     "ndcg@10": "ndcg@10",
+    "map@10": "map@10",
     "citation_hit_rate": "citation_hit",
     "insufficient_evidence_accuracy": "insufficient_correct",
 }
 """Aggregate metric name -> the per-query key whose mean it is."""
+
+RANKING_NAMES: tuple[str, ...] = ("recall@1", "recall@5", "recall@10", "mrr@10", "ndcg@10", "map@10")
+"""Per-query ranking metrics: null for queries expected to have no answer."""
+
+SYSTEMS: tuple[str, ...] = ("engine", "bm25", "fulltext", "dense")
+"""Systems scored per pack: the engine (full query path), BM25 over the pack's active chunks,
+and the engine's fulltext and dense legs alone."""
+
+BASELINE_SYSTEMS: tuple[str, ...] = SYSTEMS[1:]
 
 Unit = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 Millis = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
@@ -102,6 +122,8 @@ class ReportMetrics(_Frozen):
     recall_at_10: Unit | None = Field(alias="recall@10")
     mrr_at_10: Unit | None = Field(alias="mrr@10")
     ndcg_at_10: Unit | None = Field(alias="ndcg@10")
+    map_at_10: Unit | None = Field(None, alias="map@10")
+    """Absent from ``/1`` reports (None there); required in ``/2`` (checked by EvalReport)."""
     citation_hit_rate: Unit | None
     insufficient_evidence_accuracy: Unit | None
     latency_ms_p50: Millis
@@ -138,6 +160,7 @@ class QueryResult(_Frozen):
     recall_at_10: Unit | None = Field(alias="recall@10")
     mrr_at_10: Unit | None = Field(alias="mrr@10")
     ndcg_at_10: Unit | None = Field(alias="ndcg@10")
+    map_at_10: Unit | None = Field(None, alias="map@10")
     citation_hit: Unit | None
     insufficient_correct: Unit
 
@@ -151,8 +174,7 @@ class QueryResult(_Frozen):
         # A query expected to be unanswerable has no gold chunks, so ranking metrics are
         # undefined for it; a number there means the runner scored it against nothing.
         if self.expect_insufficient:
-            filled = [k for k in ("recall@1", "recall@5", "recall@10", "mrr@10", "ndcg@10")
-                      if self.value(k) is not None]
+            filled = [k for k in RANKING_NAMES if self.value(k) is not None]
             if filled:
                 raise ValueError(f"query {self.id!r} expects insufficient evidence; {filled} must be null")
         return self
@@ -172,8 +194,57 @@ _PER_QUERY_ATTR: dict[str, str] = {
 }
 
 
+class SystemMetrics(_Frozen):
+    """One system's ranking metrics on one pack: means over its answerable queries."""
+
+    recall_at_1: Unit | None = Field(alias="recall@1")
+    recall_at_5: Unit | None = Field(alias="recall@5")
+    recall_at_10: Unit | None = Field(alias="recall@10")
+    mrr_at_10: Unit | None = Field(alias="mrr@10")
+    ndcg_at_10: Unit | None = Field(alias="ndcg@10")
+    map_at_10: Unit | None = Field(alias="map@10")
+    queries: int = Field(ge=0)
+    """Answerable (scored) queries of the pack."""
+
+    def get(self, name: str) -> float | None:
+        data = self.model_dump(by_alias=True)
+        if name not in data:
+            raise KeyError(f"unknown system metric {name!r}")
+        return data[name]
+
+
+class PackSystems(_Frozen):
+    """Every system on one pack's golden questions, over the same active chunks."""
+
+    engine: SystemMetrics
+    bm25: SystemMetrics
+    fulltext: SystemMetrics
+    dense: SystemMetrics
+
+    def system(self, name: str) -> SystemMetrics:
+        if name not in SYSTEMS:
+            raise KeyError(f"unknown system {name!r}; known: {list(SYSTEMS)}")
+        return getattr(self, name)
+
+
+class BaselineRankings(_Frozen):
+    """One query's top 10 anchors from each baseline system (the engine's is the query's ``ranked``)."""
+
+    bm25: tuple[NonEmpty, ...] = Field(max_length=TOP_K)
+    fulltext: tuple[NonEmpty, ...] = Field(max_length=TOP_K)
+    dense: tuple[NonEmpty, ...] = Field(max_length=TOP_K)
+
+
+class RetrievalRun(_Frozen):
+    """How the engine retrieved in this run: the effective per-leg fusion weights (config, or an
+    ablation's --legs/--weights) and the engine's k (None: the configured final_k)."""
+
+    weights: dict[NonEmpty, Annotated[float, Field(ge=0, allow_inf_nan=False)]]
+    k: int | None = Field(None, ge=1)
+
+
 class EvalReport(_Frozen):
-    schema_id: Literal["rag-eval-report/1"] = Field(SCHEMA, alias="schema")
+    schema_id: Literal["rag-eval-report/1", "rag-eval-report/2"] = Field(SCHEMA, alias="schema")
     created_at: datetime
     config_hash: NonEmpty
     golden: GoldenRef
@@ -182,6 +253,11 @@ class EvalReport(_Frozen):
     reindex: ReindexInfo | None
     metrics: ReportMetrics
     queries: tuple[QueryResult, ...]
+    retrieval: RetrievalRun | None = None
+    systems: dict[NonEmpty, PackSystems] | None = None
+    """pack -> system -> ranking metrics (``/2`` only)."""
+    rankings: dict[NonEmpty, BaselineRankings] | None = None
+    """query id -> the baselines' top 10 anchors (``/2`` only)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> "EvalReport":
@@ -192,6 +268,29 @@ class EvalReport(_Frozen):
         if self.metrics.queries != len(self.queries):
             raise ValueError(f"metrics.queries is {self.metrics.queries} but the report holds "
                              f"{len(self.queries)} queries")
+        v2_only = {"retrieval": self.retrieval, "systems": self.systems, "rankings": self.rankings}
+        if self.schema_id == SCHEMA_V1:
+            present = [k for k, v in v2_only.items() if v is not None]
+            if present:
+                raise ValueError(f"{present} belong to {SCHEMA!r}, not {SCHEMA_V1!r}")
+            return self
+        missing = [k for k, v in v2_only.items() if v is None]
+        if "map_at_10" not in self.metrics.model_fields_set:
+            missing.append("metrics.map@10")
+        missing += [f"queries.{i}.map@10" for i, q in enumerate(self.queries) if "map_at_10" not in q.model_fields_set]
+        if missing:
+            raise ValueError(f"{SCHEMA!r} requires {missing[:10]}")
+        packs = {q.pack for q in self.queries}
+        if set(self.systems) != packs:
+            raise ValueError(f"systems covers packs {sorted(self.systems)} but the queries are from {sorted(packs)}")
+        for pack, table in self.systems.items():
+            answerable = sum(1 for q in self.queries if q.pack == pack and not q.expect_insufficient)
+            wrong = [s for s in SYSTEMS if table.system(s).queries != answerable]
+            if wrong:
+                raise ValueError(f"systems.{pack}: {wrong} count other than the pack's {answerable} answerable queries")
+        unknown = sorted(set(self.rankings) - set(ids))
+        if unknown:
+            raise ValueError(f"rankings for unknown query ids: {unknown[:10]}")
         return self
 
     def by_id(self) -> dict[str, QueryResult]:
@@ -220,9 +319,9 @@ def parse_report(data: Any, *, source: str = "<data>") -> EvalReport:
     if not isinstance(data, dict):
         raise EvalInputError(f"{source}: an eval report must be a JSON object, got {type(data).__name__}")
     schema = data.get("schema")
-    if schema != SCHEMA:
-        raise EvalInputError(f"{source}: schema is {schema!r}, expected {SCHEMA!r} (not an eval report, "
-                             "or one written by an incompatible runner)")
+    if schema not in SCHEMAS:
+        raise EvalInputError(f"{source}: schema is {schema!r}, expected one of {list(SCHEMAS)} (not an eval "
+                             "report, or one written by an incompatible runner)")
     try:
         return EvalReport.model_validate(data)
     except ValidationError as exc:

@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from evals.metrics import (
     aggregate,
+    average_precision_at_k,
     citation_hit,
     insufficient_correct,
     mean_cost,
@@ -16,8 +17,9 @@ from evals.metrics import (
     recall_at_k,
     reciprocal_rank,
     score_query,
+    system_metrics,
 )
-from evals.report import EvalReport, dump_report, load_report, parse_report, report_sha256
+from evals.report import SCHEMA, SCHEMA_V1, EvalReport, dump_report, load_report, parse_report, report_sha256
 from rag_engine.errors import EvalInputError, RagError
 
 
@@ -34,6 +36,35 @@ def test_ndcg_binary_gains_hand_computed():
     assert ndcg_at_k(gold[:10], gold) == pytest.approx(1.0)
     # only the top 10 counts
     assert ndcg_at_k([f"x{i}" for i in range(10)] + ["g1"], ["g1"]) == 0.0
+
+
+def test_average_precision_hand_computed():
+    # hits at ranks 2 and 4 of 3 gold: (1/2 + 2/4) / 3
+    assert average_precision_at_k(["x", "g1", "y", "g2"], ["g1", "g2", "g3"]) == pytest.approx(1 / 3, abs=1e-12)
+    assert average_precision_at_k(["g1", "g2"], ["g1", "g2"]) == 1.0
+    assert average_precision_at_k(["g2", "x", "g1"], ["g1", "g2"]) == pytest.approx((1 + 2 / 3) / 2, abs=1e-12)
+    assert average_precision_at_k(["x", "y"], ["g1"]) == 0.0
+    # a gold anchor ranked twice is one hit; the repeat still takes rank 2: (1/1 + 2/3) / 2
+    assert average_precision_at_k(["g1", "g1", "g2"], ["g1", "g2"]) == pytest.approx(5 / 6, abs=1e-12)
+    # duplicates in gold count once: one distinct gold anchor found at rank 1
+    assert average_precision_at_k(["g1"], ["g1", "g1"]) == 1.0
+    # normalised by min(|gold|, 10): 12 gold with a top 10 of gold is perfect
+    gold = [f"g{i}" for i in range(12)]
+    assert average_precision_at_k(gold[:10], gold) == pytest.approx(1.0)
+    # only the top k counts
+    assert average_precision_at_k([f"x{i}" for i in range(10)] + ["g1"], ["g1"]) == 0.0
+    assert average_precision_at_k(["x", "g1"], ["g1"], k=1) == 0.0
+    with pytest.raises(EvalInputError):
+        average_precision_at_k(["g1"], [])
+
+
+def test_system_metrics_means_over_answerable_queries():
+    rows = [(["g1", "x"], ["g1"], False), (["x", "g2"], ["g2"], False), (["a"], [], True)]
+    m = system_metrics(rows)
+    assert m["queries"] == 2
+    assert m["map@10"] == pytest.approx((1 + 0.5) / 2) and m["mrr@10"] == pytest.approx(0.75)
+    assert m["recall@1"] == 0.5 and m["recall@10"] == 1.0
+    assert system_metrics([(["a"], [], True)])["ndcg@10"] is None
 
 
 def test_recall_and_reciprocal_rank():
@@ -66,6 +97,7 @@ def test_score_query_nulls_ranking_metrics_for_expected_insufficient():
     q = score_query(id="q1", pack="p", question="?", gold=[], expect_insufficient=True, ranked=["a", "b"],
                     cited=[], answered_insufficient=True, latency_ms=3.0, cost_usd=None)
     assert q.value("ndcg@10") is None and q.value("recall@5") is None and q.value("citation_hit_rate") is None
+    assert q.value("map@10") is None
     assert q.value("insufficient_evidence_accuracy") == 1.0
     with pytest.raises(EvalInputError, match="no gold"):
         score_query(id="q2", pack="p", question="?", gold=[], expect_insufficient=False, ranked=[],
@@ -79,6 +111,7 @@ def test_score_query_keeps_top_10_and_scores():
                     cited=["g"], answered_insufficient=False, latency_ms=1.0, cost_usd="0.001")
     assert len(q.ranked) == 10
     assert (q.value("recall@1"), q.value("recall@5"), q.value("mrr@10")) == (0.0, 1.0, pytest.approx(1 / 3))
+    assert q.value("map@10") == pytest.approx(1 / 3)
     assert q.citation_hit == 1.0 and q.cost_usd == "0.001"
 
 
@@ -98,6 +131,7 @@ def test_aggregate_means_over_non_null_percentiles_and_exact_cost():
     m = aggregate(qs)
     assert m["recall@1"] == pytest.approx(1 / 3)  # q4 has no value; it is not a zero
     assert m["mrr@10"] == pytest.approx((1 + 0.5 + 0) / 3)
+    assert m["map@10"] == pytest.approx((1 + 0.5 + 0) / 3)  # one gold each: AP = reciprocal rank
     assert m["citation_hit_rate"] == pytest.approx(2 / 3)
     assert m["insufficient_evidence_accuracy"] == 1.0
     assert m["latency_ms_p50"] == 25.0
@@ -121,10 +155,16 @@ def test_aggregate_rejects_empty():
 # -- report files ---------------------------------------------------------------------------
 
 
+def _systems(qs) -> dict:
+    rows = [(q.ranked, q.gold, q.expect_insufficient) for q in qs]
+    table = system_metrics(rows)
+    return {"p": {"engine": table, "bm25": table, "fulltext": table, "dense": table}}
+
+
 def _report_dict() -> dict:
     qs = [_q(i, rank=1, latency=5.0, cost=None) for i in range(3)]
     return {
-        "schema": "rag-eval-report/1",
+        "schema": SCHEMA,
         "created_at": "2025-01-01T00:00:00+00:00",
         "config_hash": "abc123",
         "golden": {"paths": ["packs/x/golden/queries.yaml"], "hash": "0" * 64},
@@ -133,15 +173,32 @@ def _report_dict() -> dict:
         "reindex": None,
         "metrics": aggregate(qs),
         "queries": [q.model_dump(mode="json", by_alias=True) for q in qs],
+        "retrieval": {"weights": {"exact": 1.0, "lexical": 1.0, "dense": 0.0}, "k": None},
+        "systems": _systems(qs),
+        "rankings": {q.id: {"bm25": list(q.ranked), "fulltext": [], "dense": []} for q in qs},
     }
+
+
+def _v1_dict() -> dict:
+    """A report as the schema-1 runner wrote it: no map@10, no systems table."""
+    data = _report_dict()
+    data["schema"] = SCHEMA_V1
+    for key in ("retrieval", "systems", "rankings"):
+        del data[key]
+    del data["metrics"]["map@10"]
+    for q in data["queries"]:
+        del q["map@10"]
+    return data
 
 
 def test_report_round_trip_keeps_json_key_names(tmp_path):
     report = parse_report(_report_dict())
     path = dump_report(report, tmp_path / "r.json")
     raw = json.loads(path.read_text())
-    assert raw["schema"] == "rag-eval-report/1"
+    assert raw["schema"] == "rag-eval-report/2"
     assert "ndcg@10" in raw["metrics"] and "recall@5" in raw["queries"][0]
+    assert "map@10" in raw["metrics"] and "map@10" in raw["queries"][0]
+    assert raw["systems"]["p"]["bm25"]["map@10"] == 1.0 and raw["retrieval"]["weights"]["dense"] == 0.0
     assert load_report(path) == report
     assert len(report_sha256(path)) == 64
     with pytest.raises(ValidationError, match="frozen"):
@@ -155,6 +212,7 @@ def test_report_round_trip_keeps_json_key_names(tmp_path):
     ("{not json", "not valid JSON"),
     ('["a list"]', "must be a JSON object"),
     ('{"schema": "something-else/2"}', "schema is 'something-else/2'"),
+    ('{"schema": "rag-eval-report/3"}', "schema is 'rag-eval-report/3'"),
 ])
 def test_load_report_clear_errors(tmp_path, content, match):
     path = tmp_path / "r.json"
@@ -196,3 +254,49 @@ def test_report_rejects_inconsistent_content():
     with pytest.raises(EvalInputError, match="non-negative"):
         parse_report(data)
     assert isinstance(parse_report(_report_dict()), EvalReport)
+
+
+def test_schema_1_reports_stay_readable(tmp_path):
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(_v1_dict()))
+    old = load_report(path)
+    assert old.schema_id == SCHEMA_V1 and old.systems is None and old.retrieval is None
+    assert old.metrics.get("map@10") is None and old.queries[0].value("map@10") is None
+    assert old.metrics.get("ndcg@10") == 1.0
+    assert load_report(dump_report(old, tmp_path / "again.json")) == old
+    data = _v1_dict()
+    data["systems"] = _report_dict()["systems"]
+    with pytest.raises(EvalInputError, match="belong to"):
+        parse_report(data)
+
+
+def test_schema_2_requires_map_and_a_consistent_systems_table():
+    data = _report_dict()
+    del data["systems"]
+    with pytest.raises(EvalInputError, match="requires.*systems"):
+        parse_report(data)
+    data = _report_dict()
+    del data["metrics"]["map@10"]
+    del data["queries"][1]["map@10"]
+    with pytest.raises(EvalInputError, match=r"metrics.map@10.*queries.1.map@10"):
+        parse_report(data)
+    data = _report_dict()
+    data["systems"]["other"] = data["systems"]["p"]
+    with pytest.raises(EvalInputError, match="systems covers packs"):
+        parse_report(data)
+    data = _report_dict()
+    data["systems"]["p"]["bm25"] = {**data["systems"]["p"]["bm25"], "queries": 2}
+    with pytest.raises(EvalInputError, match=r"\['bm25'\] count"):
+        parse_report(data)
+    data = _report_dict()
+    del data["systems"]["p"]["dense"]
+    with pytest.raises(EvalInputError, match="systems.p.dense"):
+        parse_report(data)
+    data = _report_dict()
+    data["rankings"]["nope"] = {"bm25": [], "fulltext": [], "dense": []}
+    with pytest.raises(EvalInputError, match="unknown query ids"):
+        parse_report(data)
+    data = _report_dict()
+    data["rankings"]["q0"]["bm25"] = [f"a{i}" for i in range(11)]
+    with pytest.raises(EvalInputError, match="rankings.q0.bm25"):
+        parse_report(data)
