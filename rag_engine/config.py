@@ -178,6 +178,9 @@ class RetrievalConfig(Frozen):
     """A key named by the question but answered in several documents is not an exact hit; lexical
     and dense candidates from those documents get this many RRF rank-1 units of boost at most."""
     lookup_max_terms: int = Field(3, ge=0, le=20)
+    scope_boost: float = Field(0.5, ge=0, le=2)
+    """Candidates from a document the question names as a whole ("under the AML Rulebook") get
+    this many RRF rank-1 units of boost (a preference, never a filter)."""
     """A question with at most this many content words besides its references is a lookup: its
     exact hits lead the ranking. Otherwise exact hits are one fused leg (a question that only
     mentions a rule in passing is usually answered by a passage that cites it)."""

@@ -37,6 +37,7 @@ from typing import Callable
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from rag_engine import yaml_safe
 from rag_engine.config import EngineConfig, PackEntry
 from rag_engine.errors import PackError
 
@@ -191,6 +192,12 @@ class DomainPack(ABC):
                             content_hash="")
         return self.extract_references(probe)
 
+    def documents_named(self, text: str) -> list[str]:
+        """Doc ids of the documents a question names as a whole ("under the AML Rulebook", "FSMR"),
+        so retrieval can prefer their passages (a bounded boost, never a filter). The default
+        names none; a multi-instrument pack matches its instruments' codes and titles."""
+        return []
+
     def rules_fingerprint(self) -> str:
         """Hash of everything that changes extraction output: the manifest and the pack module's
         whole source (rules usually live in module-level patterns, not only in the class)."""
@@ -213,7 +220,7 @@ def _load_manifest(entry: PackEntry, root: Path) -> PackManifest:
     if not path.is_file():
         raise PackError(f"pack {entry.name!r}: manifest not found: {entry.manifest}")
     try:
-        manifest = PackManifest.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
+        manifest = PackManifest.model_validate(yaml_safe.load_file(path))
     except (yaml.YAMLError, ValidationError) as exc:
         raise PackError(f"pack {entry.name!r}: invalid manifest {entry.manifest}: {exc}") from None
     mismatches = [

@@ -231,13 +231,15 @@ def retrieve(engine: Engine, query: str, role: str, *, k: int | None = None,
         exact_ids = ref_ids | {r["chunk_id"] for r in phrase_rows}
         fused = fuse({"exact": exact_rows + phrase_rows, "lexical": lexical if legs["lexical"] > 0 else [],
                       "dense": dense}, cfg.rrf_k, legs)
-        boosted = _reference_boost(drv, db, fused, keys, ambiguous_docs, cfg.ambiguous_ref_boost / (cfg.rrf_k + 1))
+        named = {f"{p.name}:{d}" for p in packs for d in p.documents_named(query)} if cfg.scope_boost else set()
+        boosted = _reference_boost(drv, db, fused, keys, ambiguous_docs, cfg.ambiguous_ref_boost / (cfg.rrf_k + 1),
+                                   named, cfg.scope_boost / (cfg.rrf_k + 1))
         if lookup:  # exact reference hits first, in their own order, then the rest as fused
             lead = {r["chunk_id"]: i for i, r in enumerate(exact_rows)}
             boosted.sort(key=lambda p: lead.get(p[0].row["chunk_id"], len(lead)))
         candidates = [_candidate(f.row, score, _sources(f, exact_ids, phrase_rows), exact=f.row["chunk_id"] in exact_ids)
                       for f, score in boosted][:k]
-        t.update(fused=len(fused), exact=len(exact_ids), ambiguous_keys=ambiguous,
+        t.update(fused=len(fused), exact=len(exact_ids), ambiguous_keys=ambiguous, named_documents=sorted(named),
                  boosted=sum(1 for f, score in boosted if score > f.score))
     graph_candidates: list[Candidate] = []
     with trace.step("planner") as t:
@@ -291,21 +293,29 @@ def _sources(f: Fused, exact_ids: set[str], phrase_rows: list[dict[str, Any]]) -
     return (kind, *[s for s in f.sources if s != "exact"])
 
 
+def _doc_of(row: dict[str, Any]) -> str:
+    """``pack:doc_id`` of a store row (chunk ids start with their pack)."""
+    return f"{row.get('pack') or row['chunk_id'].split(':', 1)[0]}:{row['doc_id']}"
+
+
 def _reference_boost(drv: Any, db: str, fused: list[Fused], keys: list[str], ambiguous_docs: set[str],
-                     unit: float) -> list[tuple[Fused, float]]:
-    """A bounded boost (at most ``unit``, one rank-1 share of RRF) for fused candidates that cite
-    a reference the question names, or that belong to a document answering a reference the
-    question names ambiguously ("Rule 3.8" without its rulebook). Reordered by the boosted score,
-    ties as in ``fuse``."""
-    if not fused or unit <= 0 or not keys:
+                     unit: float, named_docs: set[str] = frozenset(), scope_unit: float = 0.0
+                     ) -> list[tuple[Fused, float]]:
+    """Bounded boosts from what the question names, reordered by the boosted score (ties as in
+    ``fuse``): up to ``unit`` (a share of one RRF rank-1 score) for a candidate that cites the
+    references the question names, half of it for one in a document answering a reference the
+    question names ambiguously ("Rule 3.8" without its rulebook), and ``scope_unit`` for one in
+    a document the question names as a whole. Boosts reorder evidence; they never add a chunk."""
+    if not fused or ((unit <= 0 or not keys) and (scope_unit <= 0 or not named_docs)):
         return [(f, f.score) for f in fused]
-    cites = store_reads.citing(drv, db, [f.row["chunk_id"] for f in fused], keys)
+    cites = store_reads.citing(drv, db, [f.row["chunk_id"] for f in fused], keys) if unit > 0 and keys else {}
     out = []
     for f in fused:
-        share = cites.get(f.row["chunk_id"], 0) / len(keys)
-        in_doc = 0.5 if f"{f.row.get('pack') or f.row['chunk_id'].split(':', 1)[0]}:{f.row['doc_id']}" \
-            in ambiguous_docs else 0.0
-        out.append((f, f.score + unit * min(1.0, max(share, in_doc))))
+        doc = _doc_of(f.row)
+        share = cites.get(f.row["chunk_id"], 0) / len(keys) if keys else 0.0
+        in_doc = 0.5 if doc in ambiguous_docs else 0.0
+        bonus = unit * min(1.0, max(share, in_doc)) + (scope_unit if doc in named_docs else 0.0)
+        out.append((f, f.score + bonus))
     out.sort(key=lambda p: (-round(p[1], 12), p[0].best_rank,
                             -(p[0].lexical_score if p[0].lexical_score is not None else float("-inf")),
                             p[0].row["chunk_id"]))
