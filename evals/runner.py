@@ -1,12 +1,28 @@
-"""Run the golden query packs through the query path and write an eval report.
+"""Run the golden query packs through the query path, beside BM25 and each leg alone, and write
+an eval report.
 
     python -m evals.runner [--config config/engine.yaml] --output evals/reports/latest.json [--generate]
+        [--pack P ...] [--legs lexical,dense] [--weights lexical=1,dense=0.5] [--k K]
 
 By default answers are extractive (top context chunk, cited): deterministic and free, so the CI
 gate measures retrieval, citation and insufficient-evidence behaviour without a model. With
 --generate the configured default generation model answers (and costs money if hosted).
 The report records the golden pack hash, the embedder identity, whether the chunk index was
-fully built with it, and the secret-redacted config hash.
+fully built with it, the secret-redacted config hash and the fusion weights the engine ran with.
+
+Systems, per golden pack, on the same active chunks and the same questions (each query's role
+decides which collections every system may read):
+
+- ``engine``: the full query path (``run_query``), the report's queries and metrics;
+- ``bm25``: ``evals.bm25_baseline`` over the pack's chunks (the floor the gate enforces);
+- ``fulltext``: the engine's fulltext leg alone (Neo4j's Lucene index, ``retrieval.lexical_k``);
+- ``dense``: the engine's vector leg alone (``retrieval.dense_k``; no hits for a question the
+  embedder maps to the zero vector, as in the engine).
+
+Ablations are one flag away: ``--legs lexical,dense`` keeps the listed legs (``exact``,
+``lexical``, ``dense``) at their configured weight and sets the others to 0; ``--weights
+lexical=1,dense=0.5`` sets the listed legs' weights (applied after ``--legs``; unlisted legs keep
+theirs). Only the engine changes; the baselines are the same in every run.
 """
 
 from __future__ import annotations
@@ -14,6 +30,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
@@ -21,18 +38,22 @@ from typing import Any
 
 import yaml
 
-from evals.metrics import aggregate, score_query
-from evals.report import EvalReport, dump_report, golden_sha256
-from rag_engine.config import config_hash
+from evals.bm25_baseline import BM25Baseline
+from evals.metrics import aggregate, score_query, system_metrics
+from evals.report import BASELINE_SYSTEMS, SCHEMA, SYSTEMS, TOP_K, EvalReport, dump_report, golden_sha256
+from rag_engine import yaml_safe
+from rag_engine.config import LEGS, config_hash
 from rag_engine.engine import DEFAULT_CONFIG, Engine
 from rag_engine.errors import EvalInputError
 from rag_engine.query import run_query
+from rag_engine.retrieval import store_reads
+from rag_engine.retrieval.policy import gate
 from rag_engine.retrieval.store_reads import read
 
 
 def load_golden(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml_safe.load_file(path)
     except (OSError, yaml.YAMLError) as exc:
         raise EvalInputError(f"golden file {path}: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("queries"), list) or "pack" not in data:
@@ -63,32 +84,132 @@ def reindex_info(engine: Engine) -> dict[str, Any] | None:
     return {"embedder_identity": identity, "complete": missing == 0}
 
 
-def run_eval(engine: Engine, golden_paths: list[Path], *, generate: bool = False,
-             progress=print) -> EvalReport:
+# ---------------------------------------------------------------------------------------
+# Ablation flags
+
+
+def _parse_legs(text: str) -> list[str]:
+    legs = [leg.strip() for leg in text.split(",") if leg.strip()]
+    unknown = sorted(set(legs) - set(LEGS))
+    if not legs or unknown:
+        raise EvalInputError(f"--legs {text!r}: name one or more of {list(LEGS)}"
+                             + (f" (unknown: {unknown})" if unknown else ""))
+    return legs
+
+
+def _parse_weights(text: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        leg, sep, value = item.partition("=")
+        leg = leg.strip()
+        try:
+            weight = float(value) if sep else None
+        except ValueError:
+            weight = None
+        if leg not in LEGS or weight is None or not weight >= 0 or weight == float("inf"):
+            raise EvalInputError(f"--weights {text!r}: expected leg=weight pairs with legs in {list(LEGS)} "
+                                 f"and finite weights >= 0, got {item!r}")
+        out[leg] = weight
+    if not out:
+        raise EvalInputError(f"--weights {text!r}: no leg=weight pair")
+    return out
+
+
+def leg_weights(configured: dict[str, float], *, legs: str | None = None,
+                weights: str | None = None) -> dict[str, float] | None:
+    """The engine's per-leg weights for an ablation, or None for the configured ones.
+
+    ``legs`` keeps the listed legs at their configured weight and zeroes the rest; ``weights``
+    then sets the listed legs. A result with every leg at 0 would retrieve nothing: an input error.
+    """
+    if legs is None and weights is None:
+        return None
+    out = {leg: float(configured.get(leg, 1.0)) for leg in LEGS}
+    if legs is not None:
+        keep = set(_parse_legs(legs))
+        out = {leg: (w if leg in keep else 0.0) for leg, w in out.items()}
+    if weights is not None:
+        out.update(_parse_weights(weights))
+    if not any(out.values()):
+        raise EvalInputError(f"every retrieval leg has weight 0 ({out}): nothing would be retrieved")
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# The run
+
+
+def _anchors(rows: Sequence[dict[str, Any]]) -> list[str]:
+    return [r["anchor"] for r in rows][:TOP_K]
+
+
+def baseline_rankings(engine: Engine, bm25: BM25Baseline, pack: str, question: str, role: str) -> dict[str, list[str]]:
+    """Top-10 anchors of BM25 and of the engine's fulltext and dense legs alone, for one question,
+    over the collections the role may read."""
+    collections = gate(engine.cfg, role).collections
+    cfg = engine.cfg.retrieval
+    drv, db = engine.driver, engine.database
+    vec = engine.embed_texts([question], purpose="query")[0]
+    return {
+        "bm25": bm25.search(pack, collections, question, TOP_K),
+        "fulltext": _anchors(store_reads.fulltext(drv, db, question, collections, cfg.lexical_k)),
+        "dense": _anchors(store_reads.vector(drv, db, vec, collections, cfg.dense_k)) if any(vec) else [],
+    }
+
+
+def select_golden(golden_paths: Sequence[Path], packs: Sequence[str] | None) -> list[Path]:
+    """The golden files of the named packs (all when None); an unknown pack is an input error."""
+    if not packs:
+        return list(golden_paths)
+    by_pack = {load_golden(p)["pack"]: p for p in golden_paths}
+    unknown = sorted(set(packs) - set(by_pack))
+    if unknown:
+        raise EvalInputError(f"--pack {unknown}: no golden file for it; golden packs: {sorted(by_pack)}")
+    return [p for p in golden_paths if load_golden(p)["pack"] in set(packs)]
+
+
+def run_eval(engine: Engine, golden_paths: list[Path], *, generate: bool = False, progress=print,
+             weights: dict[str, float] | None = None, k: int | None = None) -> EvalReport:
+    """Score the engine (with ``weights``/``k`` overrides, if any), BM25 and each leg alone."""
     results = []
+    systems: dict[str, dict[str, Any]] = {}
+    rankings: dict[str, dict[str, list[str]]] = {}
+    bm25 = BM25Baseline(engine.driver, engine.database)
     for path in golden_paths:
         golden = load_golden(path)
         pack = golden["pack"]
         role_default = golden.get("role") or default_role(engine, pack)
+        rows: dict[str, list[tuple[Sequence[str], Sequence[str], bool]]] = {s: [] for s in SYSTEMS}
         for q in golden["queries"]:
+            role = q.get("role", role_default)
+            gold, insufficient = q.get("gold") or [], bool(q.get("insufficient_evidence"))
             started = time.perf_counter()
-            outcome = run_query(engine, q["question"], q.get("role", role_default), generate=generate,
-                                local_inference=False, run_id="eval")
+            outcome = run_query(engine, q["question"], role, k=k, generate=generate, local_inference=False,
+                                run_id="eval", weights=weights)
             latency = (time.perf_counter() - started) * 1000
             anchors = {d.chunk_id: d.anchor for d in outcome.context.documents}
             cost = outcome.answer.cost if generate else Decimal(0)
-            results.append(score_query(
-                id=q["id"], pack=pack, question=q["question"], gold=q.get("gold") or [],
-                expect_insufficient=bool(q.get("insufficient_evidence")),
+            scored = score_query(
+                id=q["id"], pack=pack, question=q["question"], gold=gold, expect_insufficient=insufficient,
                 ranked=[c.anchor for c in outcome.retrieval.candidates],
                 cited=[anchors.get(c, c) for c in outcome.answer.citations],
                 answered_insufficient=outcome.answer.insufficient_evidence,
-                latency_ms=latency, cost_usd=cost))
+                latency_ms=latency, cost_usd=cost)
+            results.append(scored)
+            rankings[q["id"]] = baseline_rankings(engine, bm25, pack, q["question"], role)
+            rows["engine"].append((scored.ranked, gold, insufficient))
+            for system in BASELINE_SYSTEMS:
+                rows[system].append((rankings[q["id"]][system], gold, insufficient))
+        if pack in systems:
+            raise EvalInputError(f"two golden files for pack {pack!r}; merge them")
+        systems[pack] = {s: system_metrics(r) for s, r in rows.items()}
         progress(f"[eval] {path}: {len(golden['queries'])} queries")
     gen = engine.registry.generation
     emb = engine.registry.embedding
     return EvalReport.model_validate({
-        "schema": "rag-eval-report/1",
+        "schema": SCHEMA,
         "created_at": datetime.now(timezone.utc),
         "config_hash": config_hash(engine.cfg),
         "golden": {"paths": [str(p.relative_to(engine.root)) if p.is_relative_to(engine.root) else str(p)
@@ -100,7 +221,23 @@ def run_eval(engine: Engine, golden_paths: list[Path], *, generate: bool = False
         "reindex": reindex_info(engine),
         "metrics": aggregate(results),
         "queries": results,
+        "retrieval": {"weights": {**engine.cfg.retrieval.weights, **(weights or {})}, "k": k},
+        "systems": systems,
+        "rankings": rankings,
     })
+
+
+def systems_table(report: EvalReport) -> str:
+    """The per-pack table printed at the end of a run: each system's ranking quality."""
+    cols = (("nDCG@10", "ndcg@10"), ("MAP@10", "map@10"), ("Recall@10", "recall@10"), ("MRR@10", "mrr@10"))
+    lines = [f"{'pack':<22} {'system':<9} " + " ".join(f"{c:>9}" for c, _ in cols) + "  queries"]
+    for pack, table in (report.systems or {}).items():
+        for system in SYSTEMS:
+            m = table.system(system)
+            values = (m.get(key) for _, key in cols)
+            lines.append(f"{pack:<22} {system:<9} " + " ".join(f"{'-' if v is None else f'{v:.3f}':>9}" for v in values)
+                         + f"  {m.queries:>7}")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,11 +246,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", default=DEFAULT_CONFIG)
     ap.add_argument("--output", required=True)
     ap.add_argument("--generate", action="store_true", help="answer with the default generation model")
+    ap.add_argument("--pack", action="append", metavar="P",
+                    help="run only this pack's golden set (repeatable; default: every evals.golden file)")
+    ap.add_argument("--legs", metavar="L1,L2", help=f"engine legs to keep at their configured weight, others 0 "
+                                                    f"(legs: {', '.join(LEGS)})")
+    ap.add_argument("--weights", metavar="LEG=W,...", help="engine per-leg fusion weights (after --legs)")
+    ap.add_argument("--k", type=int, default=None, help="engine top k (default: retrieval.final_k)")
     args = ap.parse_args(argv)
     engine = Engine.from_path(args.config)
     try:
-        paths = [engine.root / p for p in engine.cfg.evals.golden]
-        report = run_eval(engine, paths, generate=args.generate)
+        if args.k is not None and not 1 <= args.k <= engine.cfg.retrieval.max_k:
+            raise EvalInputError(f"--k must be between 1 and retrieval.max_k {engine.cfg.retrieval.max_k}, "
+                                 f"got {args.k}")
+        weights = leg_weights(engine.cfg.retrieval.weights, legs=args.legs, weights=args.weights)
+        paths = select_golden([engine.root / p for p in engine.cfg.evals.golden], args.pack)
+        report = run_eval(engine, paths, generate=args.generate, weights=weights, k=args.k)
     except EvalInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -121,10 +268,16 @@ def main(argv: list[str] | None = None) -> int:
         engine.close()
     dump_report(report, Path(args.output))
     m = report.metrics
-    print(f"[eval] {m.queries} queries: recall@5 {m.recall_at_5:.3f}, mrr@10 {m.mrr_at_10:.3f}, "
-          f"ndcg@10 {m.ndcg_at_10:.3f}, citation hit {m.citation_hit_rate:.3f}, "
-          f"insufficient-evidence accuracy {m.insufficient_evidence_accuracy:.3f}, "
+
+    def f(v: float | None) -> str:
+        return "-" if v is None else f"{v:.3f}"
+
+    print(f"[eval] {m.queries} queries: recall@5 {f(m.recall_at_5)}, mrr@10 {f(m.mrr_at_10)}, "
+          f"ndcg@10 {f(m.ndcg_at_10)}, map@10 {f(m.map_at_10)}, citation hit {f(m.citation_hit_rate)}, "
+          f"insufficient-evidence accuracy {f(m.insufficient_evidence_accuracy)}, "
           f"p50 {m.latency_ms_p50:.0f} ms, p95 {m.latency_ms_p95:.0f} ms -> {args.output}")
+    print(f"[eval] engine weights {report.retrieval.weights}" + (f", k {args.k}" if args.k else ""))
+    print(systems_table(report))
     return 0
 
 

@@ -300,3 +300,64 @@ def test_schema_2_requires_map_and_a_consistent_systems_table():
     data["rankings"]["q0"]["bm25"] = [f"a{i}" for i in range(11)]
     with pytest.raises(EvalInputError, match="rankings.q0.bm25"):
         parse_report(data)
+
+
+# -- the BM25 baseline (pure: a handful of chunks, no Neo4j) --------------------------------
+
+
+def test_bm25_tokenization_is_documented_behaviour():
+    from evals.bm25_baseline import tokenize
+
+    assert tokenize(["What does Article 17(1) of the GDPR-compliant Policy say?"]) == [
+        ["what", "does", "article", "17", "gdpr", "compliant", "policy", "say"]]  # lowercase, "of"/"the" out, "1" too short
+    assert tokenize(["The and of to"]) == [[]]
+    assert tokenize([]) == []
+
+
+def test_bm25_ranks_by_lucene_score_with_ties_by_anchor():
+    import math
+
+    from evals.bm25_baseline import B, K1, BM25Index, Chunk
+
+    chunks = [
+        Chunk("c#1", "Other", "nothing here"),
+        Chunk("a#1", "Erasure", "right to erasure"),
+        Chunk("b#1", "Access", "right of access"),
+        Chunk("d#1", "Access", "right of access"),  # same text as b#1: a tie, broken by anchor
+    ]
+    index = BM25Index.build(chunks)
+    assert [c.anchor for c in index.chunks] == ["a#1", "b#1", "c#1", "d#1"]  # corpus in anchor order
+    # every document has 3 tokens (heading + text, "to"/"of" dropped), so length normalisation is 1:
+    # lucene idf ln(1 + (N - df + 0.5) / (df + 0.5)) with N 4, df 1; tf 2 -> 2 / (2 + k1)
+    expected = math.log(1 + 3.5 / 1.5) * 2 / (2 + K1 * (1 - B + B * 1.0))
+    assert index.scores("erasure")[0] == pytest.approx(expected, rel=1e-6)
+    assert index.search("erasure", 10) == ["a#1"]  # chunks scoring 0 are not ranked
+    assert index.search("access rights", 10) == ["b#1", "d#1"]  # "rights" is not "right": no stemming
+    assert index.search("right access", 10)[:2] == ["b#1", "d#1"] and index.search("right access", 1) == ["b#1"]
+    assert index.search("the of", 10) == [] and index.search("unknownword", 10) == []
+    assert index.search("ERASURE!", 10) == ["a#1"]  # lowercase, punctuation splits
+    assert BM25Index.build([]).search("erasure", 10) == []
+
+
+def test_bm25_ranks_a_duplicated_anchor_once():
+    from evals.bm25_baseline import BM25Index, Chunk
+
+    index = BM25Index.build([Chunk("a#1", "x", "alpha beta"), Chunk("a#1", "x", "alpha"), Chunk("b#1", "y", "beta")])
+    assert index.search("alpha beta", 10) == ["a#1", "b#1"]
+
+
+# -- ablation flags ------------------------------------------------------------------------
+
+
+def test_leg_weights_from_legs_and_weights_flags():
+    from evals.runner import leg_weights
+
+    configured = {"exact": 1.0, "lexical": 1.0, "dense": 0.7}
+    assert leg_weights(configured) is None
+    assert leg_weights(configured, legs="lexical,dense") == {"exact": 0.0, "lexical": 1.0, "dense": 0.7}
+    assert leg_weights(configured, weights="lexical=1,dense=0.5") == {"exact": 1.0, "lexical": 1.0, "dense": 0.5}
+    assert leg_weights(configured, legs="dense", weights="dense=2") == {"exact": 0.0, "lexical": 0.0, "dense": 2.0}
+    for bad in ({"legs": "lexical,bm25"}, {"legs": ""}, {"weights": "dense"}, {"weights": "dense=-1"},
+                {"weights": "dense=nan"}, {"weights": "graph=1"}, {"legs": "exact", "weights": "exact=0"}):
+        with pytest.raises(EvalInputError):
+            leg_weights(configured, **bad)
