@@ -105,7 +105,20 @@ class Engine:
             return HashEmbedder(spec)
         return self.client(spec.name)
 
+    @cached_property
+    def embedding_cache(self):
+        """Passage embeddings already paid for (``storage.embedding_cache``), or None: off, or the
+        local hash embedder, which computes faster than a cache lookup."""
+        path = self.cfg.storage.embedding_cache
+        if path is None or self.registry.embedding.provider.kind == "local_hash":
+            return None
+        from rag_engine.providers.embedding_cache import EmbeddingCache
+
+        return EmbeddingCache(under_root(self.root, path))
+
     def embed_texts(self, texts: list[str], *, purpose: str, run_id: str | None = None) -> list[list[float]]:
+        """Embed through the active embedder; ``purpose`` "query" selects the query mode of an
+        asymmetric embedder, any other purpose the index mode. Not cached (see ingest.index_step)."""
         emb = self.embedder
         if isinstance(emb, HashEmbedder):
             return emb.embed(texts)

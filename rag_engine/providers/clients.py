@@ -29,7 +29,7 @@ from rag_engine.errors import (
 from rag_engine.providers.ledger import UsageLedger, UsageRecord
 from rag_engine.providers.pricing import PriceTable
 from rag_engine.providers.ratelimit import RateLimiter, limiter_for
-from rag_engine.providers.registry import ModelSpec
+from rag_engine.providers.registry import ModelSpec, resolve_endpoint
 from rag_engine.providers.results import (
     Backend,
     Completion,
@@ -124,7 +124,7 @@ class ModelClient:
         self.spec.require("embeddings")
         started = time.perf_counter()
         try:
-            answer = self._backend.embed(list(texts))
+            answer = self._backend.embed(list(texts), input_mode=self.spec.input_mode(purpose))
         except Exception as exc:
             self._write(purpose, run_id, started, answer=None, error=exc)
             raise
@@ -208,7 +208,8 @@ class HashEmbedBackend:
     def complete(self, messages: list[dict[str, Any]], **_: Any) -> Completion:
         raise CapabilityNotSupported(f"provider {self.name!r} (local_hash) only embeds")
 
-    def embed(self, texts: list[str]) -> Embeddings:
+    def embed(self, texts: list[str], *, input_mode: str | None = None) -> Embeddings:
+        # symmetric: one space for questions and passages, the mode is ignored
         vectors = [[float(x) for x in v] for v in self._embedder.embed(list(texts))]
         return Embeddings(
             vectors=vectors,
@@ -247,7 +248,8 @@ def _backend(
     if kind in ("openai", "openai_compatible"):
         from rag_engine.providers.openai_backend import OpenAIBackend
 
-        return OpenAIBackend(spec, api_key=_api_key(spec, env), limiter=limiter or limiter_for(spec.provider))
+        return OpenAIBackend(spec, api_key=_api_key(spec, env), limiter=limiter or limiter_for(spec.provider),
+                             base_url=resolve_endpoint(spec.provider, env))
     if kind == "local_hash":
         return HashEmbedBackend(spec)
     if kind == "replay":

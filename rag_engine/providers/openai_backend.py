@@ -39,6 +39,7 @@ OPENAI_BASE_URL = "https://api.openai.com/v1"
 NO_KEY = "no-key-configured"
 _KEYLIKE = re.compile(r"(?i)\b(bearer\s+\S+|sk-[A-Za-z0-9_*.\-]{4,})")
 _SDK_PREFIX = re.compile(r"^Error code: \d+ - ")
+_USERINFO = re.compile(r"(?<=://)[^/@\s]*@")
 _T = TypeVar("_T")
 
 
@@ -87,12 +88,15 @@ class OpenAIBackend:
         api_key: str | None,
         limiter: RateLimiter,
         sleep: Callable[[float], None] = time.sleep,
+        base_url: str | None = None,
     ):
+        """``base_url`` overrides the configured endpoint (``resolve_endpoint``: endpoint_env)."""
         provider = spec.provider
-        base_url = provider.endpoint or (OPENAI_BASE_URL if provider.kind == "openai" else None)
+        base_url = base_url or provider.endpoint or (OPENAI_BASE_URL if provider.kind == "openai" else None)
         if not base_url:
             raise ConfigError(f"provider {provider.name!r} ({provider.kind}) has no endpoint")
         self._spec = spec
+        self._where = "" if provider.hosted else f" at {_USERINFO.sub('', base_url).split('?', 1)[0]}"
         self._redact = _Redactor(api_key)
         self._limiter = limiter
         self._sleep = sleep
@@ -130,12 +134,15 @@ class OpenAIBackend:
         response = self._call(lambda: self._sdk.chat.completions.create(**kwargs), estimate)
         return self._completion(response)
 
-    def embed(self, texts: list[str]) -> Embeddings:
+    def embed(self, texts: list[str], *, input_mode: str | None = None) -> Embeddings:
         served = self._spec.model.served_model
         estimate = estimate_tokens(list(texts))
-        response = self._call(
-            lambda: self._sdk.embeddings.create(model=served, input=list(texts), encoding_format="float"), estimate
-        )
+        kwargs: dict[str, Any] = {"model": served, "input": list(texts), "encoding_format": "float"}
+        modes = self._spec.model.input_modes
+        if input_mode is not None and modes is not None:
+            # not an OpenAI parameter: servers of asymmetric embedders read it from the body
+            kwargs["extra_body"] = {modes.field: input_mode}
+        response = self._call(lambda: self._sdk.embeddings.create(**kwargs), estimate)
         return self._embeddings(response, len(texts))
 
     # -- the retry loop -------------------------------------------------------------
@@ -157,7 +164,8 @@ class OpenAIBackend:
                 )
             except openai.APIConnectionError:
                 failure = _Failure(
-                    ProviderError(f"provider {self.name!r}: connection failed (after {retry + 1} attempt(s))"),
+                    ProviderError(f"provider {self.name!r}: connection failed{self._where} "
+                                  f"(after {retry + 1} attempt(s))"),
                     retryable=True,
                     label="connection error",
                 )
@@ -248,6 +256,7 @@ class OpenAIBackend:
                 reported_model=getattr(response, "model", None) or None,
                 usage=_usage(getattr(response, "usage", None)),
                 provider=self.name,
+                priced=self._spec.provider.hosted,  # a local embedding server is local compute: cost 0
             )
         except (ValidationError, TypeError, ValueError):
             raise self._invalid("embedding response is malformed") from None

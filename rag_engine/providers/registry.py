@@ -23,6 +23,18 @@ from rag_engine.errors import (
 )
 
 
+QUERY_PURPOSE = "query"
+"""The purpose of question embeddings; every other embedding purpose embeds passages."""
+
+
+def resolve_endpoint(provider: ProviderConfig, env: Mapping[str, str]) -> str | None:
+    """The provider's endpoint: the value of ``endpoint_env`` when that variable is set, else
+    the configured ``endpoint``."""
+    if provider.endpoint_env and env.get(provider.endpoint_env):
+        return env[provider.endpoint_env]
+    return provider.endpoint
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """One model as the rest of the engine sees it: model config joined with its provider."""
@@ -36,9 +48,21 @@ class ModelSpec:
 
     @property
     def identity(self) -> str:
-        """What makes outputs comparable: provider kind/name, served model, dimension."""
+        """What makes outputs comparable: provider name, served model, dimension and, for an
+        asymmetric embedder, the mode scheme (``;input_type=query|passage``): vectors made under
+        another scheme live in another space."""
         dim = f":{self.model.dimension}" if self.model.dimension else ""
-        return f"{self.provider.name}/{self.model.served_model}{dim}"
+        modes = self.model.input_modes
+        scheme = f";{modes.field}={modes.query}|{modes.index}" if modes is not None else ""
+        return f"{self.provider.name}/{self.model.served_model}{dim}{scheme}"
+
+    def input_mode(self, purpose: str) -> str | None:
+        """The mode an asymmetric embedder is sent for a call: the query side for purpose "query",
+        the index side for anything else; None for a symmetric model."""
+        modes = self.model.input_modes
+        if modes is None:
+            return None
+        return modes.query if purpose == QUERY_PURPOSE else modes.index
 
     def supports(self, capability: Capability) -> bool:
         return capability in self.model.capabilities
@@ -69,8 +93,10 @@ class ProviderRegistry:
                     f"configured: {[p.name for p in cfg.providers]}"
                 )
         for p in cfg.providers:
-            if p.kind == "openai_compatible" and not p.hosted and not p.endpoint:
-                raise LocalProviderWithoutEndpoint(f"local provider {p.name!r} (openai_compatible) has no endpoint")
+            if p.kind == "openai_compatible" and not p.hosted and not resolve_endpoint(p, self._env):
+                where = f" (and {p.endpoint_env} is not set)" if p.endpoint_env else ""
+                raise LocalProviderWithoutEndpoint(
+                    f"local provider {p.name!r} (openai_compatible) has no endpoint{where}")
             if p.kind == "replay" and not p.cassette:
                 raise RegistryError(f"replay provider {p.name!r} has no cassette path")
         gen = cfg.model(cfg.defaults.generation_model)

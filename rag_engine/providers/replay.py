@@ -48,8 +48,10 @@ def generation_key(served_model: str, messages: list[dict[str, Any]], schema: ty
     return hashlib.sha256(_canonical(payload).encode()).hexdigest()
 
 
-def embedding_key(served_model: str, texts: list[str]) -> str:
-    payload = {"operation": EMBEDDINGS, "served_model": served_model, "input": list(texts)}
+def embedding_key(served_model: str, texts: list[str], input_mode: str | None = None) -> str:
+    payload: dict[str, Any] = {"operation": EMBEDDINGS, "served_model": served_model, "input": list(texts)}
+    if input_mode is not None:  # asymmetric embedders answer differently per mode (absent: old keys hold)
+        payload["input_mode"] = input_mode
     return hashlib.sha256(_canonical(payload).encode()).hexdigest()
 
 
@@ -118,8 +120,9 @@ class Cassette:
         reported_model: str | None = None,
         usage: TokenUsage | None = None,
         source: str = "handwritten",
+        input_mode: str | None = None,
     ) -> str:
-        key = embedding_key(served_model, texts)
+        key = embedding_key(served_model, texts, input_mode)
         self.append(_entry(key, EMBEDDINGS, served_model, reported_model, usage, source, {"vectors": vectors}))
         return key
 
@@ -210,14 +213,14 @@ class ReplayBackend:
             provider=self.name,
         )
 
-    def embed(self, texts: list[str]) -> Embeddings:
+    def embed(self, texts: list[str], *, input_mode: str | None = None) -> Embeddings:
         served = self._spec.model.served_model
-        key = embedding_key(served, texts)
+        key = embedding_key(served, texts, input_mode)
         entry = self._cassette.get(key)
         if entry is None:
             if self._live is None:
                 raise self._miss(key, EMBEDDINGS)
-            answer = self._live.embed(texts)
+            answer = self._live.embed(texts, input_mode=input_mode)
             self._cassette.put_embedding(
                 served,
                 texts,
@@ -225,6 +228,7 @@ class ReplayBackend:
                 reported_model=answer.reported_model,
                 usage=answer.usage,
                 source=f"recorded:{answer.provider}",
+                input_mode=input_mode,
             )
             return answer
         vectors = (entry.get("response") or {}).get("vectors")
