@@ -1,6 +1,6 @@
 """The eval regression gate: is a candidate eval report worse than the baseline, with confidence?
 
-    python -m evals.gates --config config/engine.yaml --report R --baseline-report B --output G [--accept A]
+    python -m evals.gates --config config/engine.yaml --report R [--baseline-report B] --output G [--accept A]
 
 Exit codes: 0 pass (or a regression covered by a matching acceptance), 1 regression,
 2 incomparable inputs. The JSON result is written to G in every case (also when an input is
@@ -22,9 +22,21 @@ The rules, in the order they are checked:
    **regresses when mean delta < -max_drop AND the interval's upper bound < 0**: worse beyond
    the tolerance, and confidently worse rather than noise. Pairing removes between-query
    variance, which dominates on small golden sets.
-4. **Acceptance.** A regression becomes ``accepted`` (exit 0) only if an acceptance binds the
+4. **BM25 floor** (candidate alone; on unless ``evals.bm25_margin`` is null). On every pack of
+   the candidate's ``systems`` table, the engine's nDCG@10 and MAP@10 must not trail BM25's by
+   more than ``bm25_margin`` (both measured in the same run, on the same active chunks and
+   questions); else ``bm25_floor`` (exit 1), naming pack, metric and both values. A candidate
+   without a systems table (a ``rag-eval-report/1`` file) is ``incomparable`` (exit 2) when the
+   floor is on: the check cannot be made, and passing it silently would let an old runner skip
+   it. With the floor off such a report is judged on rules 1-3 as before. Like an embedder
+   change, an acceptance cannot waive the floor: the margin is policy, changed in config review.
+5. **Acceptance.** A regression becomes ``accepted`` (exit 0) only if an acceptance binds the
    sha256 of *these exact* baseline and candidate files and gives a reason and who accepted it.
    A mismatched or invalid acceptance is reported in the result and ignored.
+
+Without ``--baseline-report`` only the candidate's own checks run (the BM25 floor): useful for an
+ablation or a new pack before any baseline exists. With the floor off there is nothing to judge
+then, which is ``incomparable``.
 
 ``evaluate_gate`` is pure (no files, no clock) so the Dagster ``eval_gate`` asset check runs the
 very same decision.
@@ -44,14 +56,19 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from evals.report import METRIC_NAMES, EvalReport, load_report, report_sha256
+from evals.report import METRIC_NAMES, SCHEMA, EvalReport, load_report, report_sha256
+from rag_engine import yaml_safe
 from rag_engine.config import EvalsConfig, load_config
 from rag_engine.errors import EvalInputError, IncomparableReports, RagError
 
-GATE_SCHEMA = "rag-eval-gate/1"
+GATE_SCHEMA = "rag-eval-gate/2"
 Status = Literal["pass", "regression", "accepted", "incomparable"]
 EXIT_CODES: dict[str, int] = {"pass": 0, "accepted": 0, "regression": 1, "incomparable": 2}
 EMBEDDER_CHANGED = "embedder_changed_without_reindex"
+BM25_FLOOR = "bm25_floor"
+FLOOR_METRICS: tuple[str, ...] = ("ndcg@10", "map@10")
+"""Engine vs BM25, per pack: rank quality over the whole top 10 (graded by position, and by
+precision at every hit), where a fused engine should beat a single lexical scorer."""
 _FLOAT_SLACK = 1e-12
 """A mean delta of exactly -max_drop is within tolerance; this absorbs float rounding of it."""
 
@@ -70,6 +87,18 @@ class MetricGate(_Frozen):
     ci_high: float
     n: int
     regressed: bool
+
+
+class FloorCheck(_Frozen):
+    """One pack and metric of the BM25 floor: engine and BM25 means over the pack's answerable queries."""
+
+    engine: float
+    bm25: float
+    delta: float
+    """engine - bm25"""
+    margin: float
+    failed: bool
+    """delta < -margin: the engine trails BM25 by more than the margin."""
 
 
 class Acceptance(_Frozen):
@@ -115,6 +144,7 @@ class GatePolicy(_Frozen):
     confidence: float
     seed: int
     min_queries: int
+    bm25_margin: float | None
 
     @classmethod
     def of(cls, cfg: EvalsConfig) -> "GatePolicy":
@@ -122,11 +152,13 @@ class GatePolicy(_Frozen):
 
 
 class GateResult(_Frozen):
-    schema_id: Literal["rag-eval-gate/1"] = Field(GATE_SCHEMA, alias="schema")
+    schema_id: Literal["rag-eval-gate/2"] = Field(GATE_SCHEMA, alias="schema")
     status: Status
     exit_code: int
     reasons: tuple[str, ...]
     metrics: dict[str, MetricGate]
+    floor: dict[str, dict[str, FloorCheck]] = {}
+    """pack -> metric -> the BM25 floor check (empty when the floor is off or was not judged)."""
     baseline_sha256: str | None
     candidate_sha256: str | None
     acceptance: AcceptanceOutcome | None
@@ -140,6 +172,10 @@ class GateResult(_Frozen):
     @property
     def regressed_metrics(self) -> tuple[str, ...]:
         return tuple(name for name, m in self.metrics.items() if m.regressed)
+
+    @property
+    def floor_failures(self) -> tuple[tuple[str, str], ...]:
+        return tuple((pack, m) for pack, checks in self.floor.items() for m, c in checks.items() if c.failed)
 
 
 # ---------------------------------------------------------------------------------------
@@ -238,9 +274,45 @@ def comparability_problems(candidate: EvalReport, baseline: EvalReport, cfg: Eva
         for metric in cfg.gate_metrics:
             n = paired_values(candidate, baseline, metric)[0].size
             if n < cfg.min_queries:
+                lacking = [label for label, r in (("baseline", baseline), ("candidate", candidate))
+                           if all(q.value(metric) is None for q in r.queries)]
+                why = (f" ({' and '.join(lacking)} report has no {metric} values: written by an older "
+                       f"runner? re-run it to get {SCHEMA!r})") if lacking else ""
                 problems.append(f"too_few_queries: {metric} has {n} paired values "
-                                f"< evals.min_queries {cfg.min_queries}")
+                                f"< evals.min_queries {cfg.min_queries}{why}")
     return problems
+
+
+def bm25_floor(candidate: EvalReport, cfg: EvalsConfig) -> tuple[dict[str, dict[str, FloorCheck]], list[str]]:
+    """The BM25 floor on the candidate alone: (checks per pack and metric, problems).
+
+    Problems mean the floor cannot be judged (no systems table while the floor is on); a metric
+    a pack has no value for (no answerable query) is skipped. Packs in sorted order.
+    """
+    margin = cfg.bm25_margin
+    if margin is None:
+        return {}, []
+    if candidate.systems is None:
+        return {}, [f"{BM25_FLOOR}_unavailable: the candidate report ({candidate.schema_id}) has no systems "
+                    f"table to compare the engine with BM25; re-run the eval (schema {SCHEMA!r}) or set "
+                    "evals.bm25_margin: null to turn the floor off"]
+    checks: dict[str, dict[str, FloorCheck]] = {}
+    for pack in sorted(candidate.systems):
+        table = candidate.systems[pack]
+        for metric in FLOOR_METRICS:
+            engine, bm25 = table.engine.get(metric), table.bm25.get(metric)
+            if engine is None or bm25 is None:
+                continue
+            delta = engine - bm25
+            checks.setdefault(pack, {})[metric] = FloorCheck(
+                engine=engine, bm25=bm25, delta=delta, margin=margin, failed=delta < -margin - _FLOAT_SLACK)
+    return checks, []
+
+
+def floor_reasons(checks: dict[str, dict[str, FloorCheck]]) -> list[str]:
+    return [f"{BM25_FLOOR}: pack {pack}: {metric} engine {c.engine:.4f} < bm25 {c.bm25:.4f} "
+            f"by {-c.delta:.4f} (more than evals.bm25_margin {c.margin})"
+            for pack, per in checks.items() for metric, c in per.items() if c.failed]
 
 
 def embedder_problem(candidate: EvalReport, baseline: EvalReport) -> str | None:
@@ -292,6 +364,7 @@ def _judge_acceptance(
 
 
 def _result(status: Status, reasons: Sequence[str], *, metrics: dict[str, MetricGate] | None = None,
+            floor: dict[str, dict[str, FloorCheck]] | None = None,
             candidate_sha: str | None, baseline_sha: str | None, acceptance: AcceptanceOutcome | None,
             cfg: EvalsConfig | None) -> GateResult:
     return GateResult(
@@ -299,6 +372,7 @@ def _result(status: Status, reasons: Sequence[str], *, metrics: dict[str, Metric
         exit_code=EXIT_CODES[status],
         reasons=tuple(reasons),
         metrics=metrics or {},
+        floor=floor or {},
         baseline_sha256=baseline_sha,
         candidate_sha256=candidate_sha,
         acceptance=acceptance,
@@ -308,7 +382,7 @@ def _result(status: Status, reasons: Sequence[str], *, metrics: dict[str, Metric
 
 def evaluate_gate(
     candidate: EvalReport,
-    baseline: EvalReport,
+    baseline: EvalReport | None,
     cfg: EvalsConfig,
     *,
     candidate_sha: str | None,
@@ -319,52 +393,63 @@ def evaluate_gate(
 ) -> GateResult:
     """The gate decision (pure). ``acceptance`` is the decoded acceptance file, or None.
 
-    ``acceptance_error`` records an acceptance file that could not be read: it is reported and,
-    like any mismatched acceptance, ignored.
+    ``baseline`` None judges the candidate alone (the BM25 floor). ``acceptance_error`` records
+    an acceptance file that could not be read: it is reported and, like any mismatched
+    acceptance, ignored.
     """
     outcome = _judge_acceptance(acceptance, source=acceptance_source, error=acceptance_error,
                                 candidate_sha=candidate_sha, baseline_sha=baseline_sha)
-    problems = comparability_problems(candidate, baseline, cfg)
+    floor, problems = bm25_floor(candidate, cfg)
+    if baseline is not None:
+        problems = comparability_problems(candidate, baseline, cfg) + problems
+    elif cfg.bm25_margin is None:
+        problems.append("nothing_to_judge: no baseline report and the BM25 floor is off (evals.bm25_margin: null)")
     if problems:
         if outcome is not None:
             outcome = outcome.model_copy(update={"problems": outcome.problems + (
                 "not applied: incomparable reports cannot be accepted",)})
-        return _result("incomparable", problems, candidate_sha=candidate_sha, baseline_sha=baseline_sha,
-                       acceptance=outcome, cfg=cfg)
+        return _result("incomparable", problems, floor=floor, candidate_sha=candidate_sha,
+                       baseline_sha=baseline_sha, acceptance=outcome, cfg=cfg)
 
-    metrics = {m: compare_metric(candidate, baseline, m, cfg) for m in cfg.gate_metrics}
+    metrics = ({m: compare_metric(candidate, baseline, m, cfg) for m in cfg.gate_metrics}
+               if baseline is not None else {})
     reasons: list[str] = []
     pct = f"{cfg.confidence:.0%}"
     for name, g in metrics.items():
         if g.regressed:
             reasons.append(f"regression: {name} mean delta {g.mean_delta:+.4f} < -{cfg.max_drop} "
                            f"and {pct} CI [{g.ci_low:+.4f}, {g.ci_high:+.4f}] below 0 (n={g.n})")
-    embedder = embedder_problem(candidate, baseline)
+    unwaivable = floor_reasons(floor)
+    embedder = embedder_problem(candidate, baseline) if baseline is not None else None
     if embedder:
-        reasons.append(embedder)
+        unwaivable.append(embedder)
+    reasons += unwaivable
 
     if not reasons:
         if outcome is not None:
             outcome = outcome.model_copy(update={"problems": outcome.problems + (
                 "not applied: no regression to accept",)})
-        return _result("pass", [], metrics=metrics, candidate_sha=candidate_sha, baseline_sha=baseline_sha,
-                       acceptance=outcome, cfg=cfg)
+        return _result("pass", [], metrics=metrics, floor=floor, candidate_sha=candidate_sha,
+                       baseline_sha=baseline_sha, acceptance=outcome, cfg=cfg)
 
-    if outcome is not None and outcome.matched and embedder is None:
+    if outcome is not None and outcome.matched and not unwaivable:
         outcome = outcome.model_copy(update={"applied": True})
         reasons.append(f"accepted: {outcome.reason} (by {outcome.accepted_by}"
                        f"{', ' + outcome.date.isoformat() if outcome.date else ''})")
-        return _result("accepted", reasons, metrics=metrics, candidate_sha=candidate_sha,
+        return _result("accepted", reasons, metrics=metrics, floor=floor, candidate_sha=candidate_sha,
                        baseline_sha=baseline_sha, acceptance=outcome, cfg=cfg)
 
     if outcome is not None:
-        extra = ()
+        extra: tuple[str, ...] = ()
         if outcome.matched and embedder is not None:
-            extra = (f"not applied: an acceptance cannot waive {EMBEDDER_CHANGED}; re-index with the new "
-                     "embedder and re-run the eval",)
+            extra += (f"not applied: an acceptance cannot waive {EMBEDDER_CHANGED}; re-index with the new "
+                      "embedder and re-run the eval",)
+        if outcome.matched and floor_reasons(floor):
+            extra += (f"not applied: an acceptance cannot waive the {BM25_FLOOR}; improve the engine or "
+                      "change evals.bm25_margin in review",)
         outcome = outcome.model_copy(update={"problems": outcome.problems + extra})
         reasons.append("acceptance_ignored: " + "; ".join(outcome.problems))
-    return _result("regression", reasons, metrics=metrics, candidate_sha=candidate_sha,
+    return _result("regression", reasons, metrics=metrics, floor=floor, candidate_sha=candidate_sha,
                    baseline_sha=baseline_sha, acceptance=outcome, cfg=cfg)
 
 
@@ -379,7 +464,7 @@ def load_acceptance(path: str | Path) -> dict[str, Any]:
         raise EvalInputError(f"acceptance file not found: {path}")
     try:
         text = path.read_text(encoding="utf-8")
-        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if path.suffix.lower() == ".json" else yaml_safe.load(text, source=path)
     except (UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as exc:
         raise EvalInputError(f"{path}: acceptance is not valid JSON/YAML: {exc}") from None
     if not isinstance(data, dict):
@@ -394,6 +479,11 @@ def summary(result: GateResult) -> str:
         flag = "  REGRESSED" if g.regressed else ""
         lines.append(f"  {name:<32} baseline {g.baseline_mean:.4f}  candidate {g.candidate_mean:.4f}  "
                      f"delta {g.mean_delta:+.4f}  CI [{g.ci_low:+.4f}, {g.ci_high:+.4f}]  n={g.n}{flag}")
+    for pack, per in result.floor.items():
+        for metric, c in per.items():
+            flag = "  BELOW BM25" if c.failed else ""
+            lines.append(f"  floor {pack + ' ' + metric:<26} bm25 {c.bm25:.4f}  engine {c.engine:.4f}  "
+                         f"delta {c.delta:+.4f}  margin {c.margin}{flag}")
     lines += [f"  - {r}" for r in result.reasons]
     if result.acceptance is not None and not result.acceptance.applied and result.status == "pass":
         lines += [f"  acceptance: {p}" for p in result.acceptance.problems]
@@ -407,9 +497,11 @@ def _sha_or_none(path: str) -> str | None:
         return None
 
 
-def run(config: str, report: str, baseline_report: str, output: str, accept: str | None = None) -> GateResult:
-    """Everything the CLI does except printing; never raises for bad inputs (they are exit 2)."""
-    cand_sha, base_sha = _sha_or_none(report), _sha_or_none(baseline_report)
+def run(config: str, report: str, baseline_report: str | None, output: str, accept: str | None = None) -> GateResult:
+    """Everything the CLI does except printing; never raises for bad inputs (they are exit 2).
+    ``baseline_report`` None: the candidate's own checks only (the BM25 floor)."""
+    cand_sha = _sha_or_none(report)
+    base_sha = _sha_or_none(baseline_report) if baseline_report is not None else None
     cfg: EvalsConfig | None = None
     unreadable: list[str] = []
     try:
@@ -418,6 +510,8 @@ def run(config: str, report: str, baseline_report: str, output: str, accept: str
         unreadable.append(f"unreadable_input: config: {exc}")
     loaded: dict[str, EvalReport] = {}
     for label, path in (("candidate", report), ("baseline", baseline_report)):
+        if path is None:
+            continue
         try:
             loaded[label] = load_report(path)
         except EvalInputError as exc:
@@ -436,7 +530,7 @@ def run(config: str, report: str, baseline_report: str, output: str, accept: str
         result = _result("incomparable", unreadable, candidate_sha=cand_sha, baseline_sha=base_sha,
                          acceptance=outcome, cfg=cfg)
     else:
-        result = evaluate_gate(loaded["candidate"], loaded["baseline"], cfg, candidate_sha=cand_sha,
+        result = evaluate_gate(loaded["candidate"], loaded.get("baseline"), cfg, candidate_sha=cand_sha,
                                baseline_sha=base_sha, acceptance=acc_raw, acceptance_source=accept,
                                acceptance_error=acc_error)
     out = Path(output)
@@ -449,7 +543,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m evals.gates", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="engine config (its evals: section is the policy)")
     parser.add_argument("--report", required=True, help="candidate eval report (JSON)")
-    parser.add_argument("--baseline-report", required=True, help="baseline eval report (JSON)")
+    parser.add_argument("--baseline-report", help="baseline eval report (JSON); without it only the "
+                        "candidate's own checks run (the BM25 floor)")
     parser.add_argument("--output", required=True, help="where to write the gate result (JSON)")
     parser.add_argument("--accept", help="acceptance file (YAML or JSON) binding both report hashes")
     args = parser.parse_args(argv)

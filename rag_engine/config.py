@@ -246,7 +246,7 @@ class ContextBudgetsConfig(Frozen):
 class EvalsConfig(Frozen):
     """Eval gate policy: which metrics gate, how much drop is tolerated, how sure we must be."""
 
-    gate_metrics: tuple[str, ...] = ("ndcg@10", "recall@5", "mrr@10", "citation_hit_rate",
+    gate_metrics: tuple[str, ...] = ("ndcg@10", "map@10", "recall@5", "mrr@10", "citation_hit_rate",
                                      "insufficient_evidence_accuracy")
     max_drop: float = Field(0.02, ge=0, le=1)
     bootstrap_samples: int = Field(2000, ge=100, le=100_000)

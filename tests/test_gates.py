@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from evals.gates import bootstrap_interval, evaluate_gate, paired_values
-from evals.metrics import aggregate, score_query
-from evals.report import EvalReport, dump_report, load_report, report_sha256
+from evals.metrics import aggregate, score_query, system_metrics
+from evals.report import SCHEMA, SCHEMA_V1, EvalReport, dump_report, load_report, report_sha256
 from rag_engine.config import EvalsConfig, load_config
 
 N_QUERIES = 30
@@ -33,32 +33,66 @@ def always_first(i: int) -> int | None:
     return 1
 
 
+def _ranked(i: int, rank: int | None) -> list[str]:
+    ranked = [f"doc{i}#other{j}" for j in range(10)]
+    if rank is not None:
+        ranked[rank - 1] = f"doc{i}#gold"
+    return ranked
+
+
+def one_pack(i: int) -> str:
+    return "legal_regulatory"
+
+
 def make_report(
     *,
     n: int = N_QUERIES,
     rank_of: Callable[[int], int | None] = always_first,
+    bm25_rank_of: Callable[[int], int | None] | None = None,
+    pack_of: Callable[[int], str] = one_pack,
     golden_hash: str = GOLDEN_A,
     embedder_identity: str = EMBED_A,
     reindex: dict | None = None,
     id_prefix: str = "q",
     created_at: str = "2025-01-01T00:00:00+00:00",
+    schema: str = SCHEMA,
 ) -> EvalReport:
     """Answerable query i has one gold anchor, retrieved at rank_of(i) (None: not retrieved);
-    a retrieved gold is also cited. Expected-insufficient queries are answered as such."""
-    queries = []
+    a retrieved gold is also cited. Expected-insufficient queries are answered as such.
+
+    BM25 (and the fulltext leg alone) retrieve the gold at bm25_rank_of(i) (default: where the
+    engine does, so the BM25 floor passes); the dense leg alone never finds it. A schema-1
+    report has no map@10 and no systems table, as the old runner wrote it."""
+    bm25_rank_of = bm25_rank_of or rank_of
+    queries, rows, rankings = [], {}, {}
     for i in range(n):
         insufficient = i in INSUFFICIENT
         gold = [] if insufficient else [f"doc{i}#gold"]
         rank = None if insufficient else rank_of(i)
-        ranked = [f"doc{i}#other{j}" for j in range(10)]
-        if rank is not None:
-            ranked[rank - 1] = gold[0]
+        ranked = _ranked(i, rank)
+        qid, pack = f"{id_prefix}{i:03d}", pack_of(i)
         queries.append(score_query(
-            id=f"{id_prefix}{i:03d}", pack="legal_regulatory", question=f"question {i}?", gold=gold,
+            id=qid, pack=pack, question=f"question {i}?", gold=gold,
             expect_insufficient=insufficient, ranked=ranked, cited=gold if rank is not None else [],
             answered_insufficient=insufficient, latency_ms=100.0 + i, cost_usd="0.0001"))
+        bm25 = _ranked(i, None if insufficient else bm25_rank_of(i))
+        rankings[qid] = {"bm25": bm25, "fulltext": bm25, "dense": []}
+        per = rows.setdefault(pack, {"engine": [], "bm25": [], "fulltext": [], "dense": []})
+        for system, r in (("engine", ranked), ("bm25", bm25), ("fulltext", bm25), ("dense", [])):
+            per[system].append((r, gold, insufficient))
+    v2 = {}
+    if schema == SCHEMA:
+        v2 = {"retrieval": {"weights": {"exact": 1.0, "lexical": 1.0, "dense": 1.0}, "k": None},
+              "systems": {pack: {s: system_metrics(r) for s, r in per.items()} for pack, per in rows.items()},
+              "rankings": rankings}
+    else:
+        queries = [q.model_copy(update={"map_at_10": None}) for q in queries]
+    metrics = aggregate(queries)
+    if schema != SCHEMA:
+        del metrics["map@10"]
     return EvalReport.model_validate({
-        "schema": "rag-eval-report/1",
+        **v2,
+        "schema": schema,
         "created_at": created_at,
         "config_hash": "0123456789abcdef",
         "golden": {"paths": ["packs/legal_regulatory/golden/queries.yaml"], "hash": golden_hash},
@@ -66,7 +100,7 @@ def make_report(
         "embedder": {"provider": "local_hash", "model": "hash-embed-384", "dimension": 384,
                      "identity": embedder_identity},
         "reindex": reindex,
-        "metrics": aggregate(queries),
+        "metrics": metrics,
         "queries": queries,
     })
 
@@ -81,13 +115,14 @@ def real_evals(repo_root: Path) -> EvalsConfig:
     return load_config(repo_root / "config" / "engine.yaml").evals
 
 
-def run_gate(repo_root: Path, tmp_path: Path, candidate: EvalReport, baseline: EvalReport,
+def run_gate(repo_root: Path, tmp_path: Path, candidate: EvalReport, baseline: EvalReport | None,
              accept: dict | str | None = None, accept_suffix: str = ".yaml") -> tuple[int, dict, str]:
     cand = dump_report(candidate, tmp_path / "candidate.json")
-    base = dump_report(baseline, tmp_path / "baseline.json")
     out = tmp_path / "out" / "gate.json"
     args = [sys.executable, "-m", "evals.gates", "--config", "config/engine.yaml",
-            "--report", str(cand), "--baseline-report", str(base), "--output", str(out)]
+            "--report", str(cand), "--output", str(out)]
+    if baseline is not None:
+        args += ["--baseline-report", str(dump_report(baseline, tmp_path / "baseline.json"))]
     if accept is not None:
         acc = tmp_path / f"accept{accept_suffix}"
         if isinstance(accept, str):
@@ -102,7 +137,7 @@ def run_gate(repo_root: Path, tmp_path: Path, candidate: EvalReport, baseline: E
     return proc.returncode, json.loads(out.read_text()), proc.stdout
 
 
-def gate(candidate: EvalReport, baseline: EvalReport, cfg: EvalsConfig = CFG, acceptance: dict | None = None,
+def gate(candidate: EvalReport, baseline: EvalReport | None, cfg: EvalsConfig = CFG, acceptance: dict | None = None,
          candidate_sha: str = "c" * 64, baseline_sha: str = "b" * 64):
     return evaluate_gate(candidate, baseline, cfg, candidate_sha=candidate_sha, baseline_sha=baseline_sha,
                          acceptance=acceptance)
@@ -318,11 +353,97 @@ def test_changed_gold_under_same_ids_is_incomparable():
 def test_result_round_trips_through_json(tmp_path):
     result = gate(make_report(rank_of=worse), make_report())
     data = result.to_json()
-    assert data["schema"] == "rag-eval-gate/1"
-    assert set(data) >= {"status", "exit_code", "reasons", "metrics", "baseline_sha256",
+    assert data["schema"] == "rag-eval-gate/2"
+    assert set(data) >= {"status", "exit_code", "reasons", "metrics", "floor", "baseline_sha256",
                          "candidate_sha256", "acceptance"}
+    assert set(data["floor"]["legal_regulatory"]["map@10"]) == {"engine", "bm25", "delta", "margin", "failed"}
+    assert data["policy"]["bm25_margin"] == CFG.bm25_margin
     assert set(data["metrics"]["ndcg@10"]) == {"baseline_mean", "candidate_mean", "mean_delta", "ci_low",
                                                "ci_high", "n", "regressed"}
-    assert result.regressed_metrics == ("ndcg@10", "mrr@10")
+    assert result.regressed_metrics == ("ndcg@10", "map@10", "mrr@10")
     path = dump_report(make_report(), tmp_path / "r.json")
     assert load_report(path) == make_report()
+
+
+# -- the BM25 floor (the candidate alone) ---------------------------------------------------
+
+
+def two_packs(i: int) -> str:
+    return "legal_regulatory" if i % 2 else "company_x_kb"
+
+
+def test_engine_below_bm25_fails_the_floor_without_a_baseline(repo_root, tmp_path):
+    # BM25 finds every gold at rank 1; the engine at rank 4 on 2 of 3 queries, on one pack only
+    candidate = make_report(rank_of=lambda i: worse(i) if i % 2 else 1, bm25_rank_of=always_first,
+                            pack_of=two_packs)
+    code, out, stdout = run_gate(repo_root, tmp_path, candidate, None)
+    assert code == 1 and out["status"] == "regression" and out["baseline_sha256"] is None
+    assert out["metrics"] == {}
+    legal, kb = out["floor"]["legal_regulatory"], out["floor"]["company_x_kb"]
+    assert legal["ndcg@10"]["failed"] and legal["map@10"]["failed"] and legal["map@10"]["bm25"] == 1.0
+    assert not kb["ndcg@10"]["failed"] and kb["ndcg@10"]["delta"] == 0.0
+    reasons = [r for r in out["reasons"] if r.startswith("bm25_floor")]
+    assert len(reasons) == 2 and all("pack legal_regulatory" in r for r in reasons)
+    map_reason = next(r for r in reasons if "map@10" in r)
+    assert f"engine {legal['map@10']['engine']:.4f} < bm25 1.0000" in map_reason
+    assert "BELOW BM25" in stdout
+
+
+def test_engine_level_with_bm25_passes_the_floor_without_a_baseline(repo_root, tmp_path):
+    code, out, _ = run_gate(repo_root, tmp_path, make_report(rank_of=worse), None)
+    assert code == 0 and out["status"] == "pass"
+    assert out["floor"]["legal_regulatory"]["ndcg@10"]["delta"] == 0.0  # same rankings: margin 0 holds
+
+
+def test_floor_margin_is_per_metric():
+    # one of 26 answerable queries slips to rank 2 below BM25: nDCG trails by 0.369/26 = 0.0142,
+    # MAP (AP 1 -> 0.5) by 0.5/26 = 0.0192
+    candidate = make_report(rank_of=lambda i: 2 if i == 5 else 1, bm25_rank_of=always_first)
+
+    def margin(m: float | None) -> EvalsConfig:
+        return EvalsConfig(min_queries=20, bm25_margin=m)
+
+    within = gate(candidate, None, margin(0.02))
+    assert within.status == "pass" and within.floor_failures == ()
+    assert within.floor["legal_regulatory"]["map@10"].delta == pytest.approx(-0.5 / 26)
+    split = gate(candidate, None, margin(0.015))
+    assert split.status == "regression" and split.floor_failures == (("legal_regulatory", "map@10"),)
+    assert gate(candidate, None, margin(0.0)).floor_failures == (("legal_regulatory", "ndcg@10"),
+                                                                  ("legal_regulatory", "map@10"))
+    off = gate(candidate, None, margin(None))
+    assert off.status == "incomparable" and off.floor == {}
+    assert any(r.startswith("nothing_to_judge") for r in off.reasons)
+    # the engine far above BM25 is fine whatever the margin
+    assert gate(make_report(bm25_rank_of=worse), None, margin(0.0)).status == "pass"
+
+
+def test_floor_applies_beside_the_baseline_comparison_and_cannot_be_accepted():
+    candidate = make_report(bm25_rank_of=lambda i: None)  # BM25 finds nothing: floor holds
+    assert gate(candidate, make_report()).status == "pass"
+    below = make_report(rank_of=worse, bm25_rank_of=always_first)
+    base = make_report(rank_of=worse)
+    result = gate(below, base, acceptance={"baseline_sha256": "b" * 64, "candidate_sha256": "c" * 64,
+                                           "reason": "r", "accepted_by": "me"})
+    assert not any(m.regressed for m in result.metrics.values())  # no regression against the baseline
+    assert result.status == "regression" and result.exit_code == 1
+    assert result.acceptance.matched and not result.acceptance.applied
+    assert any("cannot waive the bm25_floor" in p for p in result.acceptance.problems)
+
+
+def test_schema_1_candidate_is_incomparable_for_the_floor_only_when_it_is_on(repo_root, tmp_path):
+    old = make_report(schema=SCHEMA_V1)
+    assert old.systems is None and old.metrics.map_at_10 is None
+    code, out, _ = run_gate(repo_root, tmp_path, old, None)
+    assert code == 2 and out["status"] == "incomparable"
+    assert any(r.startswith("bm25_floor_unavailable") for r in out["reasons"])
+    off = EvalsConfig(gate_metrics=("ndcg@10", "mrr@10"), min_queries=20, bm25_margin=None)
+    assert gate(old, make_report(schema=SCHEMA_V1), off).status == "pass"
+    assert gate(old, make_report(schema=SCHEMA_V1), CFG).status == "incomparable"
+
+
+def test_schema_1_baseline_lacks_map_and_says_so():
+    result = gate(make_report(), make_report(schema=SCHEMA_V1))
+    assert result.status == "incomparable"
+    (reason,) = result.reasons
+    assert reason.startswith("too_few_queries: map@10 has 0 paired values") and "baseline report has no map@10" in reason
+    assert result.floor["legal_regulatory"]["ndcg@10"].failed is False  # the floor is still shown
