@@ -17,6 +17,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from rag_engine import yaml_safe
 from rag_engine.errors import ConfigError
 
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
@@ -347,7 +348,7 @@ def load_config(path: str | Path) -> EngineConfig:
     text = path.read_text(encoding="utf-8")
     try:
         node = yaml.compose(text)
-        data = yaml.safe_load(text)
+        data = yaml_safe.load(text, source=path)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)

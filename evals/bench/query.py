@@ -18,8 +18,8 @@ import time
 import uuid
 
 import numpy as np
-import yaml
 
+from rag_engine import yaml_safe
 from rag_engine.documents import discover, load_document
 from rag_engine.engine import Engine
 from rag_engine.graph import schema, writer
@@ -73,7 +73,7 @@ def cleanup(engine: Engine, pack: str) -> None:
 def questions(engine: Engine) -> list[str]:
     out = []
     for path in engine.cfg.evals.golden:
-        out += [q["question"] for q in yaml.safe_load((engine.root / path).read_text())["queries"]]
+        out += [q["question"] for q in yaml_safe.load_file(engine.root / path)["queries"]]
     return out
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import yaml
 
+from rag_engine import yaml_safe
 from rag_engine.packs import (
     ChunkRecord,
     DomainPack,
@@ -74,7 +75,7 @@ def split_front_matter(doc_id: str, text: str) -> tuple[dict, str, int]:
     if not m:
         return {}, text, 0
     try:
-        meta = yaml.safe_load(m.group(1)) or {}
+        meta = yaml_safe.load(m.group(1), source=doc_id, first_line=2) or {}
     except yaml.YAMLError as exc:
         raise PackError(f"{doc_id}: front matter is not valid YAML: {exc}") from None
     if not isinstance(meta, dict):

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from rag_engine import yaml_safe
 from rag_engine.config import EngineConfig, under_root
 from rag_engine.errors import ConfigError
 
@@ -76,7 +77,7 @@ def load_pricing(path: str | Path) -> PriceTable:
     if not path.is_file():
         raise ConfigError(f"pricing file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml_safe.load_file(path)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(data, dict):

@@ -7,8 +7,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import yaml
 
+from rag_engine import yaml_safe
 from rag_engine.config import load_config
 from rag_engine.errors import PackError
 from rag_engine.packs import SourceDocument, content_hash, load_pack, make_chunk
@@ -194,7 +194,7 @@ def test_reference_resolution_counts(pack, chunks):
 
 
 def test_golden_queries_point_at_existing_readable_anchors(config, pack, by_anchor):
-    data = yaml.safe_load((pack.fixtures_dir / "queries.yaml").read_text(encoding="utf-8"))
+    data = yaml_safe.load_file(pack.fixtures_dir / "queries.yaml")
     assert data["pack"] == PACK
     queries = data["queries"]
     assert len({q["id"] for q in queries}) == len(queries)
