@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rag_engine import yaml_safe
-from rag_engine.errors import ConfigError
+from rag_engine.errors import ConfigError, UnknownRoleCollection
 
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
@@ -291,6 +291,19 @@ class EngineConfig(Frozen):
                 raise ValueError(f"duplicate {label} names: {dupes}")
         return self
 
+    @model_validator(mode="after")
+    def _roles_name_known_collections(self) -> "EngineConfig":
+        """A role naming a collection no enabled pack has is a typo or a stale grant: refused
+        (typed, not a ValidationError) instead of silently granting nothing or something later."""
+        known = {c for p in self.enabled_packs for c in p.collections}
+        for role, collections in self.roles.items():
+            unknown = sorted(set(collections) - known)
+            if unknown:
+                raise UnknownRoleCollection(
+                    f"roles.{role}: collection(s) {unknown} belong to no enabled pack; known: {sorted(known)}",
+                    role=role)
+        return self
+
     # -- small lookups every layer needs -------------------------------------------------
     def provider(self, name: str) -> ProviderConfig | None:
         return next((p for p in self.providers if p.name == name), None)
@@ -359,6 +372,9 @@ def load_config(path: str | Path) -> EngineConfig:
         return EngineConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_format_errors(path, node, exc)) from None
+    except UnknownRoleCollection as exc:
+        line = _line_of(node, ("roles", exc.role))
+        raise UnknownRoleCollection(f"{path}:{line}: {exc}" if line else f"{path}: {exc}", role=exc.role) from None
 
 
 _USERINFO = re.compile(r"(?<=://)[^/@\s]*@")

@@ -39,6 +39,14 @@ class MissingCredential(RegistryError):
     """An enabled provider's credential environment variable is not set (the name is reported, never a value)."""
 
 
+class UnknownRoleCollection(ConfigError):
+    """A role names a collection no enabled pack declares (a typo or a stale role): refused at startup."""
+
+    def __init__(self, message: str, role: str = ""):
+        super().__init__(message)
+        self.role = role
+
+
 class PackError(RagError):
     """A domain pack could not be loaded or violated its contract."""
 

@@ -112,6 +112,8 @@ def variant(tmp_path, unique, neo4j_driver):
     manifest = (ROOT / "packs/company_x_kb/manifest.yaml").read_text()
     base = (ROOT / "config/engine.yaml").read_text()
     base = base.replace("  - name: legal_regulatory\n    enabled: true", "  - name: legal_regulatory\n    enabled: false")
+    # roles may only name collections of enabled packs
+    base = base.replace("[legal_public, ", "[").replace(", legal_public]", "]").replace("[legal_public]", "[]")
     base = base.replace("  - name: company_x_kb\n", f"  - name: {unique}\n")
     base = base.replace("corpus: packs/company_x_kb/corpus", f"corpus: {corpus}")
     base = base.replace("artifacts_dir: var/artifacts", f"artifacts_dir: {tmp_path / 'artifacts'}")
