@@ -100,10 +100,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             started = time.perf_counter()
             reports = ingest_pack(engine, pack, extract=not args.no_extract,
                                   progress=lambda m, p=pack.name: print(f"[{p}] {m}", file=sys.stderr))
-            rejected = reports["source_documents"].rejected
+            # a document is rejected at the step that refused it (source validation, chunking, ...)
+            rejected = {key: (step, reason) for step, report in reports.items() for key, reason in report.rejected.items()}
             failed += len(rejected)
-            for key, reason in rejected.items():
-                print(f"[{pack.name}] rejected {key}: {reason}", file=sys.stderr)
+            for key, (step, reason) in rejected.items():
+                print(f"[{pack.name}] rejected at {step} {key}: {reason}", file=sys.stderr)
             for step, report in reports.items():
                 failed += len(report.failed)
                 for key, reason in report.failed.items():

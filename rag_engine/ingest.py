@@ -68,9 +68,19 @@ class _Skip(Exception):
     """An upstream step rejected this partition; nothing to do here."""
 
 
+_CHAIN = (SOURCE, CHUNKS, REFERENCES)
+"""Steps whose artifact may record a rejection, in pipeline order."""
+
+
 def _upstream(engine: Engine, pack: DomainPack, key: str, step: str) -> Any:
-    """The artifact of an earlier step, or _Skip if the document was rejected anywhere upstream."""
-    for name in dict.fromkeys((SOURCE, step)):
+    """The artifact of an earlier step, or _Skip if the document was rejected anywhere upstream.
+
+    Every step of the chain up to ``step`` is checked, not only the source: a document the pack
+    refused at chunking has no chunks, so references, index, extraction and graph skip it."""
+    chain = _CHAIN[: _CHAIN.index(step) + 1] if step in _CHAIN else (SOURCE, step)
+    for name in chain:
+        if name != step and name != SOURCE and not engine.artifacts.exists(pack.name, key, name):
+            continue
         data = engine.artifacts.read(pack.name, key, name)
         if isinstance(data, dict) and data.get("rejected"):
             raise _Skip(f"rejected at {name}: {data['rejected']}")
@@ -93,7 +103,13 @@ def chunks_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
     from rag_engine.packs import SourceDocument
 
     doc = SourceDocument.model_validate(_upstream(engine, pack, key, SOURCE))
-    chunks = pack.chunk(doc)
+    try:
+        chunks = pack.chunk(doc)
+    except Exception as exc:  # noqa: BLE001 - chunking is pure: whatever the pack raises is about this document
+        # recorded like a source rejection, so every later step skips this partition
+        reason = str(exc) if isinstance(exc, (PackError, DocumentError)) else f"{type(exc).__name__}: {exc}"
+        engine.artifacts.write(pack.name, key, CHUNKS, {"rejected": f"the pack refused this document: {reason}"})
+        raise DocumentError(f"{key}: the pack refused this document: {reason}") from None
     ids = [c.chunk_id for c in chunks]
     problem = ("the pack produced no chunks from this document" if not chunks
                else "the pack produced duplicate chunk ids" if len(set(ids)) != len(ids) else None)

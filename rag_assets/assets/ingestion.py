@@ -64,7 +64,7 @@ def _run(context: dg.AssetExecutionContext, engine_res: EngineResource, pack_nam
         checks.append(dg.AssetCheckResult(
             check_name=check, passed=not report.rejected, severity=dg.AssetCheckSeverity.WARN,
             metadata={"rejected": dg.MetadataValue.json(report.rejected)},
-            description="Documents rejected by validation; they are skipped downstream.",
+            description=f"Documents rejected at {step}; they are skipped downstream.",
         ))
     return dg.MaterializeResult(metadata=_report_metadata(report, totals), check_results=checks)
 
@@ -95,9 +95,11 @@ def _build(engine: Engine, pack: DomainPack) -> list[dg.AssetsDefinition]:
 
     @dg.asset(key=key("chunks"), deps=[source_documents], code_version=versions["chunks"],
               description="Chunks by the pack's rules; writes Document, DocumentVersion and (pending) Chunk nodes.",
+              check_specs=[dg.AssetCheckSpec("chunks_valid", asset=key("chunks"))],
               **{**common, "kinds": {"python", "neo4j"}})
     def chunks(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
-        return _run(context, rag, name, "chunks", ingest.chunks_step, ("chunks",))
+        # a document the pack refuses (e.g. a second title) is rejected here and skipped downstream
+        return _run(context, rag, name, "chunks", ingest.chunks_step, ("chunks",), check="chunks_valid")
 
     @dg.asset(key=key("references"), deps=[chunks], code_version=versions["references"],
               description="Deterministic references extracted and normalized by the pack (CITES edges).",
