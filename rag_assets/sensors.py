@@ -30,9 +30,9 @@ def build_document_sensor(pack_name: str, job) -> dg.SensorDefinition:
     def _sensor(context: dg.SensorEvaluationContext, rag: EngineResource) -> dg.SensorResult | dg.SkipReason:
         engine = rag.engine()
         pack = engine.pack(pack_name)
-        refs = discover(pack)
+        refs = discover(pack, include_rejected=True)  # rejected files get a partition and a recorded reason
         found = [r.partition_key for r in refs]
-        withdrawn = withdraw_missing_documents(engine, pack, [r.doc_id for r in refs])
+        withdrawn = withdraw_missing_documents(engine, pack, [r.doc_id for r in refs if r.problem is None])
         if withdrawn:
             context.log.warning(f"withdrawn from retrieval (no longer in the corpus): {withdrawn}")
         current = list(context.instance.get_dynamic_partitions(parts.name))

@@ -3,13 +3,23 @@
 A document version is the content hash of the file's bytes, so an unchanged file yields the
 same partition key and adds nothing, and any edit yields a new version that supersedes the old.
 Validation errors are per document (DocumentError) so one bad file never stops the others.
+
+What counts as a document of the corpus:
+- hidden files and files under hidden directories (``.git``, editor backups) are skipped;
+- a link resolving outside the corpus root is rejected and never read (a link to a system file
+  must not be ingested);
+- two files whose names map to one doc id: the first in sorted path order is the document, the
+  other is rejected and says so (rename it).
+Rejected files still get a partition key (``include_rejected``) so the run records why.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,11 +32,16 @@ _DOC_ID_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
 VERSION_CHARS = 12
 
 
+DOC_ID_HASH_CHARS = 8
+
+
 @dataclass(frozen=True)
 class DocumentVersionRef:
     doc_id: str
     version: str
     path: Path
+    problem: str | None = None
+    """Why this file is not a document (a link out of the corpus, a doc id taken by another file)."""
 
     @property
     def partition_key(self) -> str:
@@ -34,7 +49,27 @@ class DocumentVersionRef:
 
 
 def doc_id_for(path: Path) -> str:
-    return _DOC_ID_BAD.sub("_", path.stem).strip("_") or "document"
+    """A stable id from the file name: ASCII letters, digits, ``_.-``; accents are transliterated.
+
+    A name with characters that have no ASCII form (Cyrillic, CJK, ...) gets a short hash of the
+    whole name appended, so "отчёт-1.md" and "счёт-1.md" stay two documents (they would both be
+    "1" otherwise), and a name with nothing left is ``doc_<hash>``, never a shared fallback.
+    """
+    stem = unicodedata.normalize("NFC", path.stem)
+    if stem.isascii():  # unchanged for ASCII names: existing doc ids never move
+        slug = _DOC_ID_BAD.sub("_", stem).strip("_")
+        lossy = False
+    else:
+        parts, lossy = [], False
+        for ch in stem:
+            ascii_ = unicodedata.normalize("NFKD", ch).encode("ascii", "ignore").decode()
+            parts.append(ascii_ or " ")
+            lossy = lossy or (not ascii_ and unicodedata.category(ch)[0] in "LN")
+        slug = _DOC_ID_BAD.sub("_", "".join(parts)).strip("_.-")
+    if slug and not lossy:
+        return slug
+    digest = hashlib.sha256(stem.encode("utf-8")).hexdigest()[:DOC_ID_HASH_CHARS]
+    return f"{slug}_{digest}" if slug else f"doc_{digest}"
 
 
 def file_version(path: Path) -> str:
@@ -52,26 +87,76 @@ def split_partition_key(key: str) -> tuple[str, str]:
     return doc_id, version
 
 
-def discover(pack: DomainPack) -> list[DocumentVersionRef]:
-    """Every document file of a pack's corpus with its current version, sorted by doc id."""
+def _candidates(pack: DomainPack) -> list[Path]:
+    """Files the document glob matches, in sorted path order, hidden ones left out."""
     corpus = pack.corpus_dir
     if not corpus.is_dir():
         return []
-    refs = [
-        DocumentVersionRef(doc_id_for(p), file_version(p), p)
-        for p in sorted(corpus.glob(pack.manifest.document_glob))
-        if p.is_file()
-    ]
-    seen: dict[str, Path] = {}
-    kept = []
-    for r in refs:
-        if r.doc_id in seen:  # one misnamed file must not stop the pack: keep the first, say so loudly
-            log.error("pack %s: %s and %s map to the same document id %r; %s is skipped until renamed",
-                      pack.name, seen[r.doc_id].name, r.path.name, r.doc_id, r.path.name)
+    out = []
+    for p in sorted(corpus.glob(pack.manifest.document_glob), key=lambda q: q.as_posix()):
+        if any(part.startswith(".") for part in p.relative_to(corpus).parts):
+            continue  # hidden: VCS metadata, editor swap and backup files
+        if p.is_symlink() or p.is_file():
+            out.append(p)
+    return out
+
+
+def _link_problem(path: Path, corpus: Path) -> str | None:
+    """Why a file may not be read as a document of this corpus (links only), or None."""
+    if not path.is_symlink() and path.resolve().is_relative_to(corpus.resolve()):
+        return None
+    try:
+        target = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return f"{path.name}: a broken or looping link"
+    if not target.is_relative_to(corpus.resolve()):
+        return f"{path.name}: resolves outside the corpus root; links out of the corpus are not followed"
+    if not target.is_file():
+        return f"{path.name}: a link to something that is not a file"
+    return None
+
+
+def _scan(pack: DomainPack, only_doc_id: str | None = None) -> list[DocumentVersionRef]:
+    corpus = pack.corpus_dir
+    refs: list[DocumentVersionRef] = []
+    owner: dict[str, Path] = {}
+    for p in _candidates(pack):
+        doc_id = doc_id_for(p)
+        if only_doc_id is not None and doc_id != only_doc_id:
             continue
-        seen[r.doc_id] = r.path
-        kept.append(r)
-    return kept
+        problem = _link_problem(p, corpus)
+        if problem is not None:  # never read: the version names where the link points, not its bytes
+            version = hashlib.sha256(os.path.realpath(p).encode()).hexdigest()[:VERSION_CHARS]
+        else:
+            version = file_version(p)
+            if doc_id in owner:
+                problem = (f"{p.name}: maps to document id {doc_id!r}, which {owner[doc_id].name} (first in sorted "
+                           f"order) already is; rename {p.name} to ingest it")
+            else:
+                owner[doc_id] = p
+        refs.append(DocumentVersionRef(doc_id, version, p, problem))
+    return refs
+
+
+def discover(pack: DomainPack, *, include_rejected: bool = False) -> list[DocumentVersionRef]:
+    """Every document of a pack's corpus with its current version, in sorted path order.
+
+    With ``include_rejected`` the files that are not documents (links out of the corpus, a doc id
+    another file already is) come too, each with its ``problem``: a run gives them a partition
+    and records the rejection (``load_document`` raises it) instead of dropping them silently."""
+    refs = _scan(pack)
+    seen: set[str] = set()
+    out = []
+    for r in refs:
+        if r.problem is not None and not include_rejected:
+            log.error("pack %s: %s", pack.name, r.problem)
+            continue
+        if r.partition_key in seen:  # identical bytes under two names: one partition
+            log.error("pack %s: %s", pack.name, r.problem)
+            continue
+        seen.add(r.partition_key)
+        out.append(r)
+    return out
 
 
 def decode_document(raw: bytes, *, name: str, max_bytes: int) -> str:
@@ -80,7 +165,7 @@ def decode_document(raw: bytes, *, name: str, max_bytes: int) -> str:
         raise DocumentError(f"{name}: {len(raw):,} bytes exceeds the limit of {max_bytes:,} bytes")
     if not raw.strip():
         raise DocumentError(f"{name}: document is empty")
-    if b"\x00" in raw[:65536]:
+    if b"\x00" in raw:  # anywhere: a text head does not make a binary tail text
         raise DocumentError(f"{name}: looks binary (NUL bytes); only UTF-8 text is accepted")
     try:
         text = raw.decode("utf-8")
@@ -94,10 +179,18 @@ def decode_document(raw: bytes, *, name: str, max_bytes: int) -> str:
 def load_document(pack: DomainPack, partition_key: str, *, max_bytes: int) -> SourceDocument:
     """Read the document version a partition names; fail clearly if the file changed since."""
     doc_id, version = split_partition_key(partition_key)
-    matches = [p for p in pack.corpus_dir.glob(pack.manifest.document_glob) if doc_id_for(p) == doc_id]
-    if not matches:
+    refs = _scan(pack, only_doc_id=doc_id)
+    if not refs:
         raise DocumentError(f"{partition_key}: document {doc_id!r} no longer exists in {pack.entry.corpus}")
-    path = matches[0]
+    ref = next((r for r in refs if r.version == version), None)
+    if ref is None:
+        current = next((r.version for r in refs if r.problem is None), refs[0].version)
+        raise DocumentError(
+            f"{partition_key}: superseded, the file now has version {current}; its content is no longer available"
+        )
+    if ref.problem is not None:
+        raise DocumentError(f"{partition_key}: {ref.problem}")
+    path = ref.path
     size = path.stat().st_size
     if size > max_bytes:
         raise DocumentError(f"{path.name}: {size:,} bytes exceeds the limit of {max_bytes:,} bytes")

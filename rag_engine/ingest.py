@@ -211,10 +211,12 @@ def ingest_pack(engine: Engine, pack: DomainPack, keys: list[str] | None = None,
     from rag_engine.documents import discover
     from rag_engine.llm_extraction import extraction_step, finish_run, new_budget
 
-    found = discover(pack)
+    # files that are not documents (a link out of the corpus, a doc id another file already is)
+    # get a partition too: source_documents records why they are rejected
+    found = discover(pack, include_rejected=True)
     keys = keys if keys is not None else [r.partition_key for r in found]
     run_id = run_id or f"local-{uuid.uuid4().hex[:12]}"
-    withdraw_missing_documents(engine, pack, [r.doc_id for r in found])
+    withdraw_missing_documents(engine, pack, [r.doc_id for r in found if r.problem is None])
     budget = new_budget(engine)
     steps: list[tuple[str, Callable[..., dict[str, Any]]]] = [
         ("source_documents", source_step),
