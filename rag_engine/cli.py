@@ -150,11 +150,15 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
 
 def cmd_feedback(args: argparse.Namespace) -> int:
     from rag_engine.graph.feedback import decode_path_id, record_feedback
+    from rag_engine.retrieval.policy import gate
 
     engine = _engine(args)
     try:
+        # as the role: a path it may not read is as unknown as a path that does not exist
+        decision = gate(engine.cfg, args.role)
         obs = record_feedback(engine.driver, engine.database, path=decode_path_id(args.path_id),
-                              verdict=args.verdict, note=args.note, actor=args.actor, query=args.query or "")
+                              verdict=args.verdict, note=args.note, actor=args.actor, query=args.query or "",
+                              collections=decision.collections)
         print(obs.model_dump_json(indent=2))
         return 0
     finally:
@@ -207,6 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     fb = sub.add_parser("feedback", help="record diagnostic feedback on a graph path (never changes facts)")
     fb.add_argument("--path-id", required=True)
+    fb.add_argument("--role", required=True, help="the caller's role: only paths it may read can be judged")
     fb.add_argument("--verdict", choices=["useful", "harmful"], required=True)
     fb.add_argument("--note", default="")
     fb.add_argument("--actor", required=True)

@@ -11,6 +11,11 @@ A path is a list of hops ``{source_id, target_id, type, chunk_id}`` (the Entity 
 relationship type and the evidence chunk); extra hop keys such as ``confidence`` are ignored.
 ``encode_path_id`` gives a reversible, printable encoding of those hops (a CLI can print one and
 take it back), and ``path_signature`` a short hash of the same canonical form, for grouping.
+
+Feedback is given as a role: a node the role may not read (an evidence chunk outside its
+collections, an entity mentioned only in such chunks) counts as missing, so a path naming an
+internal chunk gets exactly the error of a path naming no chunk at all, and nobody learns which
+internal chunks exist by probing.
 """
 
 from __future__ import annotations
@@ -95,8 +100,10 @@ def decode_path_id(value: str) -> tuple[PathHop, ...]:
 
 _FOUND = """
 OPTIONAL MATCH (e:Entity) WHERE e.entity_id IN $entity_ids
+  AND ($collections IS NULL OR EXISTS {
+        MATCH (e)-[:MENTIONED_IN]->(m:Chunk) WHERE m.collection IN $collections })
 WITH collect(DISTINCT e.entity_id) AS entities
-OPTIONAL MATCH (c:Chunk) WHERE c.chunk_id IN $chunk_ids
+OPTIONAL MATCH (c:Chunk) WHERE c.chunk_id IN $chunk_ids AND ($collections IS NULL OR c.collection IN $collections)
 RETURN entities, collect(DISTINCT c.chunk_id) AS chunks
 """
 
@@ -134,8 +141,12 @@ def record_feedback(
     note: str = "",
     path: Sequence[dict[str, Any] | PathHop] | None = None,
     path_id: str | None = None,
+    collections: Sequence[str] | None = None,
 ) -> Observation:
-    """Store one observation about a path; refuses (writing nothing) if any path node is unknown."""
+    """Store one observation about a path; refuses (writing nothing) if any path node is unknown.
+
+    ``collections``: what the caller's role may read (``policy.gate``); nodes outside them are
+    unknown to this caller. None (trusted in-process callers only) checks existence alone."""
     if verdict not in VERDICTS:
         raise FeedbackError(f"verdict must be one of {list(VERDICTS)}, got {verdict!r}")
     if not actor.strip():
@@ -152,7 +163,8 @@ def record_feedback(
     )
 
     def work(tx: neo4j.ManagedTransaction) -> Observation:
-        found = tx.run(_FOUND, entity_ids=entity_ids, chunk_ids=chunk_ids).single()
+        found = tx.run(_FOUND, entity_ids=entity_ids, chunk_ids=chunk_ids,
+                       collections=None if collections is None else list(collections)).single()
         missing = (set(entity_ids) - set(found["entities"])) | (set(chunk_ids) - set(found["chunks"]))
         if missing:
             raise FeedbackError(f"path refers to {len(missing)} node(s) the graph does not hold")
