@@ -178,7 +178,10 @@ class RetrievalConfig(Frozen):
     ambiguous_ref_boost: float = Field(0.5, ge=0, le=2)
     """A key named by the question but answered in several documents is not an exact hit; lexical
     and dense candidates from those documents get this many RRF rank-1 units of boost at most."""
-    lookup_max_terms: int = Field(3, ge=0, le=20)
+    min_chunk_words: int = Field(2, ge=0, le=50)
+    """Engine floor of words (two letters or more) a chunk needs to be retrieved by the lexical or
+    dense leg by itself; a pack's ``min_chunk_words`` may raise it. Below it a chunk ("INTRODUCTION",
+    a bare rule number) stays a citation anchor and exact reference target."""
     scope_boost: float = Field(0.5, ge=0, le=2)
     """Candidates from a document the question names as a whole ("under the AML Rulebook") get
     this many RRF rank-1 units of boost (a preference, never a filter)."""

@@ -122,7 +122,7 @@ def chunks_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
         engine.driver, engine.database, pack=pack.name, doc_id=doc.doc_id, version=doc.version,
         title=doc.title, collection=doc.collection, content_hash=content_hash(doc.text),
         source_path=doc.source_path, chunks=chunks, batch_size=engine.cfg.storage.neo4j.write_batch_size,
-        min_words=pack.manifest.min_chunk_words,
+        min_words=max(pack.manifest.min_chunk_words, engine.cfg.retrieval.min_chunk_words),
     )
     return {"chunks": len(chunks)}
 
