@@ -238,6 +238,9 @@ class BudgetsConfig(Frozen):
     max_chunks_per_run: int = Field(500, ge=1)
     max_tokens_per_run: int = Field(500_000, ge=1)
     batch_size: int = Field(8, ge=1)
+    max_output_tokens: int = Field(2048, ge=16)
+    """Sent as max_tokens with every extraction call. A call starts only if its worst case
+    (estimated prompt tokens + this) fits what is left of max_tokens_per_run."""
 
 
 class ContextBudgetsConfig(Frozen):

@@ -70,6 +70,10 @@ class PolicyError(RagError):
 class ProviderError(RagError):
     """A model provider call failed after retries."""
 
+    usage = None
+    """The call's usage record (set by ModelClient): a failed call may have been billed, e.g. an
+    answer that does not match the schema; budgets charge its tokens."""
+
 
 class CapabilityNotSupported(ProviderError):
     """The model lacks a capability the request needs; raised before any network call."""

@@ -3,25 +3,33 @@
 Budgets (chunks and tokens per run) are shared by every partition of a run. When one runs out
 the step stops calling the model, records which chunks were skipped and why, and still
 succeeds: a later run picks them up, and the cache makes the already-extracted ones free.
+
+The token budget is checked per call, before the call: a call starts only if its worst case
+(estimated prompt tokens + the max output tokens it is allowed) fits what is left after the
+tokens already billed and the worst cases of the calls still running. Every call's billed tokens
+count, failed and schema-invalid answers included; an answer whose usage is unknown is charged
+its worst case.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from rag_engine.engine import Engine
-from rag_engine.errors import CapabilityNotSupported, ProviderError, ProviderResponseInvalid
+from rag_engine.errors import CapabilityNotSupported, ProviderError, ProviderResponseInvalid, ProviderTimeout
 from rag_engine.graph.entity_resolution import EntityResolver
 from rag_engine.graph.extraction import build_messages, prompt_hash, validate
 from rag_engine.graph.extraction_cache import ExtractionCache, cache_key
 from rag_engine.graph.models import RawExtraction
 from rag_engine.ingest import load_chunks
 from rag_engine.packs import ChunkRecord, DomainPack
+from rag_engine.providers.ratelimit import estimate_tokens
 
 log = logging.getLogger(__name__)
 EXTRACTION = "llm_extraction"
@@ -40,30 +48,46 @@ def budget_skipped_partitions(engine: Engine, pack: DomainPack, keys: list[str])
 
 @dataclass
 class RunBudget:
-    """Shared by all partitions of one run; checked before each batch of model calls."""
+    """Shared by all partitions of one run; checked before each model call (by one thread)."""
 
     max_chunks: int
     max_tokens: int
+    max_output_tokens: int = 2048
     chunks: int = 0
+    """Calls started."""
     tokens: int = 0
+    """Tokens billed (as reported; the worst case when a billed answer did not say)."""
+    reserved: int = 0
+    """Worst cases of the calls still running."""
+    prompt_ratio: float = 1.0
+    """Reported / estimated prompt tokens, learnt from answers (never below 1)."""
     cost: Decimal | None = Decimal(0)
     cache_hits: int = 0
     failures: int = 0
     skipped: int = 0
     rejected: Counter = field(default_factory=Counter)
 
-    def remaining_chunks(self) -> int:
-        if self.tokens >= self.max_tokens:
-            return 0
-        return max(0, self.max_chunks - self.chunks)
+    def worst_case(self, prompt_estimate: int) -> int:
+        return math.ceil(prompt_estimate * self.prompt_ratio) + self.max_output_tokens
 
-    def exhausted_reason(self) -> str:
-        return "max_tokens_per_run" if self.tokens >= self.max_tokens else "max_chunks_per_run"
-
-    def charge(self, tokens: int, cost: Decimal | None) -> None:
+    def start(self, worst_case: int) -> str | None:
+        """Reserve a call's worst case; the reason it may not start, or None if it may."""
+        if self.chunks >= self.max_chunks:
+            return "max_chunks_per_run"
+        if self.tokens + self.reserved + worst_case > self.max_tokens:
+            return "max_tokens_per_run"
         self.chunks += 1
-        self.tokens += tokens
+        self.reserved += worst_case
+        return None
+
+    def settle(self, worst_case: int, billed: int, cost: Decimal | None, *, prompt_estimate: int = 0,
+               prompt_tokens: int = 0) -> None:
+        """A call ended: its reservation becomes what it was billed."""
+        self.reserved -= worst_case
+        self.tokens += billed
         self.cost = None if cost is None or self.cost is None else self.cost + cost
+        if prompt_estimate > 0 and prompt_tokens > prompt_estimate:
+            self.prompt_ratio = max(self.prompt_ratio, prompt_tokens / prompt_estimate)
 
     def status(self) -> str:
         if self.skipped:
@@ -73,7 +97,19 @@ class RunBudget:
 
 def new_budget(engine: Engine) -> RunBudget:
     b = engine.cfg.budgets
-    return RunBudget(max_chunks=b.max_chunks_per_run, max_tokens=b.max_tokens_per_run)
+    return RunBudget(max_chunks=b.max_chunks_per_run, max_tokens=b.max_tokens_per_run,
+                     max_output_tokens=b.max_output_tokens)
+
+
+def _billed_on_failure(exc: ProviderError, worst_case: int) -> tuple[int, Decimal | None]:
+    """(tokens, cost) a failed call is charged: what the provider reported; the worst case when it
+    answered (or may have) without saying; nothing when it refused before any work."""
+    usage = exc.usage
+    if usage is not None and (usage.input_tokens or usage.output_tokens):
+        return usage.input_tokens + usage.output_tokens, usage.cost
+    if isinstance(exc, (ProviderResponseInvalid, ProviderTimeout)):
+        return worst_case, None
+    return 0, Decimal(0)
 
 
 def _cache(engine: Engine) -> ExtractionCache:
@@ -114,39 +150,54 @@ def extraction_step(engine: Engine, pack: DomainPack, key: str, *, run_id: str, 
 
     skipped: dict[str, str] = {}
     failed: dict[str, str] = {}
+    running: dict[Future, tuple[ChunkRecord, int, int]] = {}  # call -> (chunk, worst case, prompt estimate)
 
-    def call(chunk: ChunkRecord):
-        return client.generate(build_messages(pack.manifest, chunk), schema=RawExtraction,
-                               purpose="graph_extraction", run_id=run_id, tolerant=tolerant)
+    def call(messages: list[dict[str, Any]]):
+        return client.generate(messages, schema=RawExtraction, purpose="graph_extraction", run_id=run_id,
+                               tolerant=tolerant, max_tokens=budget.max_output_tokens)
+
+    def collect(futures) -> None:
+        for fut in futures:
+            chunk, worst, prompt_estimate = running.pop(fut)
+            try:
+                result = fut.result()
+            except CapabilityNotSupported:
+                raise  # a configuration error, not a per-chunk failure
+            except ProviderError as exc:
+                # a failed call counts: a model that keeps answering garbage is billed for it
+                budget.settle(worst, *_billed_on_failure(exc, worst))
+                failed[chunk.chunk_id] = type(exc).__name__
+                log.warning("extraction failed for %s: %s", chunk.chunk_id, type(exc).__name__)
+                continue
+            usage = result.usage
+            budget.settle(worst, usage.input_tokens + usage.output_tokens, usage.cost,
+                          prompt_estimate=prompt_estimate, prompt_tokens=usage.input_tokens)
+            model = usage.reported_model or spec.model.served_model
+            raw_by_chunk[chunk.chunk_id] = (result.parsed, run_id, model)
+            cache.put(cache_key(chunk.content_hash, phash, spec.identity),
+                      {"raw": result.parsed.model_dump(mode="json"), "run_id": run_id, "model": model,
+                       "chunk_id": chunk.chunk_id, "prompt_hash": phash, "model_identity": spec.identity})
 
     size = engine.cfg.budgets.batch_size
     with ThreadPoolExecutor(max_workers=size) as pool:
-        for start in range(0, len(todo), size):
-            batch = todo[start:start + size]
-            allowed = batch[: budget.remaining_chunks()]
-            for chunk in batch[len(allowed):]:
-                skipped[chunk.chunk_id] = budget.exhausted_reason()
-            futures = [(chunk, pool.submit(call, chunk)) for chunk in allowed]
-            for chunk, fut in futures:
-                try:
-                    result = fut.result()
-                except CapabilityNotSupported:
-                    raise  # a configuration error, not a per-chunk failure
-                except ProviderError as exc:
-                    # an attempted call counts against the budget even when it failed: a model
-                    # that keeps answering garbage must still be bounded. An invalid answer was
-                    # billed (its tokens are in the ledger), so the run's cost becomes unknown here.
-                    budget.charge(0, None if isinstance(exc, ProviderResponseInvalid) else Decimal(0))
-                    failed[chunk.chunk_id] = type(exc).__name__
-                    log.warning("extraction failed for %s: %s", chunk.chunk_id, type(exc).__name__)
+        for chunk in todo:  # in chunk order; at most batch_size calls at once
+            messages = build_messages(pack.manifest, chunk)
+            prompt_estimate = estimate_tokens([str(m["content"]) for m in messages])
+            while True:
+                if len(running) >= size:
+                    collect(wait(running, return_when=FIRST_COMPLETED).done)
                     continue
-                usage = result.usage
-                budget.charge(usage.input_tokens + usage.output_tokens, usage.cost)
-                model = usage.reported_model or spec.model.served_model
-                raw_by_chunk[chunk.chunk_id] = (result.parsed, run_id, model)
-                cache.put(cache_key(chunk.content_hash, phash, spec.identity),
-                          {"raw": result.parsed.model_dump(mode="json"), "run_id": run_id, "model": model,
-                           "chunk_id": chunk.chunk_id, "prompt_hash": phash, "model_identity": spec.identity})
+                worst = budget.worst_case(prompt_estimate)
+                reason = budget.start(worst)
+                if reason is None:
+                    running[pool.submit(call, messages)] = (chunk, worst, prompt_estimate)
+                    break
+                if running:  # what is running may leave room once billed: settle it first
+                    collect(wait(running, return_when=FIRST_COMPLETED).done)
+                    continue
+                skipped[chunk.chunk_id] = reason
+                break
+        collect(list(running))
     budget.skipped += len(skipped)
     budget.failures += len(failed)
 

@@ -252,11 +252,13 @@ def test_budget_stops_cleanly_and_the_next_run_continues(base_config, tmp_path, 
 
 def test_token_budget(base_config, tmp_path, server, unique, neo4j_driver):
     engine, pack, _ = _setup(base_config, tmp_path, server, unique,
-                             budgets={"max_tokens_per_run": 300, "batch_size": 1})
+                             budgets={"max_tokens_per_run": 700, "batch_size": 1, "max_output_tokens": 40})
     try:
         ingest_pack(engine, pack, run_id=f"t-{unique}")
-        # each call reports 160 tokens: the second call crosses 300, the third is never made
-        assert len(server.calls("/chat/completions")) == 2
+        # a call starts only if its worst case (~230 prompt + 40 output tokens) fits what is left;
+        # each call bills 160: after three (480) the fourth (~270) does not fit and is never made
+        assert len(server.calls("/chat/completions")) == 3
+        assert all(c.body["max_tokens"] == 40 for c in server.calls("/chat/completions"))
     finally:
         engine.close()
 

@@ -24,6 +24,7 @@ from rag_engine.errors import (
     CapabilityNotSupported,
     ConfigError,
     MissingCredential,
+    ProviderError,
     ProviderResponseInvalid,
 )
 from rag_engine.providers.ledger import UsageLedger, UsageRecord
@@ -114,8 +115,11 @@ class ModelClient:
             completion = self._backend.complete(messages, schema=schema, structured=structured, max_tokens=max_tokens)
             parsed = parse_output(completion.text, schema, tolerant=tolerant) if schema is not None else None
         except Exception as exc:
-            # A completion that failed to parse was still paid for: keep its tokens.
-            self._write(purpose, run_id, started, answer=completion, error=exc)
+            # A completion that failed to parse was still paid for: keep its tokens, and hand the
+            # record to the caller with the error so budgets can charge them.
+            record = self._write(purpose, run_id, started, answer=completion, error=exc)
+            if isinstance(exc, ProviderError):
+                exc.usage = record
             raise
         record = self._write(purpose, run_id, started, answer=completion)
         return GenerationResult(text=completion.text, parsed=parsed, usage=record)
