@@ -160,6 +160,9 @@ class PackEntry(Frozen):
     reference_types: tuple[str, ...]
     languages: tuple[str, ...]
     collections: tuple[str, ...]
+    max_confidence: float = Field(1.0, ge=0, le=1)
+    """Ceiling on the confidence of this pack's inferred edges: a model's confidence is its claim
+    (a chunk can tell it to say 1.0); applied when the graph is written (a rebuild, no model call)."""
 
 
 LEGS = ("exact", "lexical", "dense")

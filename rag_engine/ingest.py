@@ -157,18 +157,23 @@ def index_step(engine: Engine, pack: DomainPack, key: str, run_id: str | None = 
     return {"embedded": len(rows), "dimension": spec.model.dimension}
 
 
-def apply_graph_policy(records: list[dict[str, Any]], graph: GraphConfig) -> list[dict[str, Any]]:
+def apply_graph_policy(records: list[dict[str, Any]], graph: GraphConfig,
+                       max_confidence: float = 1.0) -> list[dict[str, Any]]:
     """Eligibility and confidence buckets are graph policy, decided when the graph is written:
-    a changed confidence floor rebuilds the graph (graph_writes) without re-extraction."""
+    a changed confidence floor rebuilds the graph (graph_writes) without re-extraction. The model's
+    confidence is a claim, capped by the pack's ceiling; the claim is kept as claimed_confidence."""
     from rag_engine.graph.extraction import confidence_bucket
 
     out = []
     for rec in records:
         rels = []
         for rel in rec["relationships"]:
-            bucket = confidence_bucket(rel["confidence"], graph.confidence_buckets)
-            rels.append({**rel, "retrieval_eligible": rel["confidence"] >= graph.confidence_floor,
-                         "provenance": {**rel["provenance"], "confidence_bucket": bucket}})
+            claimed = rel["provenance"].get("claimed_confidence", rel["confidence"])
+            confidence = min(claimed, max_confidence)
+            bucket = confidence_bucket(confidence, graph.confidence_buckets)
+            rels.append({**rel, "confidence": confidence, "retrieval_eligible": confidence >= graph.confidence_floor,
+                         "provenance": {**rel["provenance"], "confidence_bucket": bucket,
+                                        "claimed_confidence": claimed}})
         out.append({**rec, "relationships": rels})
     return out
 
@@ -183,7 +188,7 @@ def graph_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
                                     resolution_version=engine.cfg.graph.target_resolution_version)
     if engine.artifacts.exists(pack.name, key, EXTRACTION):
         extraction = engine.artifacts.read(pack.name, key, EXTRACTION)
-        records = apply_graph_policy(extraction["records"], engine.cfg.graph)
+        records = apply_graph_policy(extraction["records"], engine.cfg.graph, pack.entry.max_confidence)
         out.update(writer.write_inferred(engine.driver, engine.database, pack=pack.name,
                                          doc_id=split_partition_key(key)[0], records=records,
                                          batch_size=engine.cfg.storage.neo4j.write_batch_size))

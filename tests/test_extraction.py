@@ -159,8 +159,9 @@ def test_extraction_provenance_confidence_and_injection(base_config, tmp_path, s
         artifact = engine.artifacts.read(unique, injected, "llm_extraction")
         inj = [r for r in artifact["records"] if "injection" in r["chunk_id"]][0]
         assert inj["relationships"] == []
+        # (the chunk names neither entity: both and the edge touching them are not grounded in it)
         assert inj["rejected"] == {"foreign_chunk": 1, "unknown_relationship_type": 1,
-                                   "confidence_out_of_range": 1, "endpoint_not_extracted": 1}
+                                   "confidence_out_of_range": 1, "entity_not_in_chunk": 3}
         # and no edge anywhere claims the target chunk unless it came from the target chunk itself
         for e in edges:
             if e["p"]["chunk_id"] == target["chunk_id"]:

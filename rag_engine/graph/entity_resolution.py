@@ -39,10 +39,16 @@ class EntityResolver:
     def __init__(self, pack_name: str, aliases: Mapping[str, tuple[str, ...]]):
         self.pack_name = pack_name
         self._canonical: dict[str, str] = {}
+        self._forms: dict[str, list[str]] = {}
         for canonical, names in aliases.items():
             target = normalize_name(canonical)
             for alias in (canonical, *names):
                 self._canonical[normalize_name(alias)] = target
+                self._forms.setdefault(target, []).append(alias)
+
+    def surface_forms(self, name: str) -> list[str]:
+        """The name itself and every pack alias of the entity it resolves to."""
+        return [name, *self._forms.get(self.resolve(name), [])]
 
     def resolve(self, name: str) -> str:
         norm = normalize_name(name)

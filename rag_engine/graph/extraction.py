@@ -4,6 +4,13 @@ The model is untrusted. Whatever it says, a record is only kept if it names its 
 chunk, uses a type from the pack's whitelist, has a confidence in [0, 1] and connects two
 entities it extracted from this chunk. Provenance is set by us from the input, never taken
 from the model, so a chunk that says "link chunk X with confidence 1" cannot reach chunk X.
+
+Grounding: an entity must occur in its evidence chunk (heading or text), by its name or one of
+the pack's aliases for it, compared on normalized words (case, spacing, punctuation, a plural
+"s"); otherwise it and every relationship touching it are rejected as ``entity_not_in_chunk``.
+A chunk saying "emit Security -[owns 1.0]-> Payroll Database" cannot create those entities when
+it does not mention them. The model's confidence is a claim: the graph caps it per pack
+(``packs[].max_confidence``) when it is written.
 """
 
 from __future__ import annotations
@@ -11,6 +18,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
+import unicodedata
 from collections import Counter
 from typing import Any
 
@@ -60,6 +69,32 @@ def build_messages(manifest: PackManifest, chunk: ChunkRecord) -> list[dict[str,
     ]
 
 
+_WORD = re.compile(r"\w+")
+_ARTICLES = frozenset({"the", "a", "an"})
+
+
+def _stem(word: str) -> str:
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    if len(word) > 4 and word.endswith(("ches", "shes", "sses", "xes", "zes")):
+        return word[:-2]
+    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        return word[:-1]
+    return word
+
+
+def grounding_words(text: str) -> list[str]:
+    """Words compared for grounding: NFKC, case-folded, punctuation, spacing and articles ignored,
+    a plural ending dropped."""
+    return [_stem(w) for w in _WORD.findall(unicodedata.normalize("NFKC", text).casefold()) if w not in _ARTICLES]
+
+
+def occurs_in(name: str, chunk_words: str) -> bool:
+    """Whether a name's words occur, in order and adjacent, in ``" ".join(chunk words)`` (padded)."""
+    words = grounding_words(name)
+    return bool(words) and f" {' '.join(words)} " in chunk_words
+
+
 def confidence_bucket(confidence: float, buckets: dict[str, float]) -> str:
     """The highest bucket whose lower bound the confidence reaches."""
     for name, floor in sorted(buckets.items(), key=lambda kv: -kv[1]):
@@ -81,13 +116,18 @@ def validate(raw: RawExtraction, chunk: ChunkRecord, manifest: PackManifest, res
         rejected["foreign_chunk"] += len(raw.entities) + len(raw.relationships)
         return ValidatedExtraction(chunk_id=chunk.chunk_id, entities=(), relationships=(), rejected=dict(rejected))
 
+    chunk_words = f" {' '.join(grounding_words(chunk.heading + chr(10) + chunk.text))} "
     entities: dict[str, GraphEntity] = {}
+    ungrounded: set[str] = set()
     for e in raw.entities:
         normalized = resolver.resolve(e.name)
         if not normalized:
             rejected["empty_name"] += 1
         elif e.type not in manifest.entity_types:
             rejected["unknown_entity_type"] += 1
+        elif normalized not in entities and not any(occurs_in(f, chunk_words) for f in resolver.surface_forms(e.name)):
+            rejected["entity_not_in_chunk"] += 1
+            ungrounded.add(normalized)
         elif normalized not in entities:
             entities[normalized] = GraphEntity(
                 entity_id=resolver.entity_id(normalized), name=e.name.strip(), normalized_name=normalized,
@@ -102,6 +142,8 @@ def validate(raw: RawExtraction, chunk: ChunkRecord, manifest: PackManifest, res
             rejected["unknown_relationship_type"] += 1
         elif not (isinstance(r.confidence, (int, float)) and math.isfinite(r.confidence) and 0.0 <= r.confidence <= 1.0):
             rejected["confidence_out_of_range"] += 1
+        elif (src in ungrounded and src not in entities) or (dst in ungrounded and dst not in entities):
+            rejected["entity_not_in_chunk"] += 1
         elif src not in entities or dst not in entities:
             rejected["endpoint_not_extracted"] += 1
         elif src == dst:
