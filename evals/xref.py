@@ -39,9 +39,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from rag_engine import yaml_safe
 from rag_engine.config import load_config, under_root
 from rag_engine.documents import discover, load_document
-from rag_engine.engine import DEFAULT_CONFIG
+from rag_engine.engine import DEFAULT_CONFIG, project_root
 from rag_engine.errors import RagError
 from rag_engine.packs import ChunkRecord, DomainPack, encode_local_id, load_pack
 
@@ -49,6 +52,8 @@ SCHEMA = "rag-xref-report/1"
 DEFAULT_PACK = "adgm_rulebooks"
 DEFAULT_BASELINE = "evals/reports/XREF_BASELINE.json"
 GOLD_PATH = Path("gold") / "xref_links.jsonl"
+AUDIT_NAME = "xref_audit.yaml"
+"""Optional, in the pack's fixtures directory: a manual verdict on sampled pairs the gold cannot judge."""
 PAIR_TYPES = ("Internal", "External")
 TYPES = (*PAIR_TYPES, "Outsource")
 OUTSIDE_TYPE = "outside"
@@ -225,8 +230,9 @@ def extra_cause(res: Resolution, source: str, target: str, produced: list[tuple[
     return "not_a_gold_reference"
 
 
-def evaluate(pack: DomainPack, gold_rows: list[dict], max_bytes: int) -> dict[str, Any]:
-    res = resolve(pack, max_bytes)
+def evaluate(pack: DomainPack, gold_rows: list[dict], max_bytes: int,
+             res: Resolution | None = None) -> dict[str, Any]:
+    res = res or resolve(pack, max_bytes)
     gold_pairs: dict[tuple[str, str], str] = {}
     rows_by_pair: dict[tuple[str, str], list[dict]] = defaultdict(list)
     gold_by_source: dict[str, list[dict]] = defaultdict(list)
@@ -345,12 +351,14 @@ def gate(report: dict[str, Any], baseline: dict[str, Any], tolerance: float) -> 
 
 
 def table(report: dict[str, Any]) -> str:
-    lines = [f"{'type':<10} {'gold':>5} {'pred':>5} {'tp':>5} {'precision':>9} {'P(annot.)':>9} {'recall':>7} {'F1':>6}"]
+    lines = [f"{'type':<10} {'gold':>5} {'pred':>5} {'tp':>5} {'precision':>9} {'P(annot.)':>9} {'P(est.)':>8} "
+             f"{'recall':>7} {'F1':>6}"]
     fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
     for t in (*TYPES, "overall"):
         m = report["metrics"][t]
         lines.append(f"{t:<10} {m['gold']:>5} {m['predicted']:>5} {m['tp']:>5} {fmt(m['precision']):>9} "
-                     f"{fmt(m.get('precision_annotated')):>9} {fmt(m['recall']):>7} {fmt(m['f1']):>6}")
+                     f"{fmt(m.get('precision_annotated')):>9} {fmt(m.get('precision_estimate')):>8} "
+                     f"{fmt(m['recall']):>7} {fmt(m['f1']):>6}")
     for t in TYPES:
         causes = report["metrics"][t].get("miss_causes") or {}
         if causes:
@@ -358,22 +366,51 @@ def table(report: dict[str, Any]) -> str:
         causes = report["metrics"][t].get("extra_causes") or {}
         if causes:
             lines.append(f"{t} extras: " + ", ".join(f"{k} {v}" for k, v in causes.items()))
+    if report.get("audit"):
+        a = report["audit"]
+        lines.append("manual audit of pairs the gold cannot judge: " + ", ".join(
+            f"{t} {a[t]['correct']}/{a[t]['still_predicted']} correct" for t in PAIR_TYPES if t in a))
     return "\n".join(lines)
 
 
+def apply_audit(report: dict[str, Any], res: Resolution, audit: dict[str, Any], path: str) -> None:
+    """Add the manual audit of unjudged pairs and the precision estimate it implies:
+    (tp + unjudged x share of audited pairs found correct) / predicted, per type."""
+    pairs = audit.get("pairs") or []
+    out: dict[str, Any] = {"path": path, "sampled": len(pairs)}
+    for t in PAIR_TYPES:
+        mine = [a for a in pairs if a.get("type") == t]
+        live = [a for a in mine if (a["source"], a["target"]) in res.pairs]
+        correct = sum(1 for a in live if a.get("verdict") == "correct")
+        m = report["metrics"][t]
+        unjudged = m["predicted"] - m["judged"]
+        estimate = (m["tp"] + unjudged * correct / len(live)) / m["predicted"] if live and m["predicted"] else None
+        out[t] = {"sampled": len(mine), "still_predicted": len(live), "correct": correct}
+        m["precision_estimate"] = _round(estimate)
+    report["audit"] = out
+
+
 def run(config: str | Path = DEFAULT_CONFIG, pack_name: str = DEFAULT_PACK) -> dict[str, Any]:
-    cfg_path = Path(config)
+    root = project_root()
+    cfg_path = under_root(root, config)
     cfg = load_config(cfg_path)
-    root = cfg_path.resolve().parent.parent
     entry = cfg.pack(pack_name)
     if entry is None:
         raise XrefInputError(f"no pack {pack_name!r} in {cfg_path}")
     pack = load_pack(entry, root)
     gold_path = pack.corpus_dir / GOLD_PATH
     rows = load_gold(gold_path)
-    report = evaluate(pack, rows, cfg.max_document_bytes)
+    res = resolve(pack, cfg.max_document_bytes)
+    report = evaluate(pack, rows, cfg.max_document_bytes, res)
     report["gold"]["path"] = gold_path.relative_to(root).as_posix()
     report["gold"]["sha256"] = hashlib.sha256(gold_path.read_bytes()).hexdigest()
+    audit_path = pack.fixtures_dir / AUDIT_NAME
+    if audit_path.is_file():
+        try:
+            audit = yaml_safe.load_file(audit_path) or {}  # repeated keys refused with file:line
+        except yaml.YAMLError as exc:
+            raise XrefInputError(f"{audit_path}: {exc}") from None
+        apply_audit(report, res, audit, audit_path.relative_to(root).as_posix())
     report["created_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     return report
 
@@ -390,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="largest tolerated drop of a precision or recall (default: evals.max_drop)")
     args = ap.parse_args(argv)
     try:
-        cfg = load_config(args.config)
+        cfg = load_config(under_root(project_root(), args.config))
         report = run(args.config, args.pack)
     except (RagError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -403,8 +440,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{report['corpus']['resolved_pairs']} resolved pairs -> {out}")
     if not args.gate:
         return 0
-    root = Path(args.config).resolve().parent.parent
-    base_path = Path(args.baseline) if args.baseline else under_root(root, DEFAULT_BASELINE)
+    base_path = Path(args.baseline) if args.baseline else under_root(project_root(), DEFAULT_BASELINE)
     try:
         baseline = json.loads(base_path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:

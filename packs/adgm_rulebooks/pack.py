@@ -21,7 +21,9 @@ Numbers (``number_of``): a passage id becomes the number its instrument is cited
 Keys a chunk answers to: ``<doc_id>:<number>`` (scoped) and ``<number>`` (unscoped, for questions
 that do not name the instrument); a rule or section whose text holds its own numbered or lettered
 points (a line starting ``(13)``, ``(a)`` or ``a)``) also answers to ``<number>(13)``, so
-"MKT Rule 4.3.1(13)" finds rule 4.3.1 when the data has no separate passage for paragraph (13).
+"MKT Rule 4.3.1(13)" finds rule 4.3.1 when the data has no separate passage for paragraph (13);
+an appendix passage answers to the provisions whose labels open its lines (FUNDS ``APP 1`` holds
+``A1.3``, so "Appendix A1.3 of the Fund Rules" finds it).
 
 Reference normalizer (normalizer_version "1"): a reference is a unit word and a number list
 ("Rule 4.5", "Rules 8.3.1 to 8.3.4", "Sections 3.4 and 3.6", "Chapter 11", "Part 4", "paragraph
@@ -80,7 +82,7 @@ WITH_PARTS = STATUTES | {"funds"}
 # start alike (longest first).
 CODES = {
     "AML": "aml", "CIB": "cib", "COBS": "cobs", "FEES": "fees", "FUNDS": "funds", "GEN": "gen",
-    "GLO": "glo", "IFR": "ifr", "MIR": "mir", "MKT": "mkt", "PIN": "pin", "PRU": "pru", "BRR": "brr",
+    "FP": "fp", "GLO": "glo", "IFR": "ifr", "MIR": "mir", "MKT": "mkt", "PIN": "pin", "PRU": "pru", "BRR": "brr",
     "CRS": "crs", "FATCA": "fatca", "FSMR": "fsmr", "CMC": "cmc", "CONF": "conf", "GPM": "gpm",
 }
 NAMES: tuple[tuple[str, str], ...] = (
@@ -206,11 +208,22 @@ def contained_points(text: str) -> list[str]:
     return list(dict.fromkeys(m.group(1) or m.group(2) for m in _POINT_LINE.finditer(text)))
 
 
+_PROVISION_LINE = re.compile(r"^(A\d+(?:\.\d+)*)(?:\.\((\d+)\))?[\t ]", re.M)
+
+
+def contained_provisions(text: str) -> list[str]:
+    """Numbered provisions an appendix passage holds itself: lines opening with A1.3, A1.2.1.(1)."""
+    return list(dict.fromkeys(m.group(1).lower() + (f"({m.group(2)})" if m.group(2) else "")
+                              for m in _PROVISION_LINE.finditer(text)))
+
+
 def chunk_keys(doc_id: str, passage_id: str, text: str) -> tuple[str, ...]:
     number = number_of(passage_id, doc_id)
     numbers = [number]
     if "(" not in number and "guidance" not in number and re.search(r"\d", number):
         numbers += [f"{number}({p})" for p in contained_points(text)]
+    if number.startswith("app"):
+        numbers += contained_provisions(text)
     keys = [f"{doc_id}:{n}" for n in numbers] + numbers
     return tuple(dict.fromkeys(keys))
 
@@ -369,6 +382,8 @@ def parse_references(text: str, own: str | None, implied: str | None = None) -> 
             elif ahead:
                 post_doc = instrument_doc(ahead.group("post"))
         if m.group("bare"):
+            if not scan[scan.rfind("\n", 0, start) + 1:start].strip():
+                continue  # "A1.2.1.(1)<tab>A Fund Manager ...": a provision's own label, not a reference
             listing, head_unit, prefix_doc = m.group("bare"), "", None
         else:
             prefix = m.group("pre") or m.group("uinstr")
