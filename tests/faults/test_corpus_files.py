@@ -75,10 +75,10 @@ def test_links_out_of_the_corpus_are_rejected_and_never_read(fault_engine, uniqu
 def test_hidden_files_are_skipped(fault_engine, unique, tmp_path):
     pack = temp_pack(fault_engine, unique, tmp_path / "corpus",
                      {"runbook.md": RUNBOOK, ".draft.md": doc("Draft", "An editor's unsaved draft.")})
-    assert [r.path.name for r in discover(pack, include_rejected=True)] == ["runbook.md"]
     reports = ingest_pack(fault_engine, pack, extract=False)
     assert not reports["source_documents"].rejected
     assert sorted(_docs_in_graph(fault_engine, unique)) == ["runbook"]
+    assert [r.path.name for r in discover(pack, include_rejected=True)] == ["runbook.md"]
 
 
 def test_a_nul_byte_after_the_first_64_kb_rejects_the_document(fault_engine, unique, tmp_path):
