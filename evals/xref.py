@@ -57,7 +57,8 @@ AUDIT_NAME = "xref_audit.yaml"
 PAIR_TYPES = ("Internal", "External")
 TYPES = (*PAIR_TYPES, "Outsource")
 OUTSIDE_TYPE = "outside"
-EXAMPLES = 25
+EXAMPLES = 10
+"""Extra (unlisted) pairs reported per type and cause; every missed gold pair is reported."""
 
 MISS_CAUSES = {
     "self_reference": "the gold target is the citing passage itself; the engine never links a chunk to itself",
@@ -183,6 +184,17 @@ def _prf(tp_pred: int, n_pred: int, tp_gold: int, n_gold: int) -> dict[str, Any]
     r = tp_gold / n_gold if n_gold else None
     f1 = 2 * p * r / (p + r) if p is not None and r is not None and p + r > 0 else (0.0 if p is not None and r is not None else None)
     return {"gold": n_gold, "predicted": n_pred, "tp": tp_gold, "precision": _round(p), "recall": _round(r), "f1": _round(f1)}
+
+
+def _per_cause(items: list[dict], limit: int) -> list[dict]:
+    """At most ``limit`` examples of each cause, in their sorted order."""
+    seen: Counter = Counter()
+    out = []
+    for item in items:
+        seen[item["cause"]] += 1
+        if seen[item["cause"]] <= limit:
+            out.append(item)
+    return out
 
 
 def _round(x: float | None) -> float | None:
@@ -329,8 +341,8 @@ def evaluate(pack: DomainPack, gold_rows: list[dict], max_bytes: int,
         "metrics": metrics,
         "miss_cause_legend": MISS_CAUSES,
         "extra_cause_legend": EXTRA_CAUSES,
-        "misses": {t: v[:EXAMPLES] for t, v in misses.items()},
-        "extras": {t: v[:EXAMPLES] for t, v in extras.items()},
+        "misses": misses,
+        "extras": {t: _per_cause(v, EXAMPLES) for t, v in extras.items()},
         "misses_total": {t: len(v) for t, v in misses.items()},
         "extras_total": {t: len(v) for t, v in extras.items()},
     }
