@@ -551,6 +551,10 @@ class AdgmRulebooksPack(DomainPack):
         named = {doc for m in _NAMED.finditer(text) if (doc := instrument_doc(m.group(0)))}
         return self._records(probe, None, next(iter(named)) if len(named) == 1 else None)
 
+    def documents_named(self, text: str) -> list[str]:
+        """Instruments the question names by code or title ("under COBS", "the Fund Rules")."""
+        return sorted({doc for m in _NAMED.finditer(text) if (doc := instrument_doc(m.group(0)))})
+
 
 def build_pack(entry, manifest: PackManifest, root: Path) -> AdgmRulebooksPack:
     require_versions(entry, manifest, rules=SUPPORTED_RULES_VERSIONS, normalizers=SUPPORTED_NORMALIZER_VERSIONS)

@@ -347,3 +347,9 @@ def test_golden_queries_point_at_existing_readable_anchors(config, pack, by_anch
         "a rule_number question names its instrument"
     assert all(re.search(r"\d", q["question"]) for q in numbered)
     print(f"\n[adgm] golden queries by kind: {dict(sorted(kinds.items()))}")
+
+
+def test_documents_named_by_code_or_title(pack):
+    assert pack.documents_named("What does COBS require of an Authorised Person under the Fund Rules?") == \
+        ["cobs", "funds"]
+    assert pack.documents_named("What must a firm do when onboarding a client?") == []
