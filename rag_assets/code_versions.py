@@ -28,8 +28,10 @@ def code_versions(engine: Engine, pack: DomainPack) -> dict[str, str]:
         "references": slice_hash("references-v1", rules),
         "chunk_index": slice_hash("index-v1", engine.embedder_identity, engine.registry.embedding.model.dimension),
         "llm_extraction": slice_hash("extraction-v1", rules, prompt_hash(pack.manifest),
-                                     engine.registry.extraction.identity, cfg.budgets.batch_size),
+                                     engine.registry.extraction.identity, cfg.budgets.batch_size,
+                                     pack.entry.extraction),
         "graph_writes": slice_hash("graph-v1", cfg.graph.target_resolution_version,
                                    cfg.graph.confidence_floor, cfg.graph.confidence_buckets, cfg.traversal.policy_version,
-                                   cfg.traversal.confidence_floor, pack.entry.max_confidence),
+                                   cfg.traversal.confidence_floor, pack.entry.max_confidence,
+                                   pack.entry.extraction),
     }

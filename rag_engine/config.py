@@ -160,6 +160,10 @@ class PackEntry(Frozen):
     reference_types: tuple[str, ...]
     languages: tuple[str, ...]
     collections: tuple[str, ...]
+    extraction: bool = True
+    """LLM graph extraction for this pack. False: ``llm_extraction`` records the pack as disabled,
+    calls no model, and ``graph_writes`` removes any inferred records it wrote before (a pack of
+    plain passages, or one with no cassette or model budget yet, still gets references and retrieval)."""
     max_confidence: float = Field(1.0, ge=0, le=1)
     """Ceiling on the confidence of this pack's inferred edges: a model's confidence is its claim
     (a chunk can tell it to say 1.0); applied when the graph is written (a rebuild, no model call)."""

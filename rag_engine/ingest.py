@@ -186,7 +186,10 @@ def graph_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
     out = writer.resolve_references(engine.driver, engine.database, pack=pack.name, key=key,
                                     doc_id=split_partition_key(key)[0],
                                     resolution_version=engine.cfg.graph.target_resolution_version)
-    if engine.artifacts.exists(pack.name, key, EXTRACTION):
+    if not pack.entry.extraction:  # extraction turned off: no inferred records of this document remain
+        out.update(writer.write_inferred(engine.driver, engine.database, pack=pack.name,
+                                         doc_id=split_partition_key(key)[0], records=[]))
+    elif engine.artifacts.exists(pack.name, key, EXTRACTION):
         extraction = engine.artifacts.read(pack.name, key, EXTRACTION)
         records = apply_graph_policy(extraction["records"], engine.cfg.graph, pack.entry.max_confidence)
         out.update(writer.write_inferred(engine.driver, engine.database, pack=pack.name,

@@ -129,6 +129,8 @@ def _rebind(raw: RawExtraction, asked: str, current: str) -> RawExtraction:
 
 
 def extraction_step(engine: Engine, pack: DomainPack, key: str, *, run_id: str, budget: RunBudget) -> dict[str, Any]:
+    if not pack.entry.extraction:  # the pack is configured without LLM extraction: no model call
+        return {"extracted": 0, "disabled": 1}
     chunks = load_chunks(engine, pack, key)
     spec = engine.registry.extraction
     client = engine.client(spec.name)

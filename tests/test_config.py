@@ -25,7 +25,7 @@ def _line_of(text: str, needle: str) -> int:
 
 def test_shipped_config_loads():
     cfg = load_config(ROOT / "config" / "engine.yaml")
-    assert [p.name for p in cfg.enabled_packs] == ["legal_regulatory", "company_x_kb"]
+    assert [p.name for p in cfg.enabled_packs] == ["legal_regulatory", "company_x_kb", "adgm_rulebooks"]
     assert cfg.model("hash-embed-384").dimension == 384
 
 

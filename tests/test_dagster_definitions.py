@@ -53,5 +53,5 @@ def test_domain_packs_asset_reports_packs():
     result = dg.materialize([defs.resolve_assets_def("domain_packs")])
     assert result.success
     meta = result.asset_materializations_for_node("domain_packs")[0].metadata
-    assert meta["pack_count"].value == 2
+    assert meta["pack_count"].value == 3
     assert meta["domains"].value == {"legal_regulatory": "legal", "company_x_kb": "kb"}

@@ -53,8 +53,8 @@ def cassette_path(engine: Engine) -> Path:
 
 
 def iter_chunks(engine: Engine) -> Iterator[tuple[DomainPack, ChunkRecord]]:
-    """Every current chunk of every enabled pack, in (pack, document, chunk) order."""
-    for pack in engine.packs.values():
+    """Every current chunk of every enabled pack with LLM extraction on, in (pack, document, chunk) order."""
+    for pack in (p for p in engine.packs.values() if p.entry.extraction):
         for ref in discover(pack):
             doc = load_document(pack, ref.partition_key, max_bytes=engine.cfg.max_document_bytes)
             for chunk in pack.chunk(doc):
