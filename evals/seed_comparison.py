@@ -12,6 +12,10 @@ hand-made records (labelled as fixture data, not model output):
 Expected: deterministic-only recall@1 = 0.0; with the graph the target is rank 1 with
 path_score = 0.83 (one hop, no bonus); the 0.2 edge is stored, ineligible, never traversed.
 
+Extracted entities must occur in their evidence chunk: the fixture's manifest names "billing
+pipeline" an alias of Project Falcon, so the storage and freeze chunks (which say "billing
+pipeline", never "Project Falcon") ground it, and the question's words still miss the target chunk.
+
     python -m evals.seed_comparison      # prints the JSON (needs Neo4j, like `make test`)
 """
 
@@ -57,7 +61,7 @@ collection: kb_internal
 # Secrets handling
 
 ## Storage
-Billing credentials for the new pipeline live in the Vault cluster, operated by the Platform team.
+Credentials for the billing pipeline live in the Vault cluster, operated by the Platform team.
 """,
     "holidays.md": """---
 id: POL-953
@@ -66,9 +70,12 @@ collection: kb_internal
 # Holiday calendar
 
 ## Freeze
-The holiday calendar lists company holidays; deployments pause during the December freeze.
+The holiday calendar lists company holidays; billing pipeline deployments pause during the December freeze.
 """,
 }
+
+# grounds "Project Falcon" in chunks that name it by the pipeline it rebuilds
+ALIASES = {"Project Falcon": ["billing pipeline"]}
 
 # what a model would have said per chunk (local id -> entities, relationships)
 ANSWERS: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str, str, float]]]] = {
@@ -109,7 +116,12 @@ def fixture_engine(base: Engine, workdir: Path) -> tuple[Engine, DomainPack]:
         "providers": cfg.providers + (provider,), "models": cfg.models + (model,), "storage": storage,
         "defaults": cfg.defaults.model_copy(update={"extraction_model": "seed-chat"})})
     engine = Engine(cfg, base.root, {**base.env, "RAG_LEDGER_URL": f"sqlite:///{workdir / 'ledger.sqlite'}"})
-    entry = cfg.pack("company_x_kb").model_copy(update={"name": pack_name, "corpus": str(corpus)})
+    manifest = workdir / "manifest.yaml"
+    text = (base.root / cfg.pack("company_x_kb").manifest).read_text(encoding="utf-8")
+    extra = "".join(f"  {name}: {json.dumps(forms)}\n" for name, forms in ALIASES.items())
+    manifest.write_text(text.replace("\naliases:\n", f"\naliases:\n{extra}", 1), encoding="utf-8")
+    entry = cfg.pack("company_x_kb").model_copy(update={"name": pack_name, "corpus": str(corpus),
+                                                        "manifest": str(manifest)})
     pack = load_pack(entry, base.root)
     tape = Cassette(cassette)
     for ref in discover(pack):

@@ -194,7 +194,7 @@ def extraction_step(engine: Engine, pack: DomainPack, key: str, *, run_id: str, 
                 if reason is None:
                     running[pool.submit(call, messages)] = (chunk, worst, prompt_estimate)
                     break
-                if running:  # what is running may leave room once billed: settle it first
+                if running and reason == "max_tokens_per_run":  # running calls may leave room once billed
                     collect(wait(running, return_when=FIRST_COMPLETED).done)
                     continue
                 skipped[chunk.chunk_id] = reason
