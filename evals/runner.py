@@ -180,6 +180,8 @@ def run_eval(engine: Engine, golden_paths: list[Path], *, generate: bool = False
     for path in golden_paths:
         golden = load_golden(path)
         pack = golden["pack"]
+        if pack in systems:
+            raise EvalInputError(f"two golden files for pack {pack!r}; merge them (the systems table is per pack)")
         role_default = golden.get("role") or default_role(engine, pack)
         rows: dict[str, list[tuple[Sequence[str], Sequence[str], bool]]] = {s: [] for s in SYSTEMS}
         for q in golden["queries"]:
@@ -202,8 +204,6 @@ def run_eval(engine: Engine, golden_paths: list[Path], *, generate: bool = False
             rows["engine"].append((scored.ranked, gold, insufficient))
             for system in BASELINE_SYSTEMS:
                 rows[system].append((rankings[q["id"]][system], gold, insufficient))
-        if pack in systems:
-            raise EvalInputError(f"two golden files for pack {pack!r}; merge them")
         systems[pack] = {s: system_metrics(r) for s, r in rows.items()}
         progress(f"[eval] {path}: {len(golden['queries'])} queries")
     gen = engine.registry.generation

@@ -361,3 +361,17 @@ def test_leg_weights_from_legs_and_weights_flags():
                 {"weights": "dense=nan"}, {"weights": "graph=1"}, {"legs": "exact", "weights": "exact=0"}):
         with pytest.raises(EvalInputError):
             leg_weights(configured, **bad)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--pack", "no_such_pack"], "no golden file for it"),
+    (["--legs", "lexical,bm25"], "unknown: ['bm25']"),
+    (["--weights", "dense=-1"], "finite weights >= 0"),
+    (["--k", "0"], "--k must be between 1"),
+])
+def test_runner_rejects_bad_flags_before_any_query(tmp_path, capsys, args, message):
+    from evals.runner import main
+
+    assert main(["--output", str(tmp_path / "r.json"), *args]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "r.json").exists()
