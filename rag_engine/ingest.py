@@ -143,18 +143,33 @@ def references_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any
     return {"references": len(refs), **{f"type_{k}": v for k, v in sorted(by_type.items())}}
 
 
-def index_step(engine: Engine, pack: DomainPack, key: str, run_id: str | None = None) -> dict[str, Any]:
+def index_step(engine: Engine, pack: DomainPack, key: str, run_id: str | None = None,
+               progress: Callable[[Any], None] | None = None) -> dict[str, Any]:
+    """Embed the version's chunks (batched; unchanged texts come from the embedding cache with no
+    model call), write the vectors, then activate the version. ``progress`` gets an
+    ``EmbedProgress`` after each batch (default: a log line)."""
+    from rag_engine.providers.embedding_cache import embed_batched
+
     chunks = load_chunks(engine, pack, key)
     spec = engine.registry.embedding
     schema.ensure_vector_index(engine.driver, engine.database, spec.identity, spec.model.dimension)
-    vectors = engine.embed_texts([f"{c.heading}\n{c.text}" for c in chunks], purpose="index", run_id=run_id)
+    result = embed_batched(
+        [f"{c.heading}\n{c.text}" for c in chunks],
+        lambda batch: engine.embed_texts(batch, purpose="index", run_id=run_id),
+        identity=spec.identity, dimension=spec.model.dimension, batch_size=spec.model.batch_size,
+        cache=engine.embedding_cache,
+        progress=progress or (lambda p: log.info("chunk_index %s: %d/%d chunks embedded (%d from cache, "
+                                                 "%d requests, %.1fs)", key, p.done, p.total, p.cache_hits,
+                                                 p.requests, p.seconds)))
+    vectors = result.vectors
     rows = [{"chunk_id": c.chunk_id, "embedding": v} for c, v in zip(chunks, vectors)]
     writer.write_embeddings(engine.driver, engine.database, identity=spec.identity, rows=rows,
                             batch_size=engine.cfg.storage.neo4j.write_batch_size)
     # indexed: this version goes live now (lexical and dense alike), the previous one retires
     writer.activate_version(engine.driver, engine.database, pack=pack.name, doc_id=chunks[0].doc_id,
                             version=chunks[0].doc_version)
-    return {"embedded": len(rows), "dimension": spec.model.dimension}
+    return {"embedded": len(rows), "dimension": spec.model.dimension, "embed_cache_hits": result.cache_hits,
+            "embed_requests": result.requests, "embed_seconds": round(result.seconds, 3)}
 
 
 def apply_graph_policy(records: list[dict[str, Any]], graph: GraphConfig,

@@ -32,6 +32,13 @@ def _neo4j_uri() -> str:
     return os.environ.get("NEO4J_URI", "bolt://127.0.0.1:7687")
 
 
+def _embed_env() -> dict[str, str]:
+    """The embedding server `make test` started (RAG_EMBED_ENDPOINT), for engines built with an
+    explicit env; without it the configured endpoint is used."""
+    url = os.environ.get("RAG_EMBED_ENDPOINT")
+    return {"RAG_EMBED_ENDPOINT": url} if url else {}
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return ROOT
@@ -61,7 +68,7 @@ def with_artifacts(cfg: EngineConfig, path: Path) -> EngineConfig:
 
 @pytest.fixture()
 def engine(base_config: EngineConfig, tmp_path: Path, neo4j_driver) -> Engine:
-    env = {"NEO4J_URI": _neo4j_uri(), "RAG_LEDGER_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}"}
+    env = {"NEO4J_URI": _neo4j_uri(), "RAG_LEDGER_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}", **_embed_env()}
     eng = Engine(with_artifacts(base_config, tmp_path / "artifacts"), ROOT, env)
     yield eng
     eng.close()
@@ -73,7 +80,7 @@ def ingested_engine(base_config: EngineConfig, tmp_path_factory, neo4j_driver) -
     from rag_engine.ingest import ingest_pack
 
     base = tmp_path_factory.mktemp("ingested")
-    env = {"NEO4J_URI": _neo4j_uri(), "RAG_LEDGER_URL": f"sqlite:///{base / 'ledger.sqlite'}"}
+    env = {"NEO4J_URI": _neo4j_uri(), "RAG_LEDGER_URL": f"sqlite:///{base / 'ledger.sqlite'}", **_embed_env()}
     eng = Engine(with_artifacts(base_config, base / "artifacts"), ROOT, env)
     for pack in eng.packs.values():
         reports = ingest_pack(eng, pack)

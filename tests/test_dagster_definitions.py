@@ -28,8 +28,8 @@ def test_definitions_have_assets_per_pack_in_their_domain_group():
 
 def test_bad_registry_stops_loading_with_typed_error(tmp_path):
     text = (ROOT / "config" / "engine.yaml").read_text()
-    bad = text.replace("    kind: local_hash\n    hosted: false\n    enabled: true",
-                       "    kind: local_hash\n    hosted: false\n    enabled: false")
+    block = "    kind: openai_compatible\n    hosted: false\n    enabled: {}\n    endpoint: http://127.0.0.1:8765/v1"
+    bad = text.replace(block.format("true"), block.format("false"))  # the active embedder's provider
     assert bad != text
     path = tmp_path / "engine.yaml"
     path.write_text(bad)

@@ -53,8 +53,9 @@ def test_report_carries_identity_and_metrics(reports):
 
     _, good, _ = reports
     data = json.loads(good.read_text())
-    assert data["embedder"]["identity"] == "local_hash/feature-hash-v1:384"
-    assert data["reindex"] == {"embedder_identity": "local_hash/feature-hash-v1:384", "complete": True}
+    identity = "local_embed/multilingual-e5-small-q4:384;input_type=query|passage"
+    assert data["embedder"]["identity"] == identity
+    assert data["reindex"] == {"embedder_identity": identity, "complete": True}
     assert data["metrics"]["queries"] == 50 and data["metrics"]["recall@10"] > 0.5
     assert data["metrics"]["cost_per_query_usd"] == "0"  # extractive answers: no model call, exactly free
     assert len(data["golden"]["hash"]) == 64

@@ -18,10 +18,10 @@ from tests.support.packs import temp_pack
 @pytest.fixture(scope="module")
 def seed_world(base_config, tmp_path_factory, neo4j_driver):
     """The seed comparison fixture, ingested once: its engine, pack and JSON result."""
-    from tests.conftest import ROOT, _neo4j_uri
+    from tests.conftest import ROOT, _embed_env, _neo4j_uri
 
     workdir = tmp_path_factory.mktemp("seed")
-    base = Engine(base_config, ROOT, {"NEO4J_URI": _neo4j_uri()})
+    base = Engine(base_config, ROOT, {"NEO4J_URI": _neo4j_uri(), **_embed_env()})
     result = seed_comparison.run(base, workdir / "run")
     engine, pack = seed_comparison.fixture_engine(base, workdir / "planner")
     ingest_pack(engine, pack)

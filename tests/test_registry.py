@@ -28,12 +28,15 @@ def _provider(cfg, name, **changes):
 def test_shipped_config_passes(base_config):
     reg = ProviderRegistry(base_config, env={})
     assert reg.generation.name == "demo-chat"
-    assert reg.embedding.identity == "local_hash/feature-hash-v1:384"
+    # the default embedder is e5 on the local server; its identity carries the query/passage scheme
+    assert reg.embedding.identity == "local_embed/multilingual-e5-small-q4:384;input_type=query|passage"
+    fallback = _with(base_config, defaults=base_config.defaults.model_copy(update={"embedding_model": "hash-embed-384"}))
+    assert ProviderRegistry(fallback, env={}).embedding.identity == "local_hash/feature-hash-v1:384"
 
 
 def test_disabled_active_embedder(base_config):
-    with pytest.raises(DisabledActiveEmbedder, match="hash-embed-384"):
-        ProviderRegistry(_provider(base_config, "local_hash", enabled=False), env={})
+    with pytest.raises(DisabledActiveEmbedder, match="e5-small"):
+        ProviderRegistry(_provider(base_config, "local_embed", enabled=False), env={})
 
 
 def test_missing_default_generation_model(base_config):

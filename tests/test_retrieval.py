@@ -76,7 +76,8 @@ def test_reference_expansion_adds_cited_chunks(ingested_engine):
 
 def test_query_with_another_embedder_demands_reindex(ingested_engine, tmp_path):
     cfg = ingested_engine.cfg
-    models = tuple(m.model_copy(update={"dimension": 256}) if m.name == "hash-embed-384" else m for m in cfg.models)
+    active = cfg.defaults.embedding_model
+    models = tuple(m.model_copy(update={"dimension": 256}) if m.name == active else m for m in cfg.models)
     other = Engine(cfg.model_copy(update={"models": models}), ingested_engine.root, ingested_engine.env)
     try:
         with pytest.raises(EmbedderMismatch, match="re-index"):

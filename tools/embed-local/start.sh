@@ -59,7 +59,8 @@ else
   if healthy; then
     fail "port $PORT already answers /health but the server is not ours (state dir $STATE_DIR): pick another EMBED_LOCAL_PORT"
   fi
-  nohup "$SERVE" --host 127.0.0.1 --port "$PORT" --default-type query --threads "$THREADS" \
+  # passive: threads waiting for work sleep instead of spinning on a core another process needs
+  OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}" nohup "$SERVE" --host 127.0.0.1 --port "$PORT" --default-type query --threads "$THREADS" \
     >"$LOG_FILE" 2>&1 </dev/null 9>&- &
   pid=$!
   echo "$pid" >"$PID_FILE"
