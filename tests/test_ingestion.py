@@ -148,7 +148,7 @@ def test_changed_rules_on_the_same_chunk_drop_old_reference_keys(engine, unique)
                                       chunks=[make_chunk(doc, 0, "a", "A", "text", keys)])
         writer.activate_version(engine.driver, engine.database, pack=unique, doc_id="d", version="v1")
     hits = lambda key: store_reads.by_keys(engine.driver, engine.database, [f"{unique}|{key}"],  # noqa: E731
-                                           ("kb_internal",), 5)
+                                           ("kb_internal",), 5)[0]
     assert hits("policy:pol-111") == [] and len(hits("policy:pol-222")) == 1
 
 
