@@ -71,17 +71,14 @@ def default_role(engine: Engine, pack_name: str) -> str:
 
 
 def reindex_info(engine: Engine) -> dict[str, Any] | None:
-    """Whether every current chunk carries an embedding from the index's recorded embedder."""
-    meta = read(engine.driver, engine.database,
-                "MATCH (m:IndexMeta {name: 'chunk_embedding'}) RETURN m.identity AS identity")
-    if not meta:
+    """Whether every current chunk carries a vector in the active index (the one ``rag reindex``
+    switched to, or the first one), from the index's recorded embedder."""
+    from rag_engine.graph.schema import index_coverage
+
+    coverage = index_coverage(engine.driver, engine.database, sorted(engine.packs))
+    if coverage is None:
         return None
-    identity = meta[0]["identity"]
-    missing = read(engine.driver, engine.database,
-                   "MATCH (c:Chunk {active: true}) WHERE c.pack IN $packs AND "
-                   "(c.embedding IS NULL OR c.embedder IS NULL OR c.embedder <> $identity) RETURN count(c) AS n",
-                   packs=sorted(engine.packs), identity=identity)[0]["n"]
-    return {"embedder_identity": identity, "complete": missing == 0}
+    return {"embedder_identity": coverage["embedder_identity"], "complete": coverage["complete"]}
 
 
 # ---------------------------------------------------------------------------------------
@@ -221,7 +218,7 @@ def run_eval(engine: Engine, golden_paths: list[Path], *, generate: bool = False
         "reindex": reindex_info(engine),
         "metrics": aggregate(results),
         "queries": results,
-        "retrieval": {"weights": {**engine.cfg.retrieval.weights, **(weights or {})}, "k": k},
+        "retrieval": {"weights": {**engine.leg_weights, **(weights or {})}, "k": k},
         "systems": systems,
         "rankings": rankings,
     })
@@ -258,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.k is not None and not 1 <= args.k <= engine.cfg.retrieval.max_k:
             raise EvalInputError(f"--k must be between 1 and retrieval.max_k {engine.cfg.retrieval.max_k}, "
                                  f"got {args.k}")
-        weights = leg_weights(engine.cfg.retrieval.weights, legs=args.legs, weights=args.weights)
+        weights = leg_weights(engine.leg_weights, legs=args.legs, weights=args.weights)
         paths = select_golden([engine.root / p for p in engine.cfg.evals.golden], args.pack)
         report = run_eval(engine, paths, generate=args.generate, weights=weights, k=args.k)
     except EvalInputError as exc:

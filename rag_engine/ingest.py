@@ -152,7 +152,7 @@ def index_step(engine: Engine, pack: DomainPack, key: str, run_id: str | None = 
 
     chunks = load_chunks(engine, pack, key)
     spec = engine.registry.embedding
-    schema.ensure_vector_index(engine.driver, engine.database, spec.identity, spec.model.dimension)
+    prop = schema.ensure_vector_index(engine.driver, engine.database, spec.identity, spec.model.dimension)
     result = embed_batched(
         [f"{c.heading}\n{c.text}" for c in chunks],
         lambda batch: engine.embed_texts(batch, purpose="index", run_id=run_id),
@@ -164,7 +164,7 @@ def index_step(engine: Engine, pack: DomainPack, key: str, run_id: str | None = 
     vectors = result.vectors
     rows = [{"chunk_id": c.chunk_id, "embedding": v} for c, v in zip(chunks, vectors)]
     writer.write_embeddings(engine.driver, engine.database, identity=spec.identity, rows=rows,
-                            batch_size=engine.cfg.storage.neo4j.write_batch_size)
+                            batch_size=engine.cfg.storage.neo4j.write_batch_size, property=prop)
     # indexed: this version goes live now (lexical and dense alike), the previous one retires
     writer.activate_version(engine.driver, engine.database, pack=pack.name, doc_id=chunks[0].doc_id,
                             version=chunks[0].doc_version)

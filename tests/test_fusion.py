@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from rag_engine.config import RetrievalConfig
 from rag_engine.errors import QueryInputError
 from rag_engine.retrieval.retriever import check_question, exact_hits, fuse
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def rows(*ids: str, scores: tuple[float, ...] | None = None) -> list[dict]:
@@ -69,4 +73,18 @@ def test_overlong_and_undecodable_questions_are_input_errors():
 def test_unknown_legs_are_refused_in_config():
     with pytest.raises(ValueError, match="unknown retrieval legs"):
         RetrievalConfig(weights={"sparse": 1.0})
-    assert RetrievalConfig(weights={"dense": 0.3}).weights == {"exact": 1.0, "lexical": 1.0, "dense": 0.3}
+    assert RetrievalConfig(weights={"dense": 0.3}).weights == {"dense": 0.3}
+    with pytest.raises(ValueError, match=">= 0"):
+        RetrievalConfig(weights={"dense": -1})
+
+
+def test_dense_default_weight_comes_from_the_active_embedder(base_config):
+    from rag_engine.engine import Engine
+
+    engine = Engine(base_config, ROOT, {})
+    assert engine.leg_weights["lexical"] == 1.0
+    hashed = base_config.model_copy(update={"defaults": base_config.defaults.model_copy(
+        update={"embedding_model": "hash-embed-384"})})
+    assert Engine(hashed, ROOT, {}).leg_weights["dense"] == 0.3
+    pinned = hashed.model_copy(update={"retrieval": hashed.retrieval.model_copy(update={"weights": {"dense": 0.8}})})
+    assert Engine(pinned, ROOT, {}).leg_weights["dense"] == 0.8

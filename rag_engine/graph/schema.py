@@ -2,7 +2,14 @@
 
 The vector index is created with the active embedder's dimension and its identity is recorded
 on an (:IndexMeta) node; a query or write with another identity is refused until a full
-re-index (``reset_vector_index``) is done, because mixing embedding spaces silently ruins recall.
+re-index is done, because mixing embedding spaces silently ruins recall.
+
+Blue/green re-index (``rag_engine.reindex``): every embedder identity gets its own vector index
+and chunk property, named by the identity (``index_names``); the (:IndexMeta) node points at the
+active pair (``index``, ``property``). The first index of a database keeps the original names
+(``chunk_embedding`` on ``embedding``), which is also what an IndexMeta without those fields
+means. Each non-active index is a (:VectorIndex {identity, index, property, state}) record:
+``building`` while a re-index fills it, ``retired`` after a switch until it is dropped.
 
 Schema statements take schema locks: two ingests starting together on a fresh database deadlock
 on them (``TransientError: DeadlockDetected``). So every schema statement is retried on a
@@ -13,8 +20,10 @@ driver and database in a process (threads wait for the first one).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
+import re
 import threading
 import time
 import weakref
@@ -27,6 +36,9 @@ from rag_engine.errors import EmbedderMismatch
 log = logging.getLogger(__name__)
 
 VECTOR_INDEX = "chunk_embedding"
+EMBEDDING_PROPERTY = "embedding"
+"""Names of a database's first vector index and chunk property (and of an IndexMeta without them)."""
+_SAFE_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 CHUNK_FULLTEXT = "chunk_text"
 ENTITY_FULLTEXT = "entity_name"
 
@@ -38,6 +50,7 @@ CONSTRAINTS = (
     "CREATE CONSTRAINT entity_id IF NOT EXISTS FOR (e:Entity) REQUIRE e.entity_id IS UNIQUE",
     "CREATE CONSTRAINT extraction_run_id IF NOT EXISTS FOR (r:ExtractionRun) REQUIRE r.run_id IS UNIQUE",
     "CREATE CONSTRAINT index_meta_name IF NOT EXISTS FOR (m:IndexMeta) REQUIRE m.name IS UNIQUE",
+    "CREATE CONSTRAINT vector_index_identity IF NOT EXISTS FOR (v:VectorIndex) REQUIRE v.identity IS UNIQUE",
 )
 INDEXES = (
     "CREATE INDEX chunk_doc IF NOT EXISTS FOR (c:Chunk) ON (c.doc_id)",
@@ -98,34 +111,70 @@ def ensure_schema(driver: neo4j.Driver, database: str) -> None:
         _ensured.setdefault(driver, set()).add(database)
 
 
+def index_names(identity: str) -> tuple[str, str]:
+    """(vector index name, chunk property) for an embedder identity that is not the first one:
+    a digest of the identity, so names are valid identifiers whatever the identity holds."""
+    digest = hashlib.sha256(identity.encode("utf-8")).hexdigest()[:12]
+    return f"{VECTOR_INDEX}_{digest}", f"{EMBEDDING_PROPERTY}_{digest}"
+
+
+def safe_name(name: str) -> str:
+    """Index and property names are interpolated into schema statements: only our own shapes pass."""
+    if not _SAFE_NAME.match(name):
+        raise ValueError(f"not an index or property name of ours: {name!r}")
+    return name
+
+
 def current_embedder(driver: neo4j.Driver, database: str) -> dict | None:
+    """The active index: identity, dimension, index (vector index name) and property (chunk
+    property holding its vectors); None before the first chunk_index."""
     records, _, _ = driver.execute_query(
-        "MATCH (m:IndexMeta {name: $name}) RETURN m.identity AS identity, m.dimension AS dimension",
-        name=VECTOR_INDEX,
+        "MATCH (m:IndexMeta {name: $name}) RETURN m.identity AS identity, m.dimension AS dimension, "
+        "coalesce(m.index, $index) AS index, coalesce(m.property, $property) AS property",
+        name=VECTOR_INDEX, index=VECTOR_INDEX, property=EMBEDDING_PROPERTY,
         database_=database,
         routing_=neo4j.RoutingControl.READ,
     )
     return dict(records[0]) if records else None
 
 
-def ensure_vector_index(driver: neo4j.Driver, database: str, identity: str, dimension: int) -> None:
-    """Create the vector index for this embedder, or refuse if another embedder built it."""
+def active_vector_index(driver: neo4j.Driver, database: str) -> tuple[str, str] | None:
+    """(vector index name, chunk property) the query path reads, or None without an index."""
+    meta = current_embedder(driver, database)
+    return (meta["index"], meta["property"]) if meta else None
+
+
+def create_vector_index(driver: neo4j.Driver, database: str, index: str, prop: str, dimension: int) -> None:
+    run_schema_statement(
+        driver, database,
+        f"CREATE VECTOR INDEX {safe_name(index)} IF NOT EXISTS FOR (c:Chunk) ON (c.{safe_name(prop)}) "
+        "OPTIONS {indexConfig: {`vector.dimensions`: $dim, `vector.similarity_function`: 'cosine'}}",
+        dim=dimension,
+    )
+
+
+def ensure_vector_index(driver: neo4j.Driver, database: str, identity: str, dimension: int) -> str:
+    """Create the vector index for this embedder, or refuse if another embedder's index is active.
+    Returns the chunk property the active index reads (where chunk_index writes vectors)."""
     existing = current_embedder(driver, database)
     if existing and existing["identity"] != identity:
         raise EmbedderMismatch(
             f"the chunk index was built with embedder {existing['identity']!r}; the active embedder is "
             f"{identity!r}. Run a full re-index (`rag reindex`) before using it."
         )
-    run_schema_statement(
-        driver, database,
-        f"CREATE VECTOR INDEX {VECTOR_INDEX} IF NOT EXISTS FOR (c:Chunk) ON (c.embedding) "
-        "OPTIONS {indexConfig: {`vector.dimensions`: $dim, `vector.similarity_function`: 'cosine'}}",
-        dim=dimension,
-    )
-    run_schema_statement(driver, database,
-                         "MERGE (m:IndexMeta {name: $name}) SET m.identity = $identity, m.dimension = $dim",
-                         name=VECTOR_INDEX, identity=identity, dim=dimension)
+    index, prop = (existing["index"], existing["property"]) if existing else (VECTOR_INDEX, EMBEDDING_PROPERTY)
+    create_vector_index(driver, database, index, prop, dimension)
+    if existing is None:
+        run_schema_statement(driver, database,
+                             "MERGE (m:IndexMeta {name: $name}) ON CREATE SET m.identity = $identity, "
+                             "m.dimension = $dim, m.index = $index, m.property = $property",
+                             name=VECTOR_INDEX, identity=identity, dim=dimension, index=index, property=prop)
+        existing = current_embedder(driver, database)
+        if existing["identity"] != identity:  # a concurrent first index with another embedder won
+            raise EmbedderMismatch(f"the chunk index was just built with embedder {existing['identity']!r}; "
+                                   f"the active embedder is {identity!r}")
     run_schema_statement(driver, database, "CALL db.awaitIndexes(300)")
+    return existing["property"]
 
 
 def check_embedder(driver: neo4j.Driver, database: str, identity: str) -> None:
@@ -138,9 +187,37 @@ def check_embedder(driver: neo4j.Driver, database: str, identity: str) -> None:
         )
 
 
-def reset_vector_index(driver: neo4j.Driver, database: str) -> None:
-    """Drop the vector index and all embeddings: the first step of a full re-index."""
+def index_coverage(driver: neo4j.Driver, database: str, packs: list[str] | None = None) -> dict | None:
+    """The active index and how many current chunks (of ``packs``, default all) lack its vector:
+    ``{embedder_identity, complete, missing, active_chunks}``; None without an index. On the
+    first index's shared property the chunk's ``embedder`` marker must match too."""
+    meta = current_embedder(driver, database)
+    if meta is None:
+        return None
+    records, _, _ = driver.execute_query(
+        "MATCH (c:Chunk {active: true}) WHERE ($packs IS NULL OR c.pack IN $packs) "
+        "RETURN count(c) AS active, sum(CASE WHEN c[$prop] IS NULL OR ($legacy AND "
+        "(c.embedder IS NULL OR c.embedder <> $identity)) THEN 1 ELSE 0 END) AS missing",
+        packs=packs, prop=meta["property"], legacy=meta["property"] == EMBEDDING_PROPERTY,
+        identity=meta["identity"], database_=database, routing_=neo4j.RoutingControl.READ)
+    active, missing = int(records[0]["active"]), int(records[0]["missing"] or 0)
+    return {"embedder_identity": meta["identity"], "complete": missing == 0, "missing": missing,
+            "active_chunks": active}
+
+
+def drop_vector_index(driver: neo4j.Driver, database: str, index: str, prop: str) -> None:
+    """Drop one vector index and remove its property from every chunk (in batches)."""
     with driver.session(database=database) as session:
-        session.run(f"DROP INDEX {VECTOR_INDEX} IF EXISTS").consume()
-        session.run("MATCH (c:Chunk) WHERE c.embedding IS NOT NULL CALL (c) { REMOVE c.embedding } IN TRANSACTIONS OF 5000 ROWS").consume()
+        session.run(f"DROP INDEX {safe_name(index)} IF EXISTS").consume()
+        session.run(f"MATCH (c:Chunk) WHERE c.{safe_name(prop)} IS NOT NULL "
+                    f"CALL (c) {{ REMOVE c.{safe_name(prop)} }} IN TRANSACTIONS OF 5000 ROWS").consume()
+
+
+def reset_vector_index(driver: neo4j.Driver, database: str) -> None:
+    """Drop the active vector index and all its embeddings (a cold re-index; ``rag reindex`` is
+    the blue/green one that keeps serving)."""
+    meta = current_embedder(driver, database)
+    index, prop = (meta["index"], meta["property"]) if meta else (VECTOR_INDEX, EMBEDDING_PROPERTY)
+    drop_vector_index(driver, database, index, prop)
+    with driver.session(database=database) as session:
         session.run("MATCH (m:IndexMeta {name: $name}) DETACH DELETE m", name=VECTOR_INDEX).consume()

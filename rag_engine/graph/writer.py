@@ -136,18 +136,20 @@ def write_chunks_per_row(driver: neo4j.Driver, database: str, *, pack: str, key:
 _SET_EMBEDDINGS = """
 UNWIND $rows AS row
 MATCH (c:Chunk {chunk_id: row.chunk_id})
-CALL db.create.setNodeVectorProperty(c, 'embedding', row.embedding)
-SET c.embedder = $identity
+CALL db.create.setNodeVectorProperty(c, $property, row.embedding)
+SET c.embedder = CASE WHEN $property = 'embedding' THEN $identity ELSE c.embedder END
 """
 
 
 def write_embeddings(driver: neo4j.Driver, database: str, *, identity: str,
-                     rows: Sequence[dict[str, Any]], batch_size: int = 500) -> None:
-    """rows: {chunk_id, embedding}. Stored as a float vector for the vector index."""
+                     rows: Sequence[dict[str, Any]], batch_size: int = 500, property: str = "embedding") -> None:
+    """rows: {chunk_id, embedding}. Stored as a float vector in ``property`` (the active index's,
+    see schema.current_embedder); the first index's shared property also gets the ``embedder``
+    marker, other properties are named by their identity."""
 
     def work(tx: neo4j.ManagedTransaction) -> None:
         for batch in batched(rows, batch_size):
-            tx.run(_SET_EMBEDDINGS, rows=list(batch), identity=identity).consume()
+            tx.run(_SET_EMBEDDINGS, rows=list(batch), identity=identity, property=property).consume()
 
     with driver.session(database=database) as session:
         session.execute_write(work)

@@ -183,7 +183,7 @@ def retrieve(engine: Engine, query: str, role: str, *, k: int | None = None,
     """
     cfg = engine.cfg.retrieval
     k = check_question(query, k, cfg)
-    legs = {**cfg.weights, **(weights or {})}
+    legs = {**engine.leg_weights, **(weights or {})}
     trace = Trace()
     with trace.step("policy_gate", role=role) as t:
         decision: PolicyDecision = gate(engine.cfg, role, collections)

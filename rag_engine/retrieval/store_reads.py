@@ -60,7 +60,10 @@ def vector(driver: neo4j.Driver, database: str, embedding: list[float], collecti
     while True:
         rows = read(
             driver, database,
-            f"CALL db.index.vector.queryNodes('{VECTOR_INDEX}', $fetch, $embedding) YIELD node AS c, score "
+            # the active index (blue/green re-index: IndexMeta names it; its first one is VECTOR_INDEX)
+            f"MATCH (m:IndexMeta {{name: '{VECTOR_INDEX}'}}) "
+            f"CALL db.index.vector.queryNodes(coalesce(m.index, '{VECTOR_INDEX}'), $fetch, $embedding) "
+            f"YIELD node AS c, score "
             f"WHERE c.active AND coalesce(c.eligible, true) AND c.collection IN $collections "
             f"RETURN {_CHUNK_FIELDS}, score ORDER BY score DESC LIMIT $k",
             embedding=embedding, collections=list(collections), k=k, fetch=fetch,

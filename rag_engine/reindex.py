@@ -1,0 +1,284 @@
+"""Blue/green re-index: move the chunk index to the configured embedder while queries keep
+being served from the current one.
+
+    run_reindex(engine) -> ReindexReport        (``rag reindex``)
+
+1. The configured embedder's identity gets its own vector index and chunk property, named by the
+   identity (``schema.index_names``) and recorded as ``(:VectorIndex {state: 'building'})``. The
+   active index named by ``(:IndexMeta)`` is untouched, so every query reads it as before.
+2. Every current chunk lacking the new property is embedded (index side) in batches of the
+   model's ``batch_size`` through the embedding cache, and written page by page. A crash (or
+   ``stop_after``) keeps what was written: a rerun embeds only the chunks still lacking it.
+3. When no current chunk lacks a vector, the switch happens in one write transaction that checks
+   that again and repoints ``(:IndexMeta)``; the old index becomes ``retired``. Chunks activated
+   meanwhile are caught up first, so nothing is ever served half-indexed.
+4. The old index and its chunk property are dropped (``drop_old``; keep it to switch back at
+   the cost of the chunks activated since).
+
+The eval report's ``reindex`` record (``evals.runner.reindex_info``) reads the active index's
+coverage, so it is true after a switch. Queries of a process still configured with the old
+embedder fail with ``EmbedderMismatch`` after the switch: restart it with the new config.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Literal
+
+import neo4j
+from pydantic import BaseModel, ConfigDict
+
+from rag_engine.engine import Engine
+from rag_engine.errors import EmbedderMismatch
+from rag_engine.graph import schema
+from rag_engine.providers.embedding_cache import embed_batched
+
+log = logging.getLogger(__name__)
+
+PAGE_BATCHES = 8
+"""Embedding batches per page of chunks read and written (one write transaction per page)."""
+MAX_CATCH_UP = 20
+"""Switch attempts: chunks activated while we embedded are caught up before each attempt."""
+
+Phase = Literal["prepare", "embed", "switch", "drop", "done"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ReindexProgress(_Frozen):
+    """Handed to the progress callback: after preparing, after each page, before the switch,
+    before the drop and at the end."""
+
+    phase: Phase
+    done: int
+    total: int
+    cache_hits: int
+    embedded: int
+    seconds: float
+
+
+class ReindexReport(_Frozen):
+    status: Literal["switched", "already_active", "interrupted", "no_index"]
+    """switched: the configured embedder's index is now active; already_active: it was already;
+    interrupted: ``stop_after`` stopped it before the switch (a rerun continues); no_index:
+    nothing was ever indexed (chunk_index builds the first index)."""
+    previous_identity: str | None
+    identity: str
+    index: str
+    property: str
+    dimension: int
+    resumed: bool
+    """A building index from an earlier run was continued."""
+    active_chunks: int
+    already_present: int
+    """Current chunks that had a vector in the new property when this run started."""
+    embedded_chunks: int
+    """Chunks this run wrote a vector for."""
+    cache_hits: int
+    embedding_requests: int
+    seconds: float
+    chunks_per_second: float | None
+    dropped: tuple[str, ...] = ()
+    """Indexes dropped after the switch (or left over from an earlier one)."""
+    retired_kept: tuple[str, ...] = ()
+
+
+def _read(engine: Engine, query: str, **params) -> list[dict]:
+    records, _, _ = engine.driver.execute_query(query, database_=engine.database,
+                                                routing_=neo4j.RoutingControl.READ, **params)
+    return [r.data() for r in records]
+
+
+def _write(engine: Engine, query: str, **params) -> None:
+    engine.driver.execute_query(query, database_=engine.database, **params)
+
+
+def _missing(engine: Engine, prop: str, limit: int) -> list[dict]:
+    return _read(engine, "MATCH (c:Chunk {active: true}) WHERE c[$prop] IS NULL "
+                         "RETURN c.chunk_id AS chunk_id, c.heading AS heading, c.text AS text "
+                         "ORDER BY c.chunk_id LIMIT $limit", prop=prop, limit=limit)
+
+
+def _counts(engine: Engine, prop: str) -> tuple[int, int]:
+    rows = _read(engine, "MATCH (c:Chunk {active: true}) RETURN count(c) AS n, "
+                         "sum(CASE WHEN c[$prop] IS NULL THEN 0 ELSE 1 END) AS present", prop=prop)
+    return int(rows[0]["n"]), int(rows[0]["present"] or 0)
+
+
+_WRITE = """
+UNWIND $rows AS row
+MATCH (c:Chunk {chunk_id: row.chunk_id})
+CALL db.create.setNodeVectorProperty(c, $property, row.embedding)
+"""
+
+_SWITCH_CHECK = "MATCH (c:Chunk {active: true}) WHERE c[$prop] IS NULL RETURN count(c) AS n"
+_SWITCH = """
+MATCH (m:IndexMeta {name: $meta})
+WHERE m.identity = $old
+SET m.identity = $identity, m.dimension = $dim, m.index = $index, m.property = $property,
+    m.reindexed_at = datetime(), m.previous_identity = $old
+WITH m
+MATCH (v:VectorIndex {identity: $identity})
+SET v.state = 'active', v.completed_at = datetime()
+MERGE (o:VectorIndex {identity: $old})
+SET o.state = 'retired', o.index = $old_index, o.property = $old_property, o.dimension = $old_dim,
+    o.retired_at = datetime()
+RETURN count(m) AS switched
+"""
+
+
+def _switch(engine: Engine, *, old: dict, identity: str, index: str, prop: str, dim: int) -> bool:
+    """One write transaction: no current chunk lacks the new vector, then IndexMeta moves."""
+
+    def work(tx: neo4j.ManagedTransaction) -> bool:
+        if tx.run(_SWITCH_CHECK, prop=prop).single()["n"]:
+            return False
+        rec = tx.run(_SWITCH, meta=schema.VECTOR_INDEX, old=old["identity"], identity=identity, dim=dim,
+                     index=index, property=prop, old_index=old["index"], old_property=old["property"],
+                     old_dim=old["dimension"]).single()
+        if not rec or not rec["switched"]:
+            raise EmbedderMismatch(f"the active index changed during the re-index (no longer "
+                                          f"{old['identity']!r}); run the re-index again")
+        return True
+
+    with engine.driver.session(database=engine.database) as session:
+        return session.execute_write(work)
+
+
+def _drop_retired(engine: Engine, keep: set[str]) -> list[str]:
+    dropped = []
+    for rec in _read(engine, "MATCH (v:VectorIndex {state: 'retired'}) RETURN v.identity AS identity, "
+                             "v.index AS index, v.property AS property"):
+        if rec["identity"] in keep:
+            continue
+        schema.drop_vector_index(engine.driver, engine.database, rec["index"], rec["property"])
+        _write(engine, "MATCH (v:VectorIndex {identity: $identity, state: 'retired'}) DELETE v",
+               identity=rec["identity"])
+        dropped.append(rec["index"])
+    return dropped
+
+
+def run_reindex(engine: Engine, *, progress: Callable[[ReindexProgress], None] | None = None,
+                stop_after: int | None = None, drop_old: bool = True, page_size: int | None = None) -> ReindexReport:
+    """Re-index every current chunk with the engine's configured embedder, blue/green.
+
+    ``stop_after``: stop (as a crash would) after this many pages are written, before the
+    switch; a rerun continues. ``drop_old`` False keeps the retired index and its vectors.
+    ``page_size``: chunks per page (default ``PAGE_BATCHES`` embedding batches)."""
+    started = time.perf_counter()
+    spec = engine.registry.embedding
+    identity, dim = spec.identity, int(spec.model.dimension)
+    schema.ensure_schema(engine.driver, engine.database)
+    active = schema.current_embedder(engine.driver, engine.database)
+    stats = {"cache_hits": 0, "embedded": 0, "requests": 0}
+
+    def report(status, *, index, prop, resumed=False, active_chunks=0, present=0, dropped=(), kept=()):
+        seconds = time.perf_counter() - started
+        return ReindexReport(
+            status=status, previous_identity=active["identity"] if active else None, identity=identity,
+            index=index, property=prop, dimension=dim, resumed=resumed, active_chunks=active_chunks,
+            already_present=present, embedded_chunks=stats["embedded"], cache_hits=stats["cache_hits"],
+            embedding_requests=stats["requests"], seconds=round(seconds, 3),
+            chunks_per_second=round(stats["embedded"] / seconds, 2) if stats["embedded"] and seconds else None,
+            dropped=tuple(dropped), retired_kept=tuple(kept))
+
+    def tell(phase: Phase, done: int, total: int) -> None:
+        if progress is not None:
+            progress(ReindexProgress(phase=phase, done=done, total=total, cache_hits=stats["cache_hits"],
+                                     embedded=stats["embedded"], seconds=round(time.perf_counter() - started, 3)))
+
+    if active is None:
+        return report("no_index", index=schema.VECTOR_INDEX, prop=schema.EMBEDDING_PROPERTY)
+    if active["identity"] == identity:
+        n, present = _counts(engine, active["property"])
+        dropped = _drop_retired(engine, keep=set()) if drop_old else []
+        tell("done", present, n)
+        return report("already_active", index=active["index"], prop=active["property"], active_chunks=n,
+                      present=present, dropped=dropped)
+
+    # 1. the new index, named by identity (or the one an earlier run started / a kept retired one)
+    prior = _read(engine, "MATCH (v:VectorIndex {identity: $identity}) RETURN v.index AS index, "
+                          "v.property AS property, v.dimension AS dimension, v.state AS state", identity=identity)
+    if prior and prior[0]["dimension"] == dim:
+        index, prop = prior[0]["index"], prior[0]["property"]
+    else:
+        index, prop = schema.index_names(identity)
+    _write(engine, "MERGE (v:VectorIndex {identity: $identity}) SET v.index = $index, v.property = $property, "
+                   "v.dimension = $dim, v.state = 'building', v.started_at = coalesce(v.started_at, datetime())",
+           identity=identity, index=index, property=prop, dim=dim)
+    schema.create_vector_index(engine.driver, engine.database, index, prop, dim)
+    total, present = _counts(engine, prop)
+    resumed = bool(prior) and present > 0
+    log.info("reindex %s -> %s: %d current chunks, %d already in %s", active["identity"], identity, total,
+             present, index)
+    tell("prepare", present, total)
+
+    # 2. embed what lacks the new vector, page by page; 3. switch when nothing does
+    page = page_size or spec.model.batch_size * PAGE_BATCHES
+    pages = 0
+    done = present
+    for _attempt in range(MAX_CATCH_UP):
+        while rows := _missing(engine, prop, page):
+            result = embed_batched(
+                [f"{r['heading']}\n{r['text']}" for r in rows],
+                lambda batch: engine.embed_texts(batch, purpose="index", run_id="reindex"),
+                identity=identity, dimension=dim, batch_size=spec.model.batch_size, cache=engine.embedding_cache)
+            with engine.driver.session(database=engine.database) as session:
+                session.execute_write(lambda tx: tx.run(_WRITE, property=prop, rows=[
+                    {"chunk_id": r["chunk_id"], "embedding": v} for r, v in zip(rows, result.vectors)]).consume())
+            stats["cache_hits"] += result.cache_hits
+            stats["embedded"] += len(rows)
+            stats["requests"] += result.requests
+            done += len(rows)
+            pages += 1
+            tell("embed", done, max(total, done))
+            if stop_after is not None and pages >= stop_after:
+                log.warning("reindex stopped after %d pages (stop_after): %s keeps serving", pages, active["index"])
+                return report("interrupted", index=index, prop=prop, resumed=resumed, active_chunks=total,
+                              present=present)
+        schema.run_schema_statement(engine.driver, engine.database, "CALL db.awaitIndexes(300)")
+        tell("switch", done, max(total, done))
+        if _switch(engine, old=active, identity=identity, index=index, prop=prop, dim=dim):
+            break
+    else:
+        raise EmbedderMismatch(f"chunks kept being activated during {MAX_CATCH_UP} switch attempts; "
+                                      "run the re-index again when ingestion is quiet")
+    log.info("reindex: %s is active (%s on %s)", identity, index, prop)
+
+    # 4. the old index goes, unless kept to switch back
+    tell("drop", done, max(total, done))
+    dropped = _drop_retired(engine, keep=set()) if drop_old else []
+    kept = [] if drop_old else [r["index"] for r in _read(
+        engine, "MATCH (v:VectorIndex {state: 'retired'}) RETURN v.index AS index ORDER BY index")]
+    tell("done", done, max(total, done))
+    return report("switched", index=index, prop=prop, resumed=resumed, active_chunks=total, present=present,
+                  dropped=dropped, kept=kept)
+
+
+def render_text(report: ReindexReport) -> str:
+    """Plain lines for the terminal (the CLI adds colour; ``--json`` prints the model)."""
+    head = {
+        "switched": f"re-index: SWITCHED to {report.identity}",
+        "already_active": f"re-index: {report.identity} is already the active index",
+        "interrupted": f"re-index: INTERRUPTED before the switch; {report.previous_identity} keeps serving "
+                       "(run it again to continue)",
+        "no_index": "re-index: no chunk index exists yet (chunk_index builds the first one)",
+    }[report.status]
+    lines = [head,
+             f"  from           {report.previous_identity or '-'}",
+             f"  to             {report.identity} (dimension {report.dimension})",
+             f"  index          {report.index} on chunk property {report.property}",
+             f"  current chunks {report.active_chunks} ({report.already_present} already indexed"
+             f"{', resumed' if report.resumed else ''})",
+             f"  embedded       {report.embedded_chunks} chunks, {report.cache_hits} from the embedding cache, "
+             f"{report.embedding_requests} requests, {report.seconds:.1f} s"
+             + (f" ({report.chunks_per_second} chunks/s)" if report.chunks_per_second else "")]
+    if report.dropped:
+        lines.append(f"  dropped        {', '.join(report.dropped)}")
+    if report.retired_kept:
+        lines.append(f"  kept (retired) {', '.join(report.retired_kept)}")
+    return "\n".join(lines)

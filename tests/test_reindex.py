@@ -1,0 +1,126 @@
+"""Blue/green re-index against the real Neo4j: queries keep answering while a second index is
+built, a crash before the switch leaves the old index serving, a rerun continues and switches.
+
+The chunk index is one per database, so this test moves the whole test database to another
+embedder and back (the way back reuses the kept index: only what changed since is embedded),
+restoring it in ``finally`` whatever happens. A = the suite's embedder (e5 on the local server
+under ``make test``), B = the built-in hash embedder (another dimension when A is already it).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from evals.runner import reindex_info
+from rag_engine.config import EngineConfig, ModelConfig
+from rag_engine.engine import Engine
+from rag_engine.errors import EmbedderMismatch
+from rag_engine.graph import schema
+from rag_engine.ingest import ingest_pack
+from rag_engine.reindex import ReindexProgress, render_text, run_reindex
+from rag_engine.retrieval.retriever import retrieve
+from tests.conftest import ROOT, _embed_env, _neo4j_uri, with_artifacts
+from tests.support.packs import POLICY, RUNBOOK, temp_pack
+
+QUESTION = "How fast must a lost laptop be reported?"
+
+
+def _engine(cfg: EngineConfig, tmp_path: Path, embedder: str) -> Engine:
+    cfg = with_artifacts(cfg, tmp_path / "artifacts")
+    storage = cfg.storage.model_copy(update={"artifacts_dir": str(tmp_path / "artifacts"),
+                                             "embedding_cache": str(tmp_path / "embedding_cache.sqlite")})
+    models = cfg.models + (ModelConfig(name="hash-embed-256", provider="local_hash", role="embedding",
+                                       served_model="feature-hash-v1", dimension=256, context_limit=100000,
+                                       capabilities=("embeddings",), batch_size=2),)
+    cfg = cfg.model_copy(update={"storage": storage, "models": models,
+                                 "defaults": cfg.defaults.model_copy(update={"embedding_model": embedder})})
+    env = {"NEO4J_URI": _neo4j_uri(), "RAG_LEDGER_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}", **_embed_env()}
+    return Engine(cfg, ROOT, env)
+
+
+def _dense_hits(engine: Engine) -> int:
+    result = retrieve(engine, QUESTION, "employee")
+    return next(s for s in result.trace if s["step"] == "dense")["hits"]
+
+
+def test_blue_green_reindex_serves_throughout_and_resumes(base_config, tmp_path, neo4j_driver, unique):
+    a_name = base_config.defaults.embedding_model if _embed_env() else "hash-embed-384"
+    b_name = "hash-embed-384" if a_name != "hash-embed-384" else "hash-embed-256"
+    a = _engine(base_config, tmp_path / "a", a_name)
+    b = _engine(base_config, tmp_path / "b", b_name)
+    active = schema.current_embedder(a.driver, a.database)
+    if active is not None and active["identity"] != a.embedder_identity:
+        pytest.skip(f"the test database is indexed with {active['identity']!r}, not the suite's embedder")
+    pack = temp_pack(a, unique, tmp_path / "corpus", {"policy.md": POLICY, "runbook.md": RUNBOOK})
+    ingest_pack(a, pack, extract=False)
+    a_meta = schema.current_embedder(a.driver, a.database)
+    assert a_meta["identity"] == a.embedder_identity
+    assert _dense_hits(a) > 0
+    try:
+        # a crash mid-way: one page written, no switch; the old index keeps serving A's queries
+        crashed = run_reindex(b, stop_after=1, page_size=2)
+        assert crashed.status == "interrupted" and crashed.embedded_chunks > 0
+        assert schema.current_embedder(a.driver, a.database)["identity"] == a.embedder_identity
+        assert _dense_hits(a) > 0
+        with pytest.raises(EmbedderMismatch):  # B may not query before the switch
+            _dense_hits(b)
+
+        # the rerun continues while a thread keeps querying through the old index
+        answers: list[int] = []
+        errors: list[BaseException] = []
+        stop = threading.Event()
+
+        def serve() -> None:
+            while not stop.is_set():
+                try:
+                    answers.append(_dense_hits(a))
+                except BaseException as exc:  # noqa: BLE001 - recorded and asserted below
+                    errors.append(exc)
+                    return
+
+        server = threading.Thread(target=serve)
+        phases: list[ReindexProgress] = []
+
+        def progress(p: ReindexProgress) -> None:
+            phases.append(p)
+            if p.phase == "switch":  # processes on the old config stop before the switch
+                stop.set()
+                server.join(timeout=60)
+
+        server.start()
+        done = run_reindex(b, progress=progress, drop_old=False, page_size=2)
+        stop.set()
+        server.join(timeout=60)
+        assert not errors, errors
+        assert answers and all(n > 0 for n in answers), answers
+        assert done.status == "switched" and done.resumed
+        assert done.already_present == crashed.embedded_chunks
+        assert done.already_present + done.embedded_chunks >= done.active_chunks
+        assert {p.phase for p in phases} >= {"prepare", "switch", "done"}
+        assert "SWITCHED" in render_text(done)
+
+        # B is served from its own index; A's config is refused until restarted with B's
+        meta = schema.current_embedder(b.driver, b.database)
+        assert (meta["identity"], meta["index"], meta["property"]) == (b.embedder_identity, done.index, done.property)
+        assert _dense_hits(b) > 0
+        with pytest.raises(EmbedderMismatch):
+            _dense_hits(a)
+        assert reindex_info(b) == {"embedder_identity": b.embedder_identity, "complete": True}
+        assert done.retired_kept == (a_meta["index"],)
+    finally:
+        # back to A: its kept index only lacks what was activated meanwhile (nothing); B's is dropped
+        back = run_reindex(a, drop_old=True)
+    assert back.status == "switched" and back.embedded_chunks == 0, render_text(back)
+    assert back.dropped == (done.index,)
+    assert schema.current_embedder(a.driver, a.database)["identity"] == a.embedder_identity
+    assert _dense_hits(a) > 0
+    assert reindex_info(a) == {"embedder_identity": a.embedder_identity, "complete": True}
+    left = neo4j_driver.execute_query(f"MATCH (c:Chunk) WHERE c.{done.property} IS NOT NULL RETURN count(c) AS n",
+                                      database_=a.database).records[0]["n"]
+    assert left == 0
+    assert run_reindex(a).status == "already_active"
+    a.close()
+    b.close()
