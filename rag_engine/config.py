@@ -124,6 +124,9 @@ class ModelConfig(Frozen):
     pricing_ref: str | None = None
     input_modes: InputModes | None = None
     """Embedding models only: query vs index mode of an asymmetric embedder (None: symmetric)."""
+    dense_weight: float | None = Field(None, ge=0)
+    """Embedding models only: the dense leg's fusion weight while this model is the active
+    embedder, unless ``retrieval.weights.dense`` sets one (None: 1.0)."""
     batch_size: int = Field(16, ge=1, le=2048)
     """Embedding models only: texts per embedding request when indexing."""
 
@@ -176,9 +179,10 @@ LEGS = ("exact", "lexical", "dense")
 class RetrievalConfig(Frozen):
     lexical_k: int = Field(20, ge=1, le=1000)
     dense_k: int = Field(20, ge=1, le=1000)
-    weights: dict[str, float] = {"exact": 1.0, "lexical": 1.0, "dense": 1.0}
-    """Per-leg weight in the weighted RRF (score = sum weight / (rrf_k + rank)); legs left out
-    keep 1.0, 0 turns a leg off. A lexical-only embedder such as local_hash deserves a low one."""
+    weights: dict[str, float] = {}
+    """Per-leg weight in the weighted RRF (score = sum weight / (rrf_k + rank)); 0 turns a leg off.
+    Legs left out keep 1.0, except the dense leg, whose default comes from the active embedding
+    model's ``dense_weight`` (a lexical-only embedder such as local_hash gets a low one)."""
     max_exact: int = Field(3, ge=0, le=20)
     """At most this many exact reference hits (resolved, unambiguous keys), ranked by the chunk's
     lexical rank for the question."""
@@ -208,7 +212,7 @@ class RetrievalConfig(Frozen):
             raise ValueError(f"unknown retrieval legs {unknown}; known: {list(LEGS)}")
         if any(w < 0 for w in value.values()):
             raise ValueError("leg weights must be >= 0")
-        return {leg: float(value.get(leg, 1.0)) for leg in LEGS}
+        return {leg: float(w) for leg, w in value.items()}
     reference_expansion_k: int = Field(5, ge=0, le=100)
     final_k: int = Field(10, ge=1, le=100)
     rrf_k: int = Field(60, ge=1)

@@ -125,6 +125,16 @@ class Engine:
         return emb.embed(texts, purpose=purpose, run_id=run_id).vectors
 
     @property
+    def leg_weights(self) -> dict[str, float]:
+        """Fusion weight per retrieval leg: configured ones, else 1.0; the dense leg's default is
+        the active embedding model's ``dense_weight``."""
+        from rag_engine.config import LEGS
+
+        dense = self.registry.embedding.model.dense_weight
+        return {**{leg: 1.0 for leg in LEGS}, **({"dense": dense} if dense is not None else {}),
+                **self.cfg.retrieval.weights}
+
+    @property
     def embedder_identity(self) -> str:
         return self.registry.embedding.identity
 
