@@ -141,9 +141,10 @@ class ModelClient:
             return Decimal(0)  # local compute: known to be free
         if self._pricing is None or not usage.reported:
             return None
-        return self._pricing.price(
-            self.spec.model.pricing_ref, usage.input_tokens, usage.cached_input_tokens, usage.output_tokens
-        )
+        from rag_engine.providers.pricing import price_key
+
+        key = price_key(self.spec.model.pricing_ref, self.spec.provider.name, self.spec.model.served_model)
+        return self._pricing.price(key, usage.input_tokens, usage.cached_input_tokens, usage.output_tokens)
 
     def _write(
         self,

@@ -72,6 +72,26 @@ class PriceTable(BaseModel):
         return total / _MILLION
 
 
+_FLAT_META = ("version", "currency")
+
+
+def _flat_shape(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The seed's shape, accepted as written: top-level ``provider/model`` keys, each with
+    ``input_per_million``, ``cached_input_per_million`` and ``output_per_million``. Its version is
+    the ``version`` key when present, else the file's content hash (a price edit is a new version)."""
+    import hashlib
+
+    version = data.get("version") or "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    models = {k: v for k, v in data.items() if k not in _FLAT_META}
+    return {"version": version, "currency": data.get("currency", "USD"), "models": models}
+
+
+def price_key(pricing_ref: str | None, provider: str, served_model: str) -> str | None:
+    """The key a model is priced under: its ``pricing_ref`` when set, else ``provider/served_model``
+    (the seed's flat shape names models that way)."""
+    return pricing_ref or f"{provider}/{served_model}"
+
+
 def load_pricing(path: str | Path) -> PriceTable:
     path = Path(path)
     if not path.is_file():
@@ -84,6 +104,8 @@ def load_pricing(path: str | Path) -> PriceTable:
         raise ConfigError(f"{path}: top level must be a mapping")
     if "version" in data and not isinstance(data["version"], str):
         data["version"] = str(data["version"])  # an unquoted date or number is still a version label
+    if "models" not in data and any(isinstance(v, dict) for v in data.values()):
+        data = _flat_shape(data, path)
     try:
         return PriceTable.model_validate(data)
     except ValidationError as exc:
