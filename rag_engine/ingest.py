@@ -35,6 +35,9 @@ class StepReport:
     skipped: dict[str, str] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
     """Unexpected errors of one partition (Neo4j, provider, bug): the others still run."""
+    unchanged: list[str] = field(default_factory=list)
+    """Partitions skipped by change detection: same content and step code version as their last
+    successful run (``ingest_pack(skip_unchanged=True)``)."""
     seconds: float = 0.0
 
     def total(self, key: str) -> int:
@@ -42,7 +45,9 @@ class StepReport:
 
 
 def run_step(step: str, keys: list[str], fn: Callable[[str], dict[str, Any]],
-             progress: Callable[[str], None] | None = None) -> StepReport:
+             progress: Callable[[str], None] | None = None,
+             on_done: Callable[[str, str], None] | None = None) -> StepReport:
+    """``on_done(key, outcome)`` after each partition (outcome: done, rejected, skipped, failed)."""
     report = StepReport(step)
     started = time.perf_counter()
     for i, key in enumerate(keys, 1):
@@ -58,6 +63,9 @@ def run_step(step: str, keys: list[str], fn: Callable[[str], dict[str, Any]],
         except Exception as exc:  # noqa: BLE001 - one partition's failure must not lose the others' work
             report.failed[key] = f"{type(exc).__name__}: {exc}"
             log.exception("%s %s failed", step, key)
+        if on_done:
+            on_done(key, next(name for name in ("done", "rejected", "skipped", "failed")
+                              if key in getattr(report, name)))
         if progress and (i == len(keys) or i % 10 == 0):
             progress(f"{step}: {i}/{len(keys)} partitions")
     report.seconds = round(time.perf_counter() - started, 3)
@@ -216,7 +224,11 @@ def graph_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
 
 def withdraw_missing_documents(engine: Engine, pack: DomainPack, present: list[str]) -> list[str]:
     """A file removed from the corpus must stop being answered and cited."""
+    from rag_engine.step_stamps import any_missing
+
     schema.ensure_schema(engine.driver, engine.database)
+    if not any_missing(engine.driver, engine.database, pack.name, present):
+        return []  # read first: a run with nothing removed opens no write transaction
     withdrawn = writer.withdraw_missing(engine.driver, engine.database, pack=pack.name, present=present,
                                         resolution_version=engine.cfg.graph.target_resolution_version)
     for doc_id in withdrawn:
@@ -224,15 +236,61 @@ def withdraw_missing_documents(engine: Engine, pack: DomainPack, present: list[s
     return withdrawn
 
 
+class IngestObserver:
+    """Structured progress of ``ingest_pack`` (the CLI draws bars from it). Every hook is a no-op here."""
+
+    def step_started(self, pack: str, step: str, total: int, unchanged: int) -> None:
+        """``total`` partitions, of which ``unchanged`` are skipped by change detection."""
+
+    def partition_done(self, pack: str, step: str, key: str, outcome: str) -> None:
+        """One partition finished a step: done, rejected, skipped (rejected upstream) or failed."""
+
+    def embedding(self, pack: str, key: str, progress: Any) -> None:
+        """An ``EmbedProgress`` after each embedding batch of one partition."""
+
+    def step_finished(self, pack: str, step: str, report: StepReport) -> None:
+        """The step's report, its seconds included."""
+
+
+STEP_DEPS: dict[str, tuple[str, ...]] = {
+    "source_documents": (), "chunks": ("source_documents",), "references": ("chunks",),
+    "chunk_index": ("chunks",), "llm_extraction": ("chunks",),
+    "graph_writes": ("references", "chunk_index", "llm_extraction"),
+}
+"""What each step reads: a partition that re-ran a step re-runs every step downstream of it."""
+
+_STEP_ARTIFACT = {"source_documents": SOURCE, "chunks": CHUNKS, "references": REFERENCES,
+                  "llm_extraction": EXTRACTION}
+"""The artifact a later step reads; a skipped step must still have left it."""
+
+
+def step_stamps(engine: Engine, pack: DomainPack, keys: list[str]) -> dict[str, str]:
+    """The code version each step's stamp must carry. graph_writes resolves references across the
+    pack, so its stamp also names the set of partitions: an added or changed document re-derives
+    every document's reference edges (no model call)."""
+    from rag_engine.code_versions import code_versions
+    from rag_engine.config import slice_hash
+
+    versions = dict(code_versions(engine, pack))
+    versions["graph_writes"] = slice_hash(versions["graph_writes"], sorted(keys))
+    return versions
+
+
 def ingest_pack(engine: Engine, pack: DomainPack, keys: list[str] | None = None,
                 progress: Callable[[str], None] | None = None, run_id: str | None = None,
-                extract: bool = True) -> dict[str, StepReport]:
+                extract: bool = True, skip_unchanged: bool = False,
+                observer: IngestObserver | None = None) -> dict[str, StepReport]:
     """Run every step over the given document versions (default: all discovered), in order.
 
     The same steps the Dagster assets run, for the CLI, benchmarks and tests of the engine alone.
+    With ``skip_unchanged`` (what `rag ingest` does unless --force), a partition whose current
+    version holds a stamp of the step's code version, whose upstream steps were skipped too and
+    whose artifact is on disk is not run again (``StepReport.unchanged``); stamps of the steps that
+    succeeded are written at the end. A run where nothing changed writes nothing.
     """
     from rag_engine.documents import discover
     from rag_engine.llm_extraction import extraction_step, finish_run, new_budget
+    from rag_engine.step_stamps import read_stamps, write_stamps
 
     # files that are not documents (a link out of the corpus, a doc id another file already is)
     # get a partition too: source_documents records why they are rejected
@@ -241,18 +299,42 @@ def ingest_pack(engine: Engine, pack: DomainPack, keys: list[str] | None = None,
     run_id = run_id or f"local-{uuid.uuid4().hex[:12]}"
     withdraw_missing_documents(engine, pack, [r.doc_id for r in found if r.problem is None])
     budget = new_budget(engine)
+    obs = observer or IngestObserver()
     steps: list[tuple[str, Callable[..., dict[str, Any]]]] = [
         ("source_documents", source_step),
         ("chunks", chunks_step),
         ("references", references_step),
-        ("chunk_index", lambda e, p, k: index_step(e, p, k, run_id=run_id)),
+        ("chunk_index", lambda e, p, k: index_step(
+            e, p, k, run_id=run_id, progress=(lambda ep, k=k: obs.embedding(p.name, k, ep)) if observer else None)),
     ]
     if extract:
         steps.append(("llm_extraction", lambda e, p, k: extraction_step(e, p, k, run_id=run_id, budget=budget)))
     steps.append(("graph_writes", graph_step))
+    wanted = step_stamps(engine, pack, keys)
+    old = read_stamps(engine.driver, engine.database, pack.name) if skip_unchanged else {}
+    ran: dict[str, set[str]] = {k: set() for k in keys}
+    new: dict[str, dict[str, str]] = {}
     reports = {}
     for name, fn in steps:
-        reports[name] = run_step(name, keys, lambda k, fn=fn: fn(engine, pack, k), progress)
-        if name == "llm_extraction":
+        def unchanged(k: str, name: str = name) -> bool:
+            artifact = _STEP_ARTIFACT.get(name)
+            return (old.get(k, {}).get(name) == wanted[name] and not (ran[k] & set(STEP_DEPS[name]))
+                    and (artifact is None or engine.artifacts.exists(pack.name, k, artifact)))
+
+        todo = [k for k in keys if not (skip_unchanged and unchanged(k))]
+        obs.step_started(pack.name, name, len(keys), len(keys) - len(todo))
+        reports[name] = report = run_step(name, todo, lambda k, fn=fn: fn(engine, pack, k), progress,
+                                          on_done=lambda k, outcome, name=name: obs.partition_done(
+                                              pack.name, name, k, outcome))
+        report.unchanged = [k for k in keys if k not in set(todo)]
+        for k in todo:
+            ran[k].add(name)
+            done = report.done.get(k)
+            if done is not None and not (done.get("failed") or done.get("skipped")):  # an incomplete extraction is not done
+                new.setdefault(k, dict(old.get(k, {})))[name] = wanted[name]
+        if name == "llm_extraction" and todo:  # a run that extracted nothing records no run
             finish_run(engine, pack, run_id, budget)
+        obs.step_finished(pack.name, name, report)
+    write_stamps(engine.driver, engine.database, pack.name,
+                 {k: s for k, s in new.items() if s != old.get(k)})
     return reports
