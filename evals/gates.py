@@ -30,7 +30,20 @@ The rules, in the order they are checked:
    floor is on: the check cannot be made, and passing it silently would let an old runner skip
    it. With the floor off such a report is judged on rules 1-3 as before. Like an embedder
    change, an acceptance cannot waive the floor: the margin is policy, changed in config review.
-5. **Acceptance.** A regression becomes ``accepted`` (exit 0) only if an acceptance binds the
+5. **Generation model.** The candidate must have been evaluated with the generation model it is
+   judged for: when the gate's config names another default generation model than the candidate
+   report was run with, or the configured model changed from the baseline's and the candidate
+   answered extractively, ``generation_changed_without_eval`` (exit 1; an acceptance may waive it).
+   A candidate answered by another model than the baseline is otherwise judged by the metrics:
+   it needs a passing gate or an acceptance.
+6. **Cost, tokens, latency** (when listed in ``gate_metrics``): ``cost_per_query`` and
+   ``tokens_per_query`` (means over the queries) may exceed the baseline's by ``cost_tolerance`` /
+   ``tokens_tolerance`` (shares); ``latency_ratio`` is the engine's p50 latency over the p50 of an
+   in-run control (the fulltext leg alone on the same questions, same run), so a slower machine
+   slows both and does not fail the gate, a slower engine does; it may grow by
+   ``latency_ratio_tolerance``. An unknown cost against a known one fails; a value an older
+   runner did not record is not judged (said in the result). Acceptances may waive these.
+7. **Acceptance.** A regression becomes ``accepted`` (exit 0) only if an acceptance binds the
    sha256 of *these exact* baseline and candidate files and gives a reason and who accepted it.
    A mismatched or invalid acceptance is reported in the result and ignored.
 
@@ -49,6 +62,7 @@ import json
 import sys
 from collections.abc import Sequence
 import datetime as dt
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -65,6 +79,9 @@ GATE_SCHEMA = "rag-eval-gate/2"
 Status = Literal["pass", "regression", "accepted", "incomparable"]
 EXIT_CODES: dict[str, int] = {"pass": 0, "accepted": 0, "regression": 1, "incomparable": 2}
 EMBEDDER_CHANGED = "embedder_changed_without_reindex"
+GENERATION_CHANGED = "generation_changed_without_eval"
+RESOURCE_METRICS: tuple[str, ...] = ("cost_per_query", "tokens_per_query", "latency_ratio")
+"""Gate metrics where lower is better, judged by a relative tolerance (not the bootstrap)."""
 BM25_FLOOR = "bm25_floor"
 FLOOR_METRICS: tuple[str, ...] = ("ndcg@10", "map@10")
 """Engine vs BM25, per pack: rank quality over the whole top 10 (graded by position, and by
@@ -99,6 +116,34 @@ class FloorCheck(_Frozen):
     margin: float
     failed: bool
     """delta < -margin: the engine trails BM25 by more than the margin."""
+
+
+class ResourceCheck(_Frozen):
+    """One cost/token/latency gate metric: means (or ratios) of both reports and the allowed growth."""
+
+    baseline: float | None
+    candidate: float | None
+    tolerance: float
+    judged: bool
+    regressed: bool
+    note: str | None = None
+
+
+class GateAudit(_Frozen):
+    """What the gate judged, recorded in its own output so it is auditable without the reports."""
+
+    generation: dict[str, str] | None = None
+    """The default generation provider and model of the gate's config."""
+    embedder: dict[str, Any] | None = None
+    """The configured embedder: provider, model, dimension, identity."""
+    config_hash: str | None = None
+    """Secret-redacted hash of the gate's config."""
+    golden_paths: tuple[str, ...] = ()
+    golden_hash: str | None = None
+    candidate_generation: dict[str, str] | None = None
+    baseline_generation: dict[str, str] | None = None
+    candidate_embedder: str | None = None
+    baseline_embedder: str | None = None
 
 
 class Acceptance(_Frozen):
@@ -145,6 +190,9 @@ class GatePolicy(_Frozen):
     seed: int
     min_queries: int
     bm25_margin: float | None
+    cost_tolerance: float | None = None
+    tokens_tolerance: float | None = None
+    latency_ratio_tolerance: float | None = None
 
     @classmethod
     def of(cls, cfg: EvalsConfig) -> "GatePolicy":
@@ -163,6 +211,9 @@ class GateResult(_Frozen):
     candidate_sha256: str | None
     acceptance: AcceptanceOutcome | None
     policy: GatePolicy | None
+    resources: dict[str, ResourceCheck] = {}
+    """cost_per_query, tokens_per_query, latency_ratio when gated."""
+    audit: GateAudit | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -248,9 +299,9 @@ def compare_metric(candidate: EvalReport, baseline: EvalReport, metric: str, cfg
 def comparability_problems(candidate: EvalReport, baseline: EvalReport, cfg: EvalsConfig) -> list[str]:
     """Why these two reports cannot be compared (empty list: they can)."""
     problems: list[str] = []
-    unknown = [m for m in cfg.gate_metrics if m not in METRIC_NAMES]
+    unknown = [m for m in cfg.gate_metrics if m not in METRIC_NAMES + RESOURCE_METRICS]
     if unknown:
-        problems.append(f"unknown_gate_metric: {unknown} (known: {list(METRIC_NAMES)})")
+        problems.append(f"unknown_gate_metric: {unknown} (known: {list(METRIC_NAMES + RESOURCE_METRICS)})")
     if candidate.golden.hash != baseline.golden.hash:
         problems.append(f"golden_hash_mismatch: baseline {baseline.golden.hash[:12]} "
                         f"({', '.join(baseline.golden.paths)}) vs candidate {candidate.golden.hash[:12]} "
@@ -271,7 +322,7 @@ def comparability_problems(candidate: EvalReport, baseline: EvalReport, cfg: Eva
     if len(paired) < cfg.min_queries:
         problems.append(f"too_few_queries: {len(paired)} paired queries < evals.min_queries {cfg.min_queries}")
     elif not problems:
-        for metric in cfg.gate_metrics:
+        for metric in (m for m in cfg.gate_metrics if m not in RESOURCE_METRICS):
             n = paired_values(candidate, baseline, metric)[0].size
             if n < cfg.min_queries:
                 lacking = [label for label, r in (("baseline", baseline), ("candidate", candidate))
@@ -328,6 +379,119 @@ def embedder_problem(candidate: EvalReport, baseline: EvalReport) -> str | None:
     return f"{EMBEDDER_CHANGED}: baseline {old!r} -> candidate {new!r}; {recorded}"
 
 
+def _mean_cost(report: EvalReport) -> float | None:
+    costs = [q.cost_usd for q in report.queries]
+    if not costs or any(c is None for c in costs):
+        return None
+    return float(sum(Decimal(c) for c in costs) / len(costs))
+
+
+def _mean_tokens(report: EvalReport) -> float | None:
+    tokens = [q.tokens for q in report.queries]
+    return None if not tokens or any(t is None for t in tokens) else float(np.mean(tokens))
+
+
+def _latency_ratio(report: EvalReport) -> float | None:
+    control = [q.control_latency_ms for q in report.queries]
+    if not control or any(c is None for c in control):
+        return None
+    base = float(np.median(control))
+    return float(np.median([q.latency_ms for q in report.queries])) / max(base, 1e-3)
+
+
+_RESOURCE_VALUE = {"cost_per_query": (_mean_cost, "cost_tolerance"), "tokens_per_query": (_mean_tokens, "tokens_tolerance"),
+                   "latency_ratio": (_latency_ratio, "latency_ratio_tolerance")}
+
+
+def resource_checks(candidate: EvalReport, baseline: EvalReport, cfg: EvalsConfig) -> dict[str, ResourceCheck]:
+    """Cost per query, tokens per query and the latency ratio to the in-run control, each against
+    the baseline's with its relative tolerance from config (only those listed in gate_metrics)."""
+    out: dict[str, ResourceCheck] = {}
+    for metric in (m for m in cfg.gate_metrics if m in RESOURCE_METRICS):
+        value, tol_key = _RESOURCE_VALUE[metric]
+        tol = float(getattr(cfg, tol_key))
+        b, c = value(baseline), value(candidate)
+        if c is None and b is not None and metric == "cost_per_query":
+            out[metric] = ResourceCheck(baseline=b, candidate=None, tolerance=tol, judged=True, regressed=True,
+                                        note="candidate cost unknown (a model without pricing) against a known "
+                                             "baseline cost")
+        elif b is None or c is None:
+            missing = " and ".join(label for label, v in (("baseline", b), ("candidate", c)) if v is None)
+            out[metric] = ResourceCheck(baseline=b, candidate=c, tolerance=tol, judged=False, regressed=False,
+                                        note=f"not judged: the {missing} report has no {metric} (unknown cost, "
+                                             "or written by an older runner: re-run it)")
+        else:
+            allowed = b * (1 + tol)
+            out[metric] = ResourceCheck(baseline=b, candidate=c, tolerance=tol, judged=True,
+                                        regressed=c > allowed + 1e-12)
+    return out
+
+
+def resource_reasons(checks: dict[str, ResourceCheck]) -> list[str]:
+    out = []
+    for name, r in checks.items():
+        if not r.regressed:
+            continue
+        if r.candidate is None:
+            out.append(f"regression: {name}: {r.note}")
+        else:
+            growth = "from 0" if not r.baseline else f"{r.candidate / r.baseline - 1:+.1%}"
+            out.append(f"regression: {name} baseline {r.baseline:.6g} -> candidate {r.candidate:.6g} "
+                       f"({growth}, more than the tolerance {r.tolerance:.0%})")
+    return out
+
+
+def _gen(info: Any) -> str:
+    return f"{info.provider}/{info.model}"
+
+
+def generation_problem(candidate: EvalReport, baseline: EvalReport | None,
+                       configured: dict[str, str] | None = None) -> str | None:
+    """A generation-model change that the candidate report did not evaluate.
+
+    ``configured``: the default generation provider/model of the config the gate runs with. The
+    candidate must have been run with it configured; and when the configured model changed from
+    the baseline's, the candidate must have answered with it (not extractively)."""
+    cand_cfg = candidate.configured_generation
+    if configured is not None and cand_cfg is not None and (cand_cfg.provider, cand_cfg.model) != (
+            configured["provider"], configured["model"]):
+        return (f"{GENERATION_CHANGED}: the config names {configured['provider']}/{configured['model']} as the "
+                f"default generation model; the candidate report was run with {_gen(cand_cfg)}: run the eval "
+                "again (python -m evals.runner --generate)")
+    base_cfg = baseline.configured_generation if baseline is not None else None
+    if cand_cfg is not None and base_cfg is not None and cand_cfg != base_cfg and candidate.generation != cand_cfg:
+        return (f"{GENERATION_CHANGED}: default generation model {_gen(base_cfg)} -> {_gen(cand_cfg)}, but the "
+                f"candidate answered with {_gen(candidate.generation)}: run the eval with --generate")
+    return None
+
+
+def gate_audit(engine_cfg: Any, candidate: EvalReport | None, baseline: EvalReport | None) -> GateAudit:
+    """The audit block of a gate result from the gate's engine config and both reports."""
+    from rag_engine.config import config_hash
+
+    gen = engine_cfg.model(engine_cfg.defaults.generation_model)
+    emb = engine_cfg.model(engine_cfg.defaults.embedding_model)
+    emb_identity = None
+    try:
+        from rag_engine.providers.registry import ModelSpec
+
+        emb_identity = ModelSpec(model=emb, provider=engine_cfg.provider(emb.provider)).identity if emb else None
+    except Exception:  # noqa: BLE001 - the audit never fails the gate
+        emb_identity = None
+    return GateAudit(
+        generation={"provider": gen.provider, "model": gen.served_model} if gen else None,
+        embedder=({"provider": emb.provider, "model": emb.served_model, "dimension": emb.dimension,
+                   "identity": emb_identity} if emb else None),
+        config_hash=config_hash(engine_cfg),
+        golden_paths=tuple(candidate.golden.paths) if candidate else (),
+        golden_hash=candidate.golden.hash if candidate else None,
+        candidate_generation=candidate.generation.model_dump() if candidate else None,
+        baseline_generation=baseline.generation.model_dump() if baseline else None,
+        candidate_embedder=candidate.embedder.identity if candidate else None,
+        baseline_embedder=baseline.embedder.identity if baseline else None,
+    )
+
+
 def _judge_acceptance(
     raw: dict[str, Any] | None,
     *,
@@ -366,7 +530,8 @@ def _judge_acceptance(
 def _result(status: Status, reasons: Sequence[str], *, metrics: dict[str, MetricGate] | None = None,
             floor: dict[str, dict[str, FloorCheck]] | None = None,
             candidate_sha: str | None, baseline_sha: str | None, acceptance: AcceptanceOutcome | None,
-            cfg: EvalsConfig | None) -> GateResult:
+            cfg: EvalsConfig | None, resources: dict[str, ResourceCheck] | None = None,
+            audit: GateAudit | None = None) -> GateResult:
     return GateResult(
         status=status,
         exit_code=EXIT_CODES[status],
@@ -377,6 +542,8 @@ def _result(status: Status, reasons: Sequence[str], *, metrics: dict[str, Metric
         candidate_sha256=candidate_sha,
         acceptance=acceptance,
         policy=GatePolicy.of(cfg) if cfg is not None else None,
+        resources=resources or {},
+        audit=audit,
     )
 
 
@@ -390,13 +557,21 @@ def evaluate_gate(
     acceptance: dict[str, Any] | None,
     acceptance_source: str | None = None,
     acceptance_error: str | None = None,
+    configured_generation: dict[str, str] | None = None,
+    audit: GateAudit | None = None,
 ) -> GateResult:
     """The gate decision (pure). ``acceptance`` is the decoded acceptance file, or None.
 
     ``baseline`` None judges the candidate alone (the BM25 floor). ``acceptance_error`` records
     an acceptance file that could not be read: it is reported and, like any mismatched
-    acceptance, ignored.
+    acceptance, ignored. ``configured_generation`` ({provider, model}) is the gate config's default
+    generation model (rule 5); ``audit`` is copied into the result.
     """
+    checks: dict[str, ResourceCheck] = {}
+
+    def _res(*args: Any, **kwargs: Any) -> GateResult:
+        return _result(*args, **kwargs, resources=checks, audit=audit)
+
     outcome = _judge_acceptance(acceptance, source=acceptance_source, error=acceptance_error,
                                 candidate_sha=candidate_sha, baseline_sha=baseline_sha)
     floor, problems = bm25_floor(candidate, cfg)
@@ -408,17 +583,22 @@ def evaluate_gate(
         if outcome is not None:
             outcome = outcome.model_copy(update={"problems": outcome.problems + (
                 "not applied: incomparable reports cannot be accepted",)})
-        return _result("incomparable", problems, floor=floor, candidate_sha=candidate_sha,
+        return _res("incomparable", problems, floor=floor, candidate_sha=candidate_sha,
                        baseline_sha=baseline_sha, acceptance=outcome, cfg=cfg)
 
-    metrics = ({m: compare_metric(candidate, baseline, m, cfg) for m in cfg.gate_metrics}
-               if baseline is not None else {})
+    metrics = ({m: compare_metric(candidate, baseline, m, cfg) for m in cfg.gate_metrics
+                if m not in RESOURCE_METRICS} if baseline is not None else {})
+    checks.update(resource_checks(candidate, baseline, cfg) if baseline is not None else {})
     reasons: list[str] = []
     pct = f"{cfg.confidence:.0%}"
     for name, g in metrics.items():
         if g.regressed:
             reasons.append(f"regression: {name} mean delta {g.mean_delta:+.4f} < -{cfg.max_drop} "
                            f"and {pct} CI [{g.ci_low:+.4f}, {g.ci_high:+.4f}] below 0 (n={g.n})")
+    reasons += resource_reasons(checks)
+    generation = generation_problem(candidate, baseline, configured_generation)
+    if generation:
+        reasons.append(generation)
     unwaivable = floor_reasons(floor)
     embedder = embedder_problem(candidate, baseline) if baseline is not None else None
     if embedder:
@@ -429,14 +609,14 @@ def evaluate_gate(
         if outcome is not None:
             outcome = outcome.model_copy(update={"problems": outcome.problems + (
                 "not applied: no regression to accept",)})
-        return _result("pass", [], metrics=metrics, floor=floor, candidate_sha=candidate_sha,
+        return _res("pass", [], metrics=metrics, floor=floor, candidate_sha=candidate_sha,
                        baseline_sha=baseline_sha, acceptance=outcome, cfg=cfg)
 
     if outcome is not None and outcome.matched and not unwaivable:
         outcome = outcome.model_copy(update={"applied": True})
         reasons.append(f"accepted: {outcome.reason} (by {outcome.accepted_by}"
                        f"{', ' + outcome.date.isoformat() if outcome.date else ''})")
-        return _result("accepted", reasons, metrics=metrics, floor=floor, candidate_sha=candidate_sha,
+        return _res("accepted", reasons, metrics=metrics, floor=floor, candidate_sha=candidate_sha,
                        baseline_sha=baseline_sha, acceptance=outcome, cfg=cfg)
 
     if outcome is not None:
@@ -449,7 +629,7 @@ def evaluate_gate(
                       "change evals.bm25_margin in review",)
         outcome = outcome.model_copy(update={"problems": outcome.problems + extra})
         reasons.append("acceptance_ignored: " + "; ".join(outcome.problems))
-    return _result("regression", reasons, metrics=metrics, floor=floor, candidate_sha=candidate_sha,
+    return _res("regression", reasons, metrics=metrics, floor=floor, candidate_sha=candidate_sha,
                    baseline_sha=baseline_sha, acceptance=outcome, cfg=cfg)
 
 
@@ -484,6 +664,19 @@ def summary(result: GateResult) -> str:
             flag = "  BELOW BM25" if c.failed else ""
             lines.append(f"  floor {pack + ' ' + metric:<26} bm25 {c.bm25:.4f}  engine {c.engine:.4f}  "
                          f"delta {c.delta:+.4f}  margin {c.margin}{flag}")
+    for name, r in result.resources.items():
+        flag = "  REGRESSED" if r.regressed else ("" if r.judged else "  (not judged)")
+        fmt = (lambda v: "unknown" if v is None else f"{v:.6g}")  # noqa: E731
+        lines.append(f"  {name:<32} baseline {fmt(r.baseline)}  candidate {fmt(r.candidate)}  "
+                     f"tolerance +{r.tolerance:.0%}{flag}")
+    if result.audit is not None:
+        a = result.audit
+        gen = f"{a.generation['provider']}/{a.generation['model']}" if a.generation else "-"
+        emb = (f"{a.embedder['provider']}/{a.embedder['model']} ({a.embedder['dimension']})"
+               if a.embedder else "-")
+        lines.append(f"  audit: generation {gen}; embedder {emb}; config {a.config_hash}; golden "
+                     f"{(a.golden_hash or '-')[:12]} ({', '.join(a.golden_paths)}); reports baseline "
+                     f"{(result.baseline_sha256 or '-')[:12]} candidate {(result.candidate_sha256 or '-')[:12]}")
     lines += [f"  - {r}" for r in result.reasons]
     if result.acceptance is not None and not result.acceptance.applied and result.status == "pass":
         lines += [f"  acceptance: {p}" for p in result.acceptance.problems]
@@ -503,9 +696,11 @@ def run(config: str, report: str, baseline_report: str | None, output: str, acce
     cand_sha = _sha_or_none(report)
     base_sha = _sha_or_none(baseline_report) if baseline_report is not None else None
     cfg: EvalsConfig | None = None
+    engine_cfg = None
     unreadable: list[str] = []
     try:
-        cfg = load_config(config).evals
+        engine_cfg = load_config(config)
+        cfg = engine_cfg.evals
     except RagError as exc:
         unreadable.append(f"unreadable_input: config: {exc}")
     loaded: dict[str, EvalReport] = {}
@@ -530,9 +725,10 @@ def run(config: str, report: str, baseline_report: str | None, output: str, acce
         result = _result("incomparable", unreadable, candidate_sha=cand_sha, baseline_sha=base_sha,
                          acceptance=outcome, cfg=cfg)
     else:
+        audit = gate_audit(engine_cfg, loaded["candidate"], loaded.get("baseline"))
         result = evaluate_gate(loaded["candidate"], loaded.get("baseline"), cfg, candidate_sha=cand_sha,
                                baseline_sha=base_sha, acceptance=acc_raw, acceptance_source=accept,
-                               acceptance_error=acc_error)
+                               acceptance_error=acc_error, configured_generation=audit.generation, audit=audit)
     out = Path(output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result.to_json(), indent=2) + "\n", encoding="utf-8")

@@ -155,6 +155,12 @@ class QueryResult(_Frozen):
     answered_insufficient: bool
     latency_ms: Millis
     cost_usd: str | None
+    tokens: int | None = Field(None, ge=0)
+    """Model tokens (input + output) the answer billed; 0 for an extractive answer; None: not
+    recorded (an older runner)."""
+    control_latency_ms: Millis | None = None
+    """In-run control: the engine's fulltext leg alone on the same question, same run (the gate
+    compares latency only as a ratio to it); None: not recorded (an older runner)."""
     recall_at_1: Unit | None = Field(alias="recall@1")
     recall_at_5: Unit | None = Field(alias="recall@5")
     recall_at_10: Unit | None = Field(alias="recall@10")
@@ -249,8 +255,11 @@ class EvalReport(_Frozen):
     config_hash: NonEmpty
     golden: GoldenRef
     generation: GenerationInfo
+    """What answered: the model, or provider ``none`` / model ``extractive``."""
     embedder: EmbedderInfo
     reindex: ReindexInfo | None
+    configured_generation: GenerationInfo | None = None
+    """The default generation model the config named when the eval ran (answering or not)."""
     metrics: ReportMetrics
     queries: tuple[QueryResult, ...]
     retrieval: RetrievalRun | None = None

@@ -184,10 +184,17 @@ def run_eval(engine: Engine, golden_paths: list[Path], *, generate: bool = False
         for q in golden["queries"]:
             role = q.get("role", role_default)
             gold, insufficient = q.get("gold") or [], bool(q.get("insufficient_evidence"))
+            run_id = f"eval:{q['id']}" if generate else "eval"  # per query: its tokens from the ledger
             started = time.perf_counter()
             outcome = run_query(engine, q["question"], role, k=k, generate=generate, local_inference=False,
-                                run_id="eval", weights=weights)
+                                run_id=run_id, weights=weights)
             latency = (time.perf_counter() - started) * 1000
+            started = time.perf_counter()  # the in-run latency control: the fulltext leg alone
+            store_reads.fulltext(engine.driver, engine.database, q["question"], gate(engine.cfg, role).collections,
+                                 engine.cfg.retrieval.lexical_k)
+            control_ms = (time.perf_counter() - started) * 1000
+            tokens = (sum(r.input_tokens + r.output_tokens for r in engine.ledger.records(run_id))
+                      if generate else 0)
             anchors = {d.chunk_id: d.anchor for d in outcome.context.documents}
             cost = outcome.answer.cost if generate else Decimal(0)
             scored = score_query(
@@ -196,6 +203,7 @@ def run_eval(engine: Engine, golden_paths: list[Path], *, generate: bool = False
                 cited=[anchors.get(c, c) for c in outcome.answer.citations],
                 answered_insufficient=outcome.answer.insufficient_evidence,
                 latency_ms=latency, cost_usd=cost)
+            scored = scored.model_copy(update={"tokens": tokens, "control_latency_ms": control_ms})
             results.append(scored)
             rankings[q["id"]] = baseline_rankings(engine, bm25, pack, q["question"], role)
             rows["engine"].append((scored.ranked, gold, insufficient))
@@ -216,6 +224,7 @@ def run_eval(engine: Engine, golden_paths: list[Path], *, generate: bool = False
         "embedder": {"provider": emb.provider.name, "model": emb.model.served_model,
                      "dimension": emb.model.dimension, "identity": emb.identity},
         "reindex": reindex_info(engine),
+        "configured_generation": {"provider": gen.provider.name, "model": gen.model.served_model},
         "metrics": aggregate(results),
         "queries": results,
         "retrieval": {"weights": {**engine.leg_weights, **(weights or {})}, "k": k},

@@ -276,6 +276,14 @@ class EvalsConfig(Frozen):
     same chunks) by at most this much, or the gate fails. None turns the floor off."""
     golden: tuple[str, ...] = ()
     """Golden query files (relative to the project root) the eval report runs."""
+    cost_tolerance: float = Field(0.10, ge=0)
+    """Gate metric ``cost_per_query``: the candidate's mean cost per query may exceed the
+    baseline's by this share (0.10: 10 %); unknown cost against a known one fails."""
+    tokens_tolerance: float = Field(0.10, ge=0)
+    """Gate metric ``tokens_per_query``: allowed share of increase of mean model tokens per query."""
+    latency_ratio_tolerance: float = Field(0.50, ge=0)
+    """Gate metric ``latency_ratio``: p50 engine latency / p50 of the in-run control (the fulltext
+    leg alone on the same questions) may grow by this share; a slower machine slows both."""
     baseline: str = "evals/reports/BASELINE.json"
     reports_dir: str = "var/reports"
     acceptances_dir: str = "evals/acceptances"
