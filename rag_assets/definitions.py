@@ -1,5 +1,10 @@
-"""The one Definitions object. Loading validates the config and the provider registry:
-a bad config stops the code location with the typed error, not a half-working UI."""
+"""The one Definitions object, plus project-wide policy.
+
+Loading validates the config and the provider registry: a bad config or registry stops the code
+location with the typed error (every pack would be wrong). A pack that fails to load on its own
+is left out: its assets are absent, domain_packs fails its ``packs_loaded`` check with the typed
+error, and the other packs' assets, sensors, the automation sensor and the nightly schedule run.
+"""
 
 from __future__ import annotations
 
@@ -7,30 +12,35 @@ import os
 
 import dagster as dg
 
-from rag_assets.assets.ingestion import build_ingestion_assets
 from rag_assets.assets.evals import build_eval_assets
 from rag_assets.assets.graph_quality import graph_quality, graph_quality_job, nightly_graph_quality
-from rag_assets.assets.packs_summary import domain_packs
-from rag_assets.cleanup import graph_cleanup
+from rag_assets.assets.ingestion import build_ingestion_assets
+from rag_assets.assets.packs_summary import build_domain_packs
 from rag_assets.assets.usage_costs import usage_costs
+from rag_assets.automation import automation_sensor
+from rag_assets.cleanup import graph_cleanup
 from rag_assets.jobs import ingestion_job
-from rag_assets.resources import EngineResource
+from rag_assets.resources import EngineResource, broken_packs, engine_for
 from rag_assets.sensors import build_document_sensor
-from rag_engine.engine import DEFAULT_CONFIG, Engine
+from rag_assets.swap import provider_swap_dry_run
+from rag_engine.config import slice_hash
+from rag_engine.engine import DEFAULT_CONFIG
 
 
 def build_definitions(config_path: str | None = None) -> dg.Definitions:
     config_path = config_path or os.environ.get("RAG_CONFIG", DEFAULT_CONFIG)
-    engine = Engine.from_path(config_path)  # raises ConfigError / RegistryError subclasses
-    assets: list = [domain_packs, usage_costs, graph_quality]
-    jobs, sensors = [graph_quality_job, graph_cleanup], []
+    engine = engine_for(config_path)  # raises ConfigError / RegistryError subclasses
+    broken = broken_packs(config_path)
+    packs_version = slice_hash("packs-v1", {n: p.manifest.version for n, p in engine.packs.items()}, broken)
+    assets: list = [build_domain_packs(packs_version), usage_costs, graph_quality]
+    jobs, sensors = [graph_quality_job, graph_cleanup, provider_swap_dry_run], [automation_sensor()]
     for pack in engine.packs.values():
-        assets += build_ingestion_assets(engine, pack)
+        assets += build_ingestion_assets(engine, pack, config_path)
         job = ingestion_job(pack.name)
         jobs.append(job)
         sensors.append(build_document_sensor(pack.name, job))
     graph_keys = [dg.AssetKey([p, step]) for p in engine.packs for step in ("chunk_index", "graph_writes")]
-    eval_report, eval_gate = build_eval_assets(graph_keys)
+    eval_report, eval_gate = build_eval_assets(graph_keys, engine, config_path)
     assets.append(eval_report)
     return dg.Definitions(
         assets=assets,

@@ -1,4 +1,10 @@
-"""The one resource: the engine runtime, built once per process from the config file."""
+"""The one resource: the engine runtime, built once per process from the config file.
+
+A pack that fails to load (a manifest its code does not support, a missing factory) must not
+take the code location down: the engine is built over the packs that load, and the broken ones
+are kept with their typed error (``broken_packs``) for the domain_packs check. A bad config or
+provider registry still stops loading: that is every pack's problem.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +12,34 @@ from functools import lru_cache
 
 import dagster as dg
 
-from rag_engine.engine import DEFAULT_CONFIG, Engine
+from rag_engine.config import load_config, under_root
+from rag_engine.engine import DEFAULT_CONFIG, Engine, project_root
+from rag_engine.errors import RagError
+from rag_engine.packs import DomainPack, load_pack
 
 
-@lru_cache(maxsize=4)
-def _engine(config_path: str) -> Engine:
-    return Engine.from_path(config_path)
+@lru_cache(maxsize=8)
+def _load(config_path: str) -> tuple[Engine, dict[str, str]]:
+    root = project_root()
+    cfg = load_config(under_root(root, config_path))
+    packs: list[DomainPack] = []
+    broken: dict[str, str] = {}
+    for entry in cfg.enabled_packs:
+        try:
+            packs.append(load_pack(entry, root))
+        except (RagError, ImportError, AttributeError) as exc:  # the pack's own problem only
+            broken[entry.name] = f"{type(exc).__name__}: {exc}"
+    engine = Engine(cfg, root, None, packs=packs)  # the registry is validated here (typed errors)
+    return engine, broken
+
+
+def engine_for(config_path: str) -> Engine:
+    return _load(config_path)[0]
+
+
+def broken_packs(config_path: str) -> dict[str, str]:
+    """Enabled packs that failed to load: name -> "ErrorType: message"."""
+    return dict(_load(config_path)[1])
 
 
 class EngineResource(dg.ConfigurableResource):
@@ -20,4 +48,7 @@ class EngineResource(dg.ConfigurableResource):
     config_path: str = DEFAULT_CONFIG
 
     def engine(self) -> Engine:
-        return _engine(self.config_path)
+        return engine_for(self.config_path)
+
+    def broken_packs(self) -> dict[str, str]:
+        return broken_packs(self.config_path)

@@ -25,7 +25,7 @@ def build_document_sensor(pack_name: str, job) -> dg.SensorDefinition:
     parts = document_versions(pack_name)
 
     @dg.sensor(name=f"{pack_name}__new_document_versions", job=job, minimum_interval_seconds=60,
-               default_status=dg.DefaultSensorStatus.STOPPED,
+               default_status=dg.DefaultSensorStatus.RUNNING,
                description="Scans the pack corpus by content hash; new versions get partitions and one run.")
     def _sensor(context: dg.SensorEvaluationContext, rag: EngineResource) -> dg.SensorResult | dg.SkipReason:
         engine = rag.engine()

@@ -40,6 +40,8 @@ class Neo4jConfig(Frozen):
     password_env: str = "NEO4J_PASSWORD"
     database: str = "neo4j"
     write_batch_size: int = Field(500, ge=1, le=50_000)
+    connect_timeout_s: float = Field(5.0, gt=0, le=120)
+    """Seconds to open a connection: a stopped Neo4j is reported after this, not after retries."""
 
     _names = field_validator("uri_env", "user_env", "password_env")(_env_name)
 
@@ -289,6 +291,14 @@ class EvalsConfig(Frozen):
     acceptances_dir: str = "evals/acceptances"
 
 
+class AutomationConfig(Frozen):
+    """Declarative automation in Dagster: free work (graph rebuilds, re-indexing on a local
+    embedder) always runs by itself; work that calls a priced model runs by itself only when
+    its estimated cost is at most this, otherwise it waits for an operator's approval."""
+
+    max_auto_cost_usd: float = Field(0.0, ge=0)
+
+
 class EngineConfig(Frozen):
     version: Literal[1] = 1
     storage: StorageConfig = StorageConfig()
@@ -304,6 +314,7 @@ class EngineConfig(Frozen):
     budgets: BudgetsConfig = BudgetsConfig()
     context: ContextBudgetsConfig = ContextBudgetsConfig()
     evals: EvalsConfig = EvalsConfig()
+    automation: AutomationConfig = AutomationConfig()
     pricing_file: str = "config/pricing.yaml"
     max_document_bytes: int = Field(5_000_000, ge=1)
 

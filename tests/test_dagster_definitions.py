@@ -54,4 +54,7 @@ def test_domain_packs_asset_reports_packs():
     assert result.success
     meta = result.asset_materializations_for_node("domain_packs")[0].metadata
     assert meta["pack_count"].value == 3
-    assert meta["domains"].value == {"legal_regulatory": "legal", "company_x_kb": "kb"}
+    assert meta["domains"].value == {"legal_regulatory": "legal", "company_x_kb": "kb",
+                                     "adgm_rulebooks": "regulatory"}
+    (check,) = result.get_asset_check_evaluations()
+    assert check.check_name == "packs_loaded" and check.passed

@@ -6,7 +6,8 @@ from rag_assets.resources import EngineResource
 from rag_engine.config import under_root
 
 
-@dg.asset(group_name="platform", kinds={"python", "pandas"},
+@dg.asset(group_name="platform", kinds={"python", "pandas"}, owners=["team:rag-platform"], tags={"cost": "free"},
+          automation_condition=dg.AutomationCondition.on_cron("0 * * * *"),
           description="Model usage and cost per provider/model/run from the append-only ledger; "
                       "unknown costs stay visible as a count, never as zero.")
 def usage_costs(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
@@ -17,6 +18,7 @@ def usage_costs(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.Ma
         "calls": int(frame["calls"].sum()) if len(frame) else 0,
         "unknown_cost_calls": int(frame["unknown_cost_calls"].sum()) if len(frame) else 0,
         "known_cost_usd": str(sum(known)) if known else "0",
+        "known_cost_usd_float": float(sum(known)) if known else 0.0,
         "summary": dg.MetadataValue.md(frame.astype(str).to_markdown(index=False) if len(frame) else "(no usage yet)"),
     }
     quality = _quality_per_dollar(engine, known)

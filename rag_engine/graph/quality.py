@@ -6,7 +6,8 @@ dangling_edges         inferred edges whose evidence chunk is gone or not curren
 stale_versions         superseded document versions that still hold chunk nodes
 missing_provenance     inferred edges or mentions lacking any provenance field
 low_confidence         inferred edges stored but not retrieval-eligible (expected, reported)
-graph_size             deterministic (REFERENCES) vs inferred (RELATED) edge counts
+graph_size             deterministic (REFERENCES) vs inferred (RELATED) edge counts, eligible
+                       edges, documents, active chunks, entities
 latest_run             the most recent (:ExtractionRun)
 cleanup                the most recent approved (:Cleanup)
 """
@@ -47,6 +48,13 @@ _DETERMINISTIC = """
 MATCH (s:Chunk)-[e:REFERENCES]->(:Chunk) WHERE s.pack IN $packs RETURN count(e) AS n
 """
 
+_SIZES = """
+CALL () { MATCH (d:Document) WHERE d.pack IN $packs RETURN count(d) AS documents }
+CALL () { MATCH (c:Chunk) WHERE c.pack IN $packs AND c.active RETURN count(c) AS chunks }
+CALL () { MATCH (e:Entity) WHERE e.pack IN $packs RETURN count(e) AS entities }
+RETURN documents, chunks, entities
+"""
+
 _LATEST_RUN = """
 MATCH (r:ExtractionRun) WHERE r.pack IN $packs
 RETURN r.run_id AS run_id, r.pack AS pack, r.status AS status, r.chunks AS llm_calls, r.cache_hits AS cache_hits,
@@ -76,6 +84,7 @@ def quality_report(driver: neo4j.Driver, database: str, packs: list[str]) -> dic
     missing = read(driver, database, _MISSING_PROVENANCE, fields=list(PROVENANCE_FIELDS), **p)[0]
     conf = read(driver, database, _CONFIDENCE, **p)[0]
     deterministic = read(driver, database, _DETERMINISTIC, **p)[0]
+    sizes = read(driver, database, _SIZES, **p)[0]
     latest = read(driver, database, _LATEST_RUN, **p)
     cleanup = read(driver, database, _LATEST_CLEANUP, **p)
     return {
@@ -87,7 +96,8 @@ def quality_report(driver: neo4j.Driver, database: str, packs: list[str]) -> dic
                            "chunks": int(stale["chunks"] or 0)},
         "missing_provenance": {"count": missing["n"]},
         "low_confidence": {"count": int(conf["low_confidence"] or 0), "eligible": int(conf["eligible"] or 0)},
-        "graph_size": {"deterministic": deterministic["n"], "inferred": int(conf["inferred"] or 0)},
+        "graph_size": {"deterministic": deterministic["n"], "inferred": int(conf["inferred"] or 0),
+                       "eligible": int(conf["eligible"] or 0), **sizes},
         "latest_run": latest[0] if latest else None,
         "cleanup": cleanup[0] if cleanup else None,
     }

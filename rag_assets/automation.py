@@ -1,0 +1,216 @@
+"""Declarative automation: the rollout rules of the design as automation conditions.
+
+- New or changed document versions flow through: every ingestion asset is ``eager`` (a new
+  partition or an updated upstream partition is requested once its dependencies are done).
+- A code-version change (a config slice, see code_versions.py) re-materializes the stale asset
+  for all its partitions, then its dependents follow through ``eager``, in dependency order,
+  ending with ``eval_report`` and its blocking ``eval_gate`` check.
+- Free work (chunking, references, re-indexing on a local embedder, graph rebuilds) always runs.
+- Paid work (LLM extraction, generation evals) calls a model; it runs by itself only when its
+  estimated cost is at most ``automation.max_auto_cost_usd`` (default 0). A model that is local
+  and unpriced costs 0; a priced model costs its estimate; a hosted model without a price is
+  unknown, never free. Above the limit the asset is *awaiting approval*: the condition says so
+  with the estimate, and nothing downstream of it runs (graph_writes and eval_report wait for
+  it). An operator approves by materializing the asset (the UI's Materialize button, or
+  ``dg launch --assets <pack>/llm_extraction --partition-range A...B``); the free dependents then
+  follow by themselves.
+
+The cost condition runs Python, so the automation sensor evaluates in the code server
+(``use_user_code_server=True``).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from decimal import Decimal
+from typing import Any
+
+import dagster as dg
+
+from rag_assets.resources import engine_for
+from rag_engine.engine import Engine
+
+log = logging.getLogger("rag_engine.automation")
+
+# A chunk's prompt besides its text (instructions, schema, pack lexicon), in tokens; a coarse
+# allowance for the estimate only. TODO(issue 14): use rag_engine.providers.swap's estimate
+# (ledger history per chunk) once it exists.
+PROMPT_OVERHEAD_TOKENS = 600
+CHARS_PER_TOKEN = 4
+EVAL_ANSWER_TOKENS = 512
+
+
+# -- cost estimates (engine only, no Dagster state) --------------------------------------------
+
+def model_is_free(engine: Engine, model_name: str) -> bool:
+    """A local model without a price (replay cassettes, llama.cpp, the embedding server)."""
+    spec = engine.registry.spec(model_name)
+    return not spec.provider.hosted and spec.model.pricing_ref is None
+
+
+def _price(engine: Engine, model_name: str, input_tokens: int, output_tokens: int) -> Decimal | None:
+    if model_is_free(engine, model_name):
+        return Decimal(0)
+    spec = engine.registry.spec(model_name)
+    return engine.pricing.price(spec.model.pricing_ref, input_tokens, 0, output_tokens)
+
+
+def _chunk_texts(engine: Engine, pack, key: str) -> list[str]:
+    from rag_engine.documents import load_document
+
+    try:
+        return [c.text for c in pack.chunk(load_document(pack, key, max_bytes=engine.cfg.max_document_bytes))]
+    except Exception:  # noqa: BLE001 - a document the pack refuses costs nothing; source_documents says why
+        return []
+
+
+def extraction_estimate(engine: Engine, pack_name: str, keys: list[str]) -> dict[str, Any]:
+    """Worst-case cost of extracting these document versions again (every chunk a call of at
+    most budgets.max_output_tokens). Chunks come from the chunks artifact, or the pack chunks the
+    document now (pure, no write)."""
+    pack = engine.pack(pack_name)
+    name = engine.cfg.defaults.extraction_model
+    calls, tokens_in = 0, 0
+    if pack.entry.extraction:
+        for key in keys:
+            texts: list[str] = []
+            if engine.artifacts.exists(pack_name, key, "chunks"):
+                data = engine.artifacts.read(pack_name, key, "chunks")
+                texts = [c["text"] for c in data] if isinstance(data, list) else []
+            else:  # not chunked yet (a new version requested with its whole chain): chunk it here, pure
+                texts = _chunk_texts(engine, pack, key)
+            calls += len(texts)
+            tokens_in += sum(len(t) // CHARS_PER_TOKEN + PROMPT_OVERHEAD_TOKENS for t in texts)
+    tokens_out = calls * engine.cfg.budgets.max_output_tokens
+    cost = _price(engine, name, tokens_in, tokens_out) if calls else Decimal(0)
+    return {"model": name, "calls": calls, "input_tokens": tokens_in, "output_tokens": tokens_out,
+            "cost_usd": None if cost is None else float(cost)}
+
+
+def eval_estimate(engine: Engine) -> dict[str, Any]:
+    """Generation cost of one eval run: each golden question with a full context budget."""
+    from evals.runner import load_golden
+
+    name = engine.cfg.defaults.generation_model
+    questions = 0
+    for path in engine.cfg.evals.golden:
+        try:
+            questions += len(load_golden(engine.root / path).get("queries", []))
+        except Exception:  # noqa: BLE001 - an unreadable golden file is the eval's error, not the estimate's
+            continue
+    budget = engine.cfg.context
+    tokens_in = questions * (budget.system + budget.documents + budget.conversation)
+    tokens_out = questions * EVAL_ANSWER_TOKENS
+    cost = _price(engine, name, tokens_in, tokens_out) if questions else Decimal(0)
+    return {"model": name, "calls": questions, "input_tokens": tokens_in, "output_tokens": tokens_out,
+            "cost_usd": None if cost is None else float(cost)}
+
+
+def within_limit(engine: Engine, estimate: dict[str, Any]) -> bool:
+    cost = estimate["cost_usd"]
+    return cost is not None and cost <= engine.cfg.automation.max_auto_cost_usd
+
+
+# -- conditions ---------------------------------------------------------------------------------
+
+class CostWithinLimit(dg.AutomationCondition):
+    """True when the paid work this asset would do now is estimated at most
+    automation.max_auto_cost_usd; false means *awaiting approval* (the estimate is in the
+    evaluation metadata)."""
+
+    def __init__(self, config_path: str, kind: str):
+        self.config_path = config_path
+        self.kind = kind  # "extraction" | "eval"
+
+    @property
+    def name(self) -> str:
+        return "cost_within_limit"
+
+    @property
+    def description(self) -> str:
+        return ("estimated cost <= automation.max_auto_cost_usd (else awaiting approval: "
+                "materialize the asset to approve)")
+
+    def evaluate(self, context: dg.AutomationContext) -> dg.AutomationResult:
+        candidates = context.candidate_subset
+        if candidates.is_empty:
+            return dg.AutomationResult(context, true_subset=candidates)
+        engine = engine_for(self.config_path)
+        if self.kind == "extraction":
+            keys = sorted(candidates.expensively_compute_partition_keys())
+            estimate = extraction_estimate(engine, context.key.path[0], keys)
+        else:
+            estimate = eval_estimate(engine)
+        ok = within_limit(engine, estimate)
+        limit = engine.cfg.automation.max_auto_cost_usd
+        if not ok:
+            cost = "unknown (hosted model without a price)" if estimate["cost_usd"] is None \
+                else f"${estimate['cost_usd']:.4f}"
+            log.warning("%s awaiting approval: estimated cost %s for %d calls of %s > "
+                        "automation.max_auto_cost_usd $%s; materialize it to approve",
+                        context.key.to_user_string(), cost, estimate["calls"], estimate["model"], limit)
+        return dg.AutomationResult(context, true_subset=candidates if ok else context.get_empty_subset())
+
+
+def _triggered() -> dg.AutomationCondition:
+    """New or updated upstream partitions, new partitions, or this asset's own code version."""
+    return (
+        (dg.AutomationCondition.newly_missing() | dg.AutomationCondition.any_deps_updated()
+         | dg.AutomationCondition.code_version_changed()).since_last_handled()
+    ).with_label("new data, updated deps or changed code version")
+
+
+def _not_busy() -> dg.AutomationCondition:
+    return ~dg.AutomationCondition.any_deps_in_progress() & ~dg.AutomationCondition.in_progress()
+
+
+def awaiting_approval(config_path: str, kind: str) -> dg.AutomationCondition:
+    return (_triggered() & ~CostWithinLimit(config_path, kind)).with_label("awaiting approval")
+
+
+def free_step() -> dg.AutomationCondition:
+    """Ingestion steps with no model call (or only the local embedder)."""
+    return (_triggered() & ~dg.AutomationCondition.any_deps_missing() & _not_busy()).with_label(
+        "free: eager + code version")
+
+
+def paid_step(config_path: str) -> dg.AutomationCondition:
+    """llm_extraction: like a free step, under the cost limit."""
+    return (_triggered() & ~dg.AutomationCondition.any_deps_missing() & _not_busy()
+            & CostWithinLimit(config_path, "extraction")).with_label("paid: eager + code version, under cost limit")
+
+
+def graph_step(config_path: str) -> dg.AutomationCondition:
+    """graph_writes: free, but waits while its extraction awaits approval (one rebuild, not two)."""
+    return (free_step() & ~dg.AutomationCondition.any_deps_match(awaiting_approval(config_path, "extraction"))
+            ).with_label("free: eager + code version, after approved extraction")
+
+
+def eval_step(config_path: str) -> dg.AutomationCondition:
+    """eval_report: after any pack's index or graph changed, never while a pack's graph waits
+    for an approval; the generation model is paid work."""
+    upstream_waiting = dg.AutomationCondition.any_deps_match(
+        dg.AutomationCondition.any_deps_match(awaiting_approval(config_path, "extraction")))
+    return (_triggered() & _not_busy() & ~upstream_waiting & CostWithinLimit(config_path, "eval")
+            ).with_label("paid: after index/graph changes, under cost limit")
+
+
+def nightly() -> dg.AutomationCondition:
+    """graph_quality: every night at 03:00 UTC (it reads the whole graph; no asset deps)."""
+    return (dg.AutomationCondition.cron_tick_passed("0 3 * * *", "UTC").since_last_handled()
+            & ~dg.AutomationCondition.in_progress()).with_label("nightly 03:00 UTC")
+
+
+def automation_sensor() -> dg.AutomationConditionSensorDefinition:
+    with warnings.catch_warnings():  # use_user_code_server is beta; the cost condition needs it
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        return _sensor()
+
+
+def _sensor() -> dg.AutomationConditionSensorDefinition:
+    return dg.AutomationConditionSensorDefinition(
+        "rag_automation", target=dg.AssetSelection.all(), use_user_code_server=True,
+        default_status=dg.DefaultSensorStatus.RUNNING, minimum_interval_seconds=60,
+        description="Evaluates every asset's automation condition: new document versions, code-version "
+                    "changes (free work at once, paid work under automation.max_auto_cost_usd).")

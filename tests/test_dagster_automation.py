@@ -1,0 +1,148 @@
+"""The rollout rules as automation: change the config, let the automation tick, run what it
+requested, and assert which assets ran, in which order, and how many model calls they made.
+
+Each tick is Dagster's own evaluator (``dg.evaluate_automation_conditions``) with the cursor of
+the previous tick, as the automation sensor does; the requested assets of the throwaway pack
+are then executed in one run (Dagster orders them by their dependencies). eval_report is only
+asserted as requested: running it would answer the shipped golden sets.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from rag_assets.definitions import build_definitions
+
+RANGE = ("dagster/asset_partition_range_start", "dagster/asset_partition_range_end")
+EVAL = dg.AssetKey("eval_report")
+
+
+class Automation:
+    """One instance, a cursor carried from tick to tick, and a log of (tick, assets run in order)."""
+
+    def __init__(self, pack: str):
+        self.pack = pack
+        self.instance = dg.DagsterInstance.ephemeral()
+        self.cursor = None
+        self.parts = f"{pack}__document_versions"
+
+    def selection(self) -> dg.AssetSelection:
+        return dg.AssetSelection.key_prefixes([self.pack]) | dg.AssetSelection.assets(EVAL)
+
+    def tick(self, defs: dg.Definitions) -> tuple[list[str], bool]:
+        """Evaluate once and execute what was requested for the pack: (steps run in order,
+        eval_report requested)."""
+        result = dg.evaluate_automation_conditions(defs=defs, instance=self.instance, cursor=self.cursor,
+                                                   asset_selection=self.selection())
+        self.cursor = result.cursor
+        keys = [k for k in defs.resolve_asset_graph().get_all_asset_keys()
+                if k.path[0] == self.pack and result.get_num_requested(k)]
+        wants_eval = result.get_num_requested(EVAL) > 0
+        if not keys:
+            return [], wants_eval
+        partitions = sorted({p for k in keys for p in result.get_requested_partitions(k)})
+        order = list(self.instance.get_dynamic_partitions(self.parts))
+        ordered = [p for p in order if p in partitions]
+        job = defs.resolve_implicit_global_asset_job_def().get_subset(asset_selection=set(keys))
+        run = job.execute_in_process(instance=self.instance, resources=None, raise_on_error=False,
+                                     tags={RANGE[0]: ordered[0], RANGE[1]: ordered[-1]})
+        assert run.success, [e.message for e in run.all_events if e.is_failure]
+        steps: list[str] = []
+        for event in run.get_asset_materialization_events():
+            step = event.asset_key.path[-1]
+            if step not in steps:
+                steps.append(step)
+        return steps, wants_eval
+
+    def settle(self, defs: dg.Definitions, wants_eval: bool) -> bool:
+        """Ticks after a run: nothing of the pack runs again, and eval_report is requested once,
+        with the run's assets or on the tick after their materializations (returns whether it was)."""
+        steps, later = self.tick(defs)
+        assert steps == []
+        if wants_eval:
+            assert not later
+        evals = wants_eval or later
+        assert self.tick(defs) == ([], False)
+        return evals
+
+
+def _calls(defs: dg.Definitions) -> int:
+    return len(defs.resources["rag"].engine().ledger.records())
+
+
+def _priced_chat(text: str) -> str:
+    """demo-chat (replay) priced like gpt-4o-mini: extraction and evals become paid work."""
+    block = "    served_model: gpt-4o-mini-2024-07-18\n    context_limit: 128000\n    capabilities: [generation, structured_output]\n"
+    assert block in text
+    return text.replace(block, block + "    pricing_ref: gpt-4o-mini\n")
+
+
+def _limit(usd: int):
+    return lambda text: text.replace("  max_auto_cost_usd: 0 ", f"  max_auto_cost_usd: {usd} ")
+
+
+def _ingest_new_documents(auto: Automation, defs: dg.Definitions) -> list[str]:
+    """New document versions flow through: the first tick knows no partition; the sensor adds
+    them; the next tick requests the whole chain."""
+    assert auto.tick(defs) == ([], False)
+    from rag_engine.documents import discover
+
+    pack = defs.resources["rag"].engine().pack(auto.pack)
+    auto.instance.add_dynamic_partitions(auto.parts, [r.partition_key for r in discover(pack, include_rejected=True)])
+    steps, wants_eval = auto.tick(defs)
+    assert auto.settle(defs, wants_eval)
+    return steps
+
+
+def test_rollout_rules_free_changes_flow_through_in_order(variant, unique):
+    base = build_definitions(variant("base"))
+    auto = Automation(unique)
+    steps = _ingest_new_documents(auto, base)
+    assert steps == ["source_documents", "chunks", "references", "chunk_index", "llm_extraction", "graph_writes"] \
+        or (steps[:2] == ["source_documents", "chunks"] and steps[-1] == "graph_writes" and len(steps) == 6)
+
+    # traversal policy: a graph rebuild, then the eval; no model call at all
+    traversal = build_definitions(variant("traversal", edit=lambda s: s.replace('policy_version: "1"',
+                                                                                'policy_version: "2"')))
+    before = _calls(traversal)
+    steps, wants_eval = auto.tick(traversal)
+    assert steps == ["graph_writes"]
+    assert auto.settle(traversal, wants_eval)
+    assert _calls(traversal) == before
+
+    # pack rules (manifest version): the stale assets, then every dependent, in dependency order;
+    # the demo extraction model is a local replay (free), so it runs by itself too
+    bumped = build_definitions(variant("bumped", manifest_version="1.0.1",
+                                       edit=lambda s: s.replace('policy_version: "1"', 'policy_version: "2"')))
+    steps, wants_eval = auto.tick(bumped)
+    assert steps[0] == "chunks" and steps[-1] == "graph_writes"
+    assert set(steps) == {"chunks", "references", "chunk_index", "llm_extraction", "graph_writes"}
+    assert auto.settle(bumped, wants_eval)
+
+
+def test_paid_work_waits_for_approval_above_the_cost_limit(variant, unique):
+    priced = build_definitions(variant("priced", edit=_priced_chat))
+    auto = Automation(unique)
+    steps = _ingest_new_documents_paid(auto, priced)
+    # new documents: free steps run; extraction (priced) waits, and so does the graph built on it
+    assert steps == ["source_documents", "chunks", "references", "chunk_index"] or set(steps) == {
+        "source_documents", "chunks", "references", "chunk_index"}
+    assert auto.tick(priced) == ([], False)  # still awaiting approval: nothing runs, no eval
+
+    # the operator raises the limit (or materializes llm_extraction): the paid step runs, then the graph
+    approved = build_definitions(variant("approved", edit=lambda s: _limit(1000)(_priced_chat(s))))
+    steps, wants_eval = auto.tick(approved)
+    assert steps == ["llm_extraction", "graph_writes"]
+    assert auto.settle(approved, wants_eval)
+
+
+def _ingest_new_documents_paid(auto: Automation, defs: dg.Definitions) -> list[str]:
+    assert auto.tick(defs) == ([], False)
+    from rag_engine.documents import discover
+
+    pack = defs.resources["rag"].engine().pack(auto.pack)
+    auto.instance.add_dynamic_partitions(auto.parts, [r.partition_key for r in discover(pack, include_rejected=True)])
+    steps, wants_eval = auto.tick(defs)
+    assert not wants_eval  # its pack's graph waits for an approval (and the eval is priced too)
+    assert auto.tick(defs) == ([], False)
+    return steps
