@@ -42,7 +42,7 @@ def _engine(cfg: EngineConfig, tmp_path: Path, embedder: str) -> Engine:
 
 
 def _dense_hits(engine: Engine) -> int:
-    result = retrieve(engine, QUESTION, "employee")
+    result = retrieve(engine, QUESTION, "employee", weights={"dense": 1.0})  # whatever the embedder's default weight
     return next(s for s in result.trace if s["step"] == "dense")["hits"]
 
 
