@@ -54,7 +54,7 @@ test: setup neo4j-start postgres-start embed-start
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 dev: setup neo4j-start embed-start
-	$(VENV)/bin/dagster dev -w workspace.yaml
+	$(VENV)/bin/dg dev
 
 bench: setup neo4j-start
 	$(PY) -m evals.bench.ingest
