@@ -59,6 +59,18 @@ class StoreError(RagError):
     """The graph store failed or was asked something it cannot answer."""
 
 
+class StoreUnavailable(StoreError):
+    """Neo4j cannot be reached (stopped, wrong URI, refused credentials) within the connect timeout."""
+
+    def __init__(self, message: str, uri: str = ""):
+        super().__init__(message)
+        self.uri = uri
+
+
+class NotIngested(StoreError):
+    """The store holds nothing to answer from yet (no current chunks, no vector index): ingest first."""
+
+
 class EmbedderMismatch(StoreError):
     """The index was built with another embedder: a full re-index is required."""
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from rag_engine.cli import main as rag_main
 from rag_engine.engine import Engine
 from rag_engine.graph.feedback import encode_path_id, record_feedback
 from rag_engine.query import run_query
+from tests.support.cli import rag
 
 RELATIONAL = "Which supervisory authority supervises the controller?"
 
@@ -70,10 +70,12 @@ def test_feedback_is_stored_and_changes_no_fact(ingested_engine):
 
 
 def test_cli_query_shows_plan_paths_and_citations(ingested_engine, capsys):
-    assert rag_main(["query", RELATIONAL, "--role", "legal_analyst", "--no-generate"]) == 0
-    text = capsys.readouterr().out
+    res = rag("query", RELATIONAL, "--role", "legal_analyst", "--no-generate")
+    assert res.exit_code == 0, res.stderr
+    text = res.stdout
     assert "plan: traverse" in text and "path (score" in text and "citations: " in text
-    assert rag_main(["query", RELATIONAL, "--role", "legal_analyst", "--json", "--no-generate"]) == 0
-    data = json.loads(capsys.readouterr().out)
+    res = rag("query", RELATIONAL, "--role", "legal_analyst", "--json", "--no-generate")
+    assert res.exit_code == 0, res.stderr
+    data = json.loads(res.stdout)
     assert data["retrieval"]["plan"]["reason"] == "traverse"
     assert set(data["answer"]["citations"]) <= {d["chunk_id"] for d in data["context"]["documents"]}

@@ -7,11 +7,11 @@ import json
 import neo4j
 import pytest
 
-from rag_engine.cli import main as rag_main
 from rag_engine.engine import Engine
 from rag_engine.errors import EmbedderMismatch, PolicyError
 from rag_engine.retrieval import store_reads
 from rag_engine.retrieval.retriever import retrieve
+from tests.support.cli import rag
 
 QUERIES = [
     "password rotation and laptop encryption",
@@ -99,17 +99,18 @@ def test_lucene_syntax_in_questions_is_inert(ingested_engine):
     assert result.candidates  # no parse error, still retrieves
 
 
-def test_cli_query_json(ingested_engine, capsys):
-    assert rag_main(["query", "right to erasure", "--role", "legal_analyst", "--json", "-k", "3",
-                     "--no-generate"]) == 0
-    out = json.loads(capsys.readouterr().out)["retrieval"]
+def test_cli_query_json(ingested_engine):
+    res = rag("query", "right to erasure", "--role", "legal_analyst", "--json", "-k", "3", "--no-generate")
+    assert res.exit_code == 0, res.stderr
+    out = json.loads(res.stdout)["retrieval"]
     assert out["role"] == "legal_analyst" and len(out["candidates"]) >= 3
     assert all(c["chunk_id"] and c["collection"] == "legal_public" for c in out["candidates"])
 
 
-def test_cli_reports_typed_errors(capsys):
-    assert rag_main(["query", "x", "--role", "intruder"]) == 2
-    assert "PolicyError" in capsys.readouterr().err
+def test_cli_reports_typed_errors():
+    res = rag("query", "x", "--role", "intruder")
+    assert res.exit_code == 2
+    assert "PolicyError" in res.stderr
 
 
 def test_small_collection_still_gets_k_dense_hits(ingested_engine):

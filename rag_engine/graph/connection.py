@@ -17,6 +17,8 @@ class Neo4jTarget:
     database: str
     user_env: str
     password_env: str
+    connect_timeout_s: float = 5.0
+    uri_env: str = "NEO4J_URI"
 
     def __repr__(self) -> str:  # never show credentials, only where they come from
         return f"Neo4jTarget(uri={self.uri!r}, database={self.database!r}, auth from ${self.user_env}/${self.password_env})"
@@ -30,6 +32,8 @@ def neo4j_target(cfg: EngineConfig, env: Mapping[str, str] | None = None) -> Neo
         database=n.database,
         user_env=n.user_env,
         password_env=n.password_env,
+        connect_timeout_s=n.connect_timeout_s,
+        uri_env=n.uri_env,
     )
 
 
@@ -37,4 +41,21 @@ def open_driver(target: Neo4jTarget, env: Mapping[str, str] | None = None) -> ne
     env = os.environ if env is None else env
     user, password = env.get(target.user_env), env.get(target.password_env)
     auth = (user, password) if user and password else None
-    return neo4j.GraphDatabase.driver(target.uri, auth=auth, connection_timeout=10, max_connection_lifetime=3600)
+    return neo4j.GraphDatabase.driver(target.uri, auth=auth, connection_timeout=target.connect_timeout_s,
+                                     max_connection_lifetime=3600)
+
+
+def check_reachable(driver: neo4j.Driver, target: Neo4jTarget) -> None:
+    """Fail fast with one typed error when the store cannot be reached (bounded by the connect
+    timeout), instead of a command retrying its first transaction for half a minute."""
+    from rag_engine.errors import StoreUnavailable
+
+    try:
+        driver.verify_connectivity()
+    except neo4j.exceptions.AuthError as exc:
+        raise StoreUnavailable(f"Neo4j at {target.uri} refused the credentials from ${target.user_env}/"
+                               f"${target.password_env}: {exc.message}", uri=target.uri) from None
+    except (neo4j.exceptions.ServiceUnavailable, neo4j.exceptions.SessionExpired, OSError) as exc:
+        raise StoreUnavailable(f"Neo4j is not reachable at {target.uri} ({type(exc).__name__}); start the "
+                               f"local one with `make neo4j-start`, or point ${target.uri_env} at yours",
+                               uri=target.uri) from None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from rag_engine.cli import main
+from tests.support.cli import rag
 from rag_engine.errors import FeedbackError
 from rag_engine.graph.feedback import encode_path_id, record_feedback
 from tests.conftest import ROOT
@@ -47,9 +47,9 @@ def hop(p: str, src: str, dst: str, chunk: str) -> dict:
 
 
 def _feedback(capsys, path_id: str, role: str, actor: str) -> tuple[int, str]:
-    code = main(["--config", CONFIG, "feedback", "--path-id", path_id, "--role", role, "--verdict", "harmful",
-                 "--actor", actor])
-    return code, capsys.readouterr().err
+    res = rag("--config", CONFIG, "feedback", "--path-id", path_id, "--role", role, "--verdict", "harmful",
+              "--actor", actor)
+    return res.exit_code, res.stderr
 
 
 def test_a_path_the_role_may_not_read_looks_exactly_like_an_unknown_path(graph, capsys):
@@ -68,10 +68,9 @@ def test_a_path_the_role_may_not_read_looks_exactly_like_an_unknown_path(graph, 
 
 
 def test_feedback_without_a_role_is_refused_by_the_cli(graph, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(["--config", CONFIG, "feedback", "--path-id", "x", "--verdict", "useful", "--actor", "a"])
-    assert exc.value.code == 2
-    assert "--role" in capsys.readouterr().err
+    res = rag("--config", CONFIG, "feedback", "--path-id", "x", "--verdict", "useful", "--actor", "a")
+    assert res.exit_code == 2
+    assert "--role" in res.stderr
 
 
 def test_an_unknown_role_is_an_input_error(graph, capsys):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rag_engine.cli import main
+from tests.support.cli import rag
 from rag_engine.config import load_config
 from rag_engine.errors import ConfigError, UnknownRoleCollection
 from tests.conftest import ROOT
@@ -51,8 +51,9 @@ def test_a_role_naming_a_disabled_packs_collection_is_rejected(tmp_path):
 
 def test_config_check_fails_on_a_ghost_role(tmp_path, capsys):
     path, _ = _with_role(tmp_path, "  ghost: [no_such_collection]")
-    assert main(["--config", str(path), "config", "check"]) == 2
-    err = capsys.readouterr().err
+    res = rag("--config", str(path), "config", "check")
+    assert res.exit_code == 2
+    err = res.stderr
     assert "UnknownRoleCollection" in err and "ghost" in err
 
 

@@ -1,0 +1,310 @@
+"""The commands: each parses options, calls the engine, then renders (render.py) or emits JSON."""
+
+from __future__ import annotations
+
+import time
+from enum import Enum
+from typing import Annotated, Any, Optional
+
+import typer
+
+from rag_engine.cli import render
+from rag_engine.cli.common import (BAD_INPUT, CHECK_FAILED, JsonOpt, emit_json, engine, engine_store_check, err, out,
+                                   progress_wanted, use_json)
+from rag_engine.errors import NotIngested
+
+# -- config / packs ---------------------------------------------------------------------------
+
+config_app = typer.Typer(help="Configuration: validate the config and the provider registry.", no_args_is_help=True)
+packs_app = typer.Typer(help="Domain packs: load and summarize the enabled ones.", no_args_is_help=True)
+
+
+def _active_embedder(eng: Any) -> dict:
+    """Which embedder answers, and where (endpoint after any endpoint_env override, redacted)."""
+    from rag_engine.config import _redact
+    from rag_engine.providers.registry import resolve_endpoint
+
+    spec = eng.registry.embedding
+    endpoint = resolve_endpoint(spec.provider, eng.env) if spec.provider.kind != "local_hash" else None
+    return {"model": spec.name, "provider": spec.provider.name, "kind": spec.provider.kind,
+            "endpoint": _redact(endpoint) if endpoint else "built-in (no server)",
+            "input_modes": spec.model.input_modes.model_dump() if spec.model.input_modes else None,
+            "embedding_cache": eng.cfg.storage.embedding_cache if spec.provider.kind != "local_hash" else None}
+
+
+@config_app.command("check")
+def config_check(ctx: typer.Context, json: JsonOpt = False) -> None:
+    """Validate config and registry; print the config hash, models, active embedder, credential presence."""
+    from rag_engine.config import config_hash
+
+    use_json(ctx, json)
+    eng = engine(ctx)
+    data = {"config_hash": config_hash(eng.cfg), "generation_model": eng.registry.generation.identity,
+            "embedding_model": eng.registry.embedding.identity, "active_embedder": _active_embedder(eng),
+            "credentials": eng.registry.credential_status(), "neo4j": repr(eng.neo4j_target)}
+    if json:
+        emit_json(ctx, data)
+        return
+    flat = {k: v for k, v in data.items() if not isinstance(v, dict)}
+    flat.update({f"active_embedder.{k}": v for k, v in data["active_embedder"].items()})
+    flat.update({f"credential {k}": v for k, v in data["credentials"].items()})
+    render.kv(out(), "config check: ok", flat)
+
+
+@packs_app.command("smoke")
+def packs_smoke(ctx: typer.Context, json: JsonOpt = False) -> None:
+    """Load every enabled pack and summarize: count, domains, versions, documents, collections."""
+    from rag_engine.pack_report import pack_summary
+
+    use_json(ctx, json)
+    summary = pack_summary(engine(ctx))
+    if json:
+        emit_json(ctx, summary)
+        return
+    console = out()
+    console.print(f"pack_count: {summary['pack_count']}")
+    for name in ("domains", "versions", "documents"):
+        console.print(f"{name}: {', '.join(f'{k}={v}' for k, v in summary[name].items())}", markup=False)
+
+
+# -- query ------------------------------------------------------------------------------------
+
+def _check_ingested(eng: Any, collections: tuple[str, ...]) -> None:
+    """Querying an empty store: say so and what to run, instead of an index error from Neo4j."""
+    import neo4j
+
+    records, _, _ = eng.driver.execute_query(
+        "MATCH (c:Chunk) WHERE c.active AND c.collection IN $collections RETURN count(c) > 0 AS any",
+        collections=list(collections), database_=eng.database, routing_=neo4j.RoutingControl.READ)
+    if not records or not records[0]["any"]:
+        raise NotIngested(f"nothing ingested yet for collections {list(collections)}: run `rag ingest` "
+                          "(or `make demo`) first")
+
+
+def query(
+    ctx: typer.Context,
+    question: Annotated[str, typer.Argument(help="The question, in plain words or a reference like 'Article 17(1)'.")],
+    role: Annotated[str, typer.Option("--role", help="The caller's role: decides which collections may be read.")],
+    k: Annotated[Optional[int], typer.Option("-k", "--k", help="Candidates to return (default from config; "
+                                                               "the engine validates the range).")] = None,
+    no_generate: Annotated[bool, typer.Option("--no-generate", help="Extractive answer, no generation model call.")] = False,
+    json: JsonOpt = False,
+) -> None:
+    """Retrieve ranked, cited chunks for a question and answer it; shows plan, candidates, expansions, answer."""
+    from rag_engine.query import run_query
+    from rag_engine.retrieval.policy import gate
+
+    use_json(ctx, json)
+    eng = engine(ctx)
+    collections = gate(eng.cfg, role).collections  # a bad role is bad input, whatever the store's state
+    engine_store_check(ctx, eng)
+    _check_ingested(eng, collections)
+    outcome = run_query(eng, question, role, k=k, generate=not no_generate)
+    if json:
+        emit_json(ctx, outcome.model_dump(mode="json"))
+        return
+    render.query(out(), outcome)
+
+
+# -- ingest -----------------------------------------------------------------------------------
+
+def _ingest_totals(reports: dict[str, Any]) -> dict[str, int]:
+    graph = reports["graph_writes"]
+    extraction = reports.get("llm_extraction")
+    return {"documents": len(reports["chunks"].done) + len(reports["chunks"].unchanged),
+            "chunks": reports["chunks"].total("chunks"), "resolved": graph.total("resolved"),
+            "unresolved": graph.total("unresolved"), "relationships": graph.total("relationships"),
+            "extraction_failed_calls": extraction.total("failed") if extraction else 0}
+
+
+def ingest(
+    ctx: typer.Context,
+    pack: Annotated[Optional[str], typer.Option("--pack", help="Only this enabled pack (default: all).")] = None,
+    no_extract: Annotated[bool, typer.Option("--no-extract", help="Skip LLM graph extraction.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Redo every step, even for documents whose content and "
+                                                        "step code versions are unchanged since their last run.")] = False,
+    json: JsonOpt = False,
+) -> None:
+    """Ingest the enabled packs (or one) into Neo4j, without Dagster.
+
+    The same steps as the assets. Unchanged documents are skipped per step (change detection; --force redoes them). Exits 1
+    when a partition or an extraction call failed, after finishing the others."""
+    from dataclasses import asdict
+
+    from rag_engine.cli.progress import RichIngestProgress
+    from rag_engine.ingest import ingest_pack
+
+    use_json(ctx, json)
+    eng = engine(ctx, store=True)
+    packs = [eng.pack(pack)] if pack else list(eng.packs.values())
+    summary: dict[str, dict[str, Any]] = {}
+    with RichIngestProgress(err(), live=progress_wanted(ctx)) as observer:
+        if not progress_wanted(ctx) and not json:
+            observer.console.print(f"ingesting {', '.join(p.name for p in packs)}", markup=False)
+        for p in packs:
+            started = time.perf_counter()
+            reports = ingest_pack(eng, p, extract=not no_extract, skip_unchanged=not force, observer=observer)
+            summary[p.name] = {"steps": {name: asdict(r) for name, r in reports.items()},
+                               "totals": _ingest_totals(reports), "seconds": round(time.perf_counter() - started, 3)}
+    failed = sum(len(r["failed"]) + len(r["rejected"]) for s in summary.values() for r in s["steps"].values()) \
+        + sum(s["totals"]["extraction_failed_calls"] for s in summary.values())
+    if json:
+        emit_json(ctx, {"packs": summary, "failed": failed, "exit_code": CHECK_FAILED if failed else 0})
+    else:
+        render.ingest_summary(out(), summary)
+        if failed:
+            err().print(f"ingest finished with {failed} failure(s) (rejected documents, failed partitions or "
+                        "extraction calls): exit 1", style="red", markup=False)
+    if failed:
+        raise typer.Exit(CHECK_FAILED)
+
+
+# -- graph ------------------------------------------------------------------------------------
+
+def quality(ctx: typer.Context, json: JsonOpt = False) -> None:
+    """Graph quality report (read-only); exit 1 when a blocking check fails.
+
+    Blocking: orphan entities, dangling edges, missing provenance."""
+    from rag_engine.graph.quality import quality_report
+    from rag_engine.status import blocking_failures, quality_checks
+
+    use_json(ctx, json)
+    eng = engine(ctx, store=True)
+    report = quality_report(eng.driver, eng.database, sorted(eng.packs))
+    failing = blocking_failures(report)
+    if json:
+        emit_json(ctx, {**report, "checks": quality_checks(report), "blocking_failures": failing})
+    else:
+        render.quality(out(), report, quality_checks(report))
+        if failing:
+            err().print(f"blocking checks fail: {', '.join(failing)}; see `rag cleanup --dry-run`", style="red",
+                        markup=False)
+    if failing:
+        raise typer.Exit(CHECK_FAILED)
+
+
+def cleanup(
+    ctx: typer.Context,
+    approved_by: Annotated[str, typer.Option("--approved-by", help="Who approves the removal (required unless --dry-run).")] = "",
+    reason: Annotated[str, typer.Option("--reason", help="Why (required unless --dry-run).")] = "",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would be removed; change nothing.")] = False,
+    json: JsonOpt = False,
+) -> None:
+    """Remove stale graph paths (orphans, dangling edges, superseded chunks): needs --approved-by and --reason."""
+    from rag_engine.graph.cleanup import Approval, plan_cleanup, run_cleanup
+
+    use_json(ctx, json)
+    eng = engine(ctx, store=True)
+    packs = list(eng.packs)
+    if dry_run:
+        data = {"would_remove": plan_cleanup(eng.driver, eng.database, packs)}
+        emit_json(ctx, data) if json else render.counts(out(), "cleanup dry run: would remove", data["would_remove"])
+        return
+    approval = Approval(approved_by=approved_by, reason=reason) if approved_by and reason else None
+    data = run_cleanup(eng.driver, eng.database, packs, approval, run_id=f"cli-{int(time.time())}")
+    if json:
+        emit_json(ctx, data)
+    else:
+        render.counts(out(), "cleanup", {k: v for k, v in data.items() if not isinstance(v, dict)}
+                      | {f"removed {k}": v for k, v in (data.get("removed") or {}).items()})
+
+
+class Verdict(str, Enum):
+    useful = "useful"
+    harmful = "harmful"
+
+
+def feedback(
+    ctx: typer.Context,
+    path_id: Annotated[str, typer.Option("--path-id", help="The path id `rag query` prints for a graph candidate.")],
+    role: Annotated[str, typer.Option("--role", help="The caller's role: only paths it may read can be judged.")],
+    verdict: Annotated[Verdict, typer.Option("--verdict", help="Whether the path helped or misled.")],
+    actor: Annotated[str, typer.Option("--actor", help="Who gives the feedback.")],
+    note: Annotated[str, typer.Option("--note", help="Free text.")] = "",
+    query_text: Annotated[Optional[str], typer.Option("--query", help="The question the path answered.")] = None,
+    json: JsonOpt = False,
+) -> None:
+    """Record diagnostic feedback on a graph path as an (:Observation); never changes facts."""
+    from rag_engine.graph.feedback import decode_path_id, record_feedback
+    from rag_engine.retrieval.policy import gate
+
+    use_json(ctx, json)
+    eng = engine(ctx, store=True)
+    decision = gate(eng.cfg, role)  # as the role: a path it may not read is as unknown as a missing one
+    obs = record_feedback(eng.driver, eng.database, path=decode_path_id(path_id), verdict=verdict.value, note=note,
+                          actor=actor, query=query_text or "", collections=decision.collections)
+    if json:
+        emit_json(ctx, obs.model_dump(mode="json"))
+    else:
+        render.kv(out(), "feedback recorded", {k: v for k, v in obs.model_dump(mode="json").items()
+                                               if not isinstance(v, (list, dict))})
+
+
+# -- costs / status ---------------------------------------------------------------------------
+
+def costs(
+    ctx: typer.Context,
+    run_id: Annotated[Optional[str], typer.Option("--run-id", help="Only this run's calls.")] = None,
+    json: JsonOpt = False,
+) -> None:
+    """Usage and cost from the ledger, by provider, model and run (unknown costs stay unknown)."""
+    from rag_engine.providers.costs_cli import costs_report
+
+    use_json(ctx, json)
+    eng = engine(ctx)
+    text = costs_report(eng.cfg, eng.root, run_id=run_id, as_json=json)
+    if json:
+        import json as _json
+
+        emit_json(ctx, _json.loads(text))
+    else:
+        out().print(text, markup=False, highlight=False)
+
+
+def status(ctx: typer.Context, json: JsonOpt = False) -> None:
+    """The system on one screen: index, packs, graph quality, eval gate, spend, automation.
+
+    Config hash, embedder and index state, packs with document/chunk counts, graph quality
+    (blocking checks first), the latest eval gate, spend by model (24 h, all time) and the
+    automation state when DAGSTER_HOME is set."""
+    from rag_engine.status import collect_status
+
+    use_json(ctx, json)
+    data = collect_status(engine(ctx, store=True))
+    if json:
+        emit_json(ctx, data)
+    else:
+        render.status(out(), data)
+
+
+def reindex(
+    ctx: typer.Context,
+    keep_old: Annotated[bool, typer.Option("--keep-old", help="Keep the retired index and its vectors (switching "
+                                                               "back is then cheap).")] = False,
+    json: JsonOpt = False,
+) -> None:
+    """Blue/green re-index to the configured embedder; queries keep the old index until the switch."""
+    from rag_engine.reindex import render_text, run_reindex
+
+    use_json(ctx, json)
+    eng = engine(ctx, store=True)
+    live = progress_wanted(ctx)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(TextColumn("re-index {task.fields[phase]}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[note]}"), TimeRemainingColumn(), console=err(), disable=not live) as bar:
+        task = bar.add_task("reindex", total=None, phase="", note="")
+
+        def progress(p: Any) -> None:
+            bar.update(task, total=p.total or None, completed=p.done, phase=p.phase,
+                       note=f"{p.cache_hits} cached, {p.embedded} embedded")
+
+        report = run_reindex(eng, progress=progress, drop_old=not keep_old)
+    if json:
+        emit_json(ctx, report.model_dump(mode="json"))
+    else:
+        out().print(render_text(report), markup=False)
+
+
+__all__ = ["BAD_INPUT", "config_app", "packs_app", "query", "ingest", "quality", "cleanup", "feedback", "costs",
+           "status", "reindex"]

@@ -1,0 +1,85 @@
+"""What every command shares: exit codes, the two consoles, the JSON convention, the engine."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from rag_engine.engine import DEFAULT_CONFIG, Engine
+
+OK, CHECK_FAILED, BAD_INPUT = 0, 1, 2
+"""0 ok; 1 a check or gate failed (ingest with failures, a blocking quality check); 2 bad input,
+bad config, a typed engine error or an unreachable store."""
+
+EXIT_CODES = {OK: "ok", CHECK_FAILED: "a check or gate failed: ingest partitions or extraction calls failed, "
+              "a blocking graph quality check failed", BAD_INPUT: "bad input or config, a typed engine error, "
+              "Neo4j unreachable, nothing ingested yet"}
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine output: one JSON document on stdout, nothing else "
+                                                      "(progress and logs go to stderr).")]
+
+
+@dataclass
+class State:
+    """Root options, kept on the click context (``ctx.obj``)."""
+
+    config: str = DEFAULT_CONFIG
+    debug: bool = False
+    json: bool = False
+
+
+def state(ctx: typer.Context) -> State:
+    root = ctx.find_root()
+    if not isinstance(root.obj, State):
+        root.obj = State()
+    return root.obj
+
+
+def out() -> Console:
+    """Human output (stdout). Resolved per call so a test runner's captured stdout is used."""
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 140)  # a pipe or file: keep tables whole
+
+
+def err() -> Console:
+    """Errors, progress and notes (stderr); one line each, never wrapped."""
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def emit_json(ctx: typer.Context, payload: Any) -> None:
+    """The JSON mode's only stdout write."""
+    state(ctx).json = True
+    sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def use_json(ctx: typer.Context, flag: bool) -> bool:
+    """Remember JSON mode so the error boundary keeps stdout pure (an error is a JSON object there)."""
+    if flag:
+        state(ctx).json = True
+    return flag
+
+
+def engine(ctx: typer.Context, *, store: bool = False) -> Engine:
+    """The engine for the root --config; with ``store`` the Neo4j connection is checked first, so a
+    stopped server is one line after the connect timeout, not a retrying traceback."""
+    eng = Engine.from_path(state(ctx).config)
+    ctx.call_on_close(eng.close)
+    if store:
+        engine_store_check(ctx, eng)
+    return eng
+
+
+def engine_store_check(ctx: typer.Context, eng: Engine) -> None:
+    from rag_engine.graph.connection import check_reachable
+
+    check_reachable(eng.driver, eng.neo4j_target)
+
+
+def progress_wanted(ctx: typer.Context) -> bool:
+    """Progress bars only for a person: not in JSON mode, not when stderr is a pipe or file."""
+    return not state(ctx).json and sys.stderr.isatty()

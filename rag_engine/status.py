@@ -1,0 +1,181 @@
+"""`rag status`: the system on one screen, from what is already recorded (no model call, no write).
+
+Config hash; the active embedder against the one that built the index (IndexMeta) and how many
+current chunks carry a vector; per enabled pack the corpus, current documents and chunks; graph
+quality with the blocking checks first (the same counts and verdicts as the graph_quality asset);
+the latest eval gate file; spend by model over the last day and all time (usage ledger); and,
+when DAGSTER_HOME is set, the automation state read from the instance's SQLite files (never by
+importing Dagster: the engine does not depend on it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Mapping
+from contextlib import closing
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import neo4j
+
+from rag_engine.config import config_hash, under_root
+from rag_engine.engine import Engine
+
+BLOCKING_CHECKS = {"no_orphan_entities": "orphan_entities", "no_dangling_edges": "dangling_edges",
+                   "no_missing_provenance": "missing_provenance"}
+"""Graph quality checks that fail a run (ERROR, blocking); the graph_quality asset uses the same."""
+WARNING_CHECKS = {"no_stale_versions": "stale_versions"}
+
+_PACK_COUNTS = """
+UNWIND $packs AS pack
+OPTIONAL MATCH (d:Document {pack: pack})-[:HAS_VERSION]->(v:DocumentVersion {status: 'current'})
+WITH pack, count(DISTINCT d) AS documents
+OPTIONAL MATCH (c:Chunk {pack: pack}) WHERE c.active
+RETURN pack, documents, count(c) AS chunks, count(c[$prop]) AS embedded
+"""
+
+
+def quality_checks(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The report's checks as rows, blocking first: name, severity, count, passed."""
+    rows = [{"check": name, "severity": "blocking", "count": int(report[field]["count"]),
+             "passed": int(report[field]["count"]) == 0} for name, field in BLOCKING_CHECKS.items()]
+    rows += [{"check": name, "severity": "warning", "count": int(report[field]["count"]),
+              "passed": int(report[field]["count"]) == 0} for name, field in WARNING_CHECKS.items()]
+    latest = report.get("latest_run")
+    rows.append({"check": "latest_extraction_run", "severity": "warning", "count": None,
+                 "passed": latest is None or latest.get("status") == "complete"})
+    return rows
+
+
+def blocking_failures(report: Mapping[str, Any]) -> list[str]:
+    return [r["check"] for r in quality_checks(report) if r["severity"] == "blocking" and not r["passed"]]
+
+
+def _store(engine: Engine) -> dict[str, Any]:
+    from rag_engine.graph.quality import quality_report
+    from rag_engine.graph.schema import EMBEDDING_PROPERTY, current_embedder
+
+    packs = sorted(engine.packs)
+    meta = current_embedder(engine.driver, engine.database)
+    prop = meta["property"] if meta else EMBEDDING_PROPERTY  # the active index's vectors (blue/green)
+    records, _, _ = engine.driver.execute_query(_PACK_COUNTS, packs=packs, prop=prop, database_=engine.database,
+                                                routing_=neo4j.RoutingControl.READ)
+    counts = {r["pack"]: dict(r) for r in records}
+    active = engine.embedder_identity
+    chunks = sum(c["chunks"] for c in counts.values())
+    embedded = sum(c["embedded"] for c in counts.values())
+    if meta is None:
+        state = "no index: run `rag ingest`"
+    elif meta["identity"] != active:
+        state = f"built by another embedder ({meta['identity']}): run `rag reindex`"
+    elif embedded < chunks:
+        state = f"{chunks - embedded} current chunk(s) without a vector: run `rag ingest`"
+    else:
+        state = "ok"
+    report = quality_report(engine.driver, engine.database, packs)
+    return {"counts": counts, "index": {"active_identity": active, "index_identity": meta and meta["identity"],
+                                        "dimension": meta and meta["dimension"], "chunks": chunks,
+                                        "embedded": embedded, "state": state},
+            "quality": {"checks": quality_checks(report), "blocking_failures": blocking_failures(report),
+                        "graph_size": report["graph_size"], "latest_run": report["latest_run"]}}
+
+
+def _gate(engine: Engine) -> dict[str, Any] | None:
+    """The newest gate.json among var/eval (the Makefile's) and evals.reports_dir."""
+    candidates = [under_root(engine.root, d) / "gate.json" for d in ("var/eval", engine.cfg.evals.reports_dir)]
+    found = sorted((p for p in candidates if p.is_file()), key=lambda p: p.stat().st_mtime, reverse=True)
+    if not found:
+        return None
+    path = found[0]
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return {"path": str(path.relative_to(engine.root)) if path.is_relative_to(engine.root) else path.name,
+                "status": "unreadable", "reasons": [str(exc)]}
+    return {"path": str(path.relative_to(engine.root)) if path.is_relative_to(engine.root) else path.name,
+            "status": data.get("status"), "exit_code": data.get("exit_code"),
+            "reasons": list(data.get("reasons") or [])[:5],
+            "at": datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).isoformat(timespec="seconds")}
+
+
+def _spend(engine: Engine) -> dict[str, Any]:
+    """Calls and cost per requested model, over the last day and all time; unknown cost stays unknown."""
+    since = datetime.now(timezone.utc) - timedelta(days=1)
+    out: dict[str, dict[str, Any]] = {}
+    try:
+        records = engine.ledger.records()
+    finally:
+        if "ledger" in engine.__dict__:
+            engine.ledger.dispose()
+    for rec in records:
+        at = rec.created_at if rec.created_at.tzinfo else rec.created_at.replace(tzinfo=timezone.utc)
+        row = out.setdefault(rec.requested_model, {
+            "model": rec.requested_model, "provider": rec.provider,
+            "day": {"calls": 0, "cost": Decimal(0), "unknown_cost_calls": 0},
+            "all": {"calls": 0, "cost": Decimal(0), "unknown_cost_calls": 0}})
+        for window in ("all", "day") if at >= since else ("all",):
+            w = row[window]
+            w["calls"] += 1
+            if rec.cost is None:
+                w["unknown_cost_calls"] += 1
+            else:
+                w["cost"] += rec.cost
+    for row in out.values():
+        for window in ("day", "all"):
+            row[window]["cost"] = format(row[window]["cost"], "f")
+    return {"models": sorted(out.values(), key=lambda r: r["model"])}
+
+
+def _automation(env: Mapping[str, str]) -> dict[str, Any] | None:
+    """Schedules and sensors (on/off) and the latest runs, from a SQLite Dagster instance."""
+    home = env.get("DAGSTER_HOME")
+    if not home:
+        return None
+    base = Path(home)
+    out: dict[str, Any] = {"dagster_home": base.name, "instigators": [], "runs": []}
+    schedules, runs = base / "schedules" / "schedules.db", base / "history" / "runs.db"
+    if not schedules.is_file() and not runs.is_file():
+        out["note"] = "no local run or schedule storage (not started yet, or a Postgres instance: see the UI)"
+        return out
+    try:
+        if schedules.is_file():
+            with closing(sqlite3.connect(f"file:{schedules}?mode=ro", uri=True, timeout=1)) as db:
+                for body, status in db.execute("SELECT instigator_body, status FROM instigators"):
+                    name = json.loads(body).get("name") if body else None
+                    out["instigators"].append({"name": name, "status": status})
+        if runs.is_file():
+            with closing(sqlite3.connect(f"file:{runs}?mode=ro", uri=True, timeout=1)) as db:
+                for run_id, job, status, updated in db.execute(
+                        "SELECT run_id, pipeline_name, status, update_timestamp FROM runs "
+                        "ORDER BY update_timestamp DESC LIMIT 5"):
+                    out["runs"].append({"run_id": run_id[:8], "job": job, "status": status, "updated": str(updated)})
+    except (sqlite3.Error, ValueError) as exc:  # another Dagster version's layout: say so, don't fail status
+        out["note"] = f"instance storage not readable ({type(exc).__name__})"
+    return out
+
+
+def collect_status(engine: Engine, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Everything `rag status` shows; Neo4j must be reachable (the CLI checks first)."""
+    from rag_engine.documents import discover
+
+    env = os.environ if env is None else env
+    store = _store(engine)
+    packs = []
+    for name, pack in sorted(engine.packs.items()):
+        c = store["counts"].get(name, {})
+        packs.append({"pack": name, "domain": pack.entry.domain, "extraction": pack.entry.extraction,
+                      "corpus_documents": len(discover(pack)), "documents": c.get("documents", 0),
+                      "chunks": c.get("chunks", 0), "embedded": c.get("embedded", 0)})
+    return {
+        "config_hash": config_hash(engine.cfg),
+        "embedder": store["index"],
+        "packs": packs,
+        "quality": store["quality"],
+        "eval_gate": _gate(engine),
+        "spend": _spend(engine),
+        "automation": _automation(env),
+    }

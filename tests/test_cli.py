@@ -1,0 +1,147 @@
+"""`rag` on typer: help on everything, --version, exit codes, JSON purity, friendly store errors,
+and ingest change detection (a no-change re-run writes nothing)."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import neo4j
+import pytest
+import typer
+
+from rag_engine.cli import app
+from rag_engine.ingest import ingest_pack
+from tests.support.cli import rag
+from tests.support.packs import POLICY, RUNBOOK, temp_pack
+
+
+def _commands(cmd, path: tuple[str, ...] = ()):
+    """Typer's command tree (typer ships its own click: no isinstance against the click package)."""
+    yield path, cmd
+    if hasattr(cmd, "list_commands"):
+        ctx = typer.Context(cmd)
+        for name in cmd.list_commands(ctx):
+            yield from _commands(cmd.get_command(ctx, name), (*path, name))
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_every_command_and_option_has_help():
+    root = typer.main.get_command(app)
+    seen = []
+    for path, cmd in _commands(root):
+        res = rag(*path, "--help")
+        assert res.exit_code == 0, (path, res.stderr)
+        assert (cmd.help or "").strip(), f"{' '.join(path)} has no help"
+        for param in cmd.params:
+            if param.name in ("help",):
+                continue
+            assert (getattr(param, "help", None) or "").strip(), f"{' '.join(path)} {param.name} has no help"
+        seen.append(" ".join(path))
+    assert {"query", "ingest", "status", "quality", "cleanup", "feedback", "costs", "config check",
+            "packs smoke"} <= set(seen)
+    for path, cmd in _commands(root):  # --json on every leaf command
+        if not hasattr(cmd, "list_commands"):
+            assert any("--json" in p.opts for p in cmd.params), f"{' '.join(path)} lacks --json"
+
+
+def test_version():
+    res = rag("--version")
+    assert res.exit_code == 0 and res.stdout.startswith("rag ")
+
+
+def test_usage_errors_exit_2():
+    assert rag("query", "x").exit_code == 2  # --role missing
+    assert rag("feedback", "--path-id", "x", "--role", "public", "--verdict", "maybe", "--actor", "a").exit_code == 2
+    assert rag("no-such-command").exit_code == 2
+
+
+def test_neo4j_down_is_one_line_and_exit_2():
+    uri = f"bolt://127.0.0.1:{_closed_port()}"
+    for args in (("status",), ("quality",), ("query", "x", "--role", "public")):
+        res = rag(*args, env={"NEO4J_URI": uri})
+        assert res.exit_code == 2, (args, res.stdout, res.stderr)
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and "StoreUnavailable" in lines[0] and uri in lines[0]
+        assert "make neo4j-start" in lines[0] and "Traceback" not in res.stderr
+    res = rag("status", "--json", env={"NEO4J_URI": uri})
+    assert res.exit_code == 2 and json.loads(res.stdout)["error"]["type"] == "StoreUnavailable"
+
+
+@pytest.mark.parametrize("args", [("config", "check", "--json"), ("packs", "smoke", "--json"), ("costs", "--json"),
+                                  ("quality", "--json"), ("status", "--json")])
+def test_json_mode_prints_one_json_document(args, neo4j_driver):
+    res = rag(*args)
+    assert res.exit_code in (0, 1), res.stderr  # quality may fail a check on a shared store
+    json.loads(res.stdout)
+
+
+def test_bad_k_is_input_error_exit_2(ingested_engine):
+    res = rag("query", "right to erasure", "--role", "legal_analyst", "-k", "0", "--no-generate")
+    assert res.exit_code == 2 and "QueryInputError" in res.stderr and "Traceback" not in res.stderr
+    res = rag("query", "right to erasure", "--role", "legal_analyst", "-k", "0", "--json")
+    assert res.exit_code == 2 and json.loads(res.stdout)["error"]["type"] == "QueryInputError"
+
+
+def test_query_text_shows_candidates_expansions_and_answer_method(ingested_engine):
+    res = rag("query", "Article 17(1)", "--role", "legal_analyst", "--no-generate")
+    assert res.exit_code == 0, res.stderr
+    assert "candidates" in res.stdout and "answer (extractive" in res.stdout
+    assert "no generation model call" in res.stdout  # the fallback is said plainly, not only in --json
+
+
+def test_quality_exits_1_on_a_failing_blocking_check(neo4j_driver, unique):
+    pack = "company_x_kb"  # an enabled pack: quality reads the configured ones
+    neo4j_driver.execute_query("CREATE (:Entity {pack: $pack, name: $name, key: $name})", pack=pack, name=unique)
+    try:
+        res = rag("quality", "--json")
+        assert res.exit_code == 1
+        data = json.loads(res.stdout)
+        assert "no_orphan_entities" in data["blocking_failures"]
+        assert rag("quality").exit_code == 1
+    finally:
+        neo4j_driver.execute_query("MATCH (e:Entity {name: $name}) DETACH DELETE e", name=unique)
+
+
+class _Writes:
+    """Counts query results whose summary reports an update (nodes, relationships, properties, labels)."""
+
+    def __init__(self, monkeypatch):
+        self.updates: list[dict] = []
+        original = neo4j._sync.work.result.Result._handle_warnings
+
+        def spy(result):
+            stats = result._metadata.get("stats") or {}
+            if any(v for k, v in stats.items() if k not in ("contains-updates", "contains-system-updates")):
+                self.updates.append(stats)
+            return original(result)
+
+        monkeypatch.setattr(neo4j._sync.work.result.Result, "_handle_warnings", spy)
+
+
+def test_a_no_change_reingest_skips_every_step_and_writes_nothing(engine, tmp_path, unique, monkeypatch):
+    pack = temp_pack(engine, unique, tmp_path / "corpus", {"policy.md": POLICY, "runbook.md": RUNBOOK})
+    first = ingest_pack(engine, pack, extract=False, skip_unchanged=True)
+    assert len(first["chunk_index"].done) == 2 and not first["chunk_index"].unchanged
+
+    writes = _Writes(monkeypatch)
+    again = ingest_pack(engine, pack, extract=False, skip_unchanged=True)
+    assert all(not r.done and not r.failed and len(r.unchanged) == 2 for r in again.values()), \
+        {k: (len(r.done), len(r.unchanged)) for k, r in again.items()}
+    assert writes.updates == []
+
+    # one changed document: its steps run, the other's only where the pack-wide graph step needs it
+    (tmp_path / "corpus" / "runbook.md").write_text(RUNBOOK + "\nCall the service desk.\n", encoding="utf-8")
+    third = ingest_pack(engine, pack, extract=False, skip_unchanged=True)
+    assert len(third["chunks"].done) == 1 and len(third["chunks"].unchanged) == 1
+    assert len(third["graph_writes"].done) == 2  # references are resolved across the pack
+    assert writes.updates  # the changed document was written
+
+    forced = ingest_pack(engine, pack, extract=False, skip_unchanged=False)
+    assert len(forced["chunk_index"].done) == 2 and not forced["chunk_index"].unchanged
+    engine.driver.execute_query("MATCH (n) WHERE n.pack = $p DETACH DELETE n", p=unique)
