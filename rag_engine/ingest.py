@@ -317,7 +317,7 @@ def ingest_pack(engine: Engine, pack: DomainPack, keys: list[str] | None = None,
     reports = {}
     for name, fn in steps:
         def unchanged(k: str, name: str = name) -> bool:
-            artifact = _STEP_ARTIFACT.get(name)
+            artifact = _STEP_ARTIFACT.get(name) if name != "llm_extraction" or pack.entry.extraction else None
             return (old.get(k, {}).get(name) == wanted[name] and not (ran[k] & set(STEP_DEPS[name]))
                     and (artifact is None or engine.artifacts.exists(pack.name, k, artifact)))
 
