@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
 
@@ -32,7 +33,7 @@ class RichIngestProgress(IngestObserver):
 
     def step_started(self, pack: str, step: str, total: int, unchanged: int) -> None:
         note = f"{unchanged} unchanged" if unchanged else ""
-        self._steps[(pack, step)] = self.progress.add_task(f"[{pack}] {step}", total=total - unchanged or None,
+        self._steps[(pack, step)] = self.progress.add_task(escape(f"[{pack}] {step}"), total=total - unchanged or None,
                                                            note=note, completed=0)
         if total == unchanged:
             self.progress.update(self._steps[(pack, step)], total=1, completed=1)

@@ -108,8 +108,8 @@ def ingest_summary(console: Console, packs: dict[str, dict[str, Any]]) -> None:
             table.add_row(pack, step, str(len(r["done"])), str(len(r["unchanged"])), str(len(r["rejected"])),
                           str(len(r["skipped"])), f"[red]{failed}[/red]" if failed else "0", f"{r['seconds']:.1f}")
     console.print(table)
-    totals = _table("ingest: per pack", "pack", "documents", "chunks", "refs resolved", "unresolved",
-                    "inferred edges", "extraction failed calls", "seconds")
+    totals = _table("ingest: per pack (what this run wrote)", "pack", "documents", "chunks", "refs resolved",
+                    "unresolved", "inferred", "failed calls", "s")
     for pack, info in packs.items():
         t = info["totals"]
         totals.add_row(pack, str(t["documents"]), str(t["chunks"]), str(t["resolved"]), str(t["unresolved"]),
