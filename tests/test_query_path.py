@@ -42,8 +42,10 @@ def test_relational_question_traverses_and_shows_paths(ingested_engine):
 def test_exact_reference_stays_above_graph_candidates(ingested_engine):
     out = run_query(ingested_engine, "Which supervisory authority supervises the controller under Article 55(1)?",
                     "legal_analyst", generate=False)
-    first = out.retrieval.candidates[0]
-    assert first.exact and first.anchor == "gdpr-ch06#art55-p1"
+    # not a lookup (more than the reference is asked), so the exact hit is one fused leg: near
+    # the top, and never below a graph candidate
+    top = [c.anchor for c in out.retrieval.candidates[:3] if c.exact]
+    assert top == ["gdpr-ch06#art55-p1"]
     positions = [i for i, c in enumerate(out.retrieval.candidates) if c.path]
     exact_positions = [i for i, c in enumerate(out.retrieval.candidates) if c.exact]
     assert not positions or max(exact_positions) < min(positions)

@@ -76,12 +76,12 @@ def test_reference_expansion_adds_cited_chunks(ingested_engine):
 
 def test_query_with_another_embedder_demands_reindex(ingested_engine, tmp_path):
     cfg = ingested_engine.cfg
-    active = cfg.defaults.embedding_model
-    models = tuple(m.model_copy(update={"dimension": 256}) if m.name == active else m for m in cfg.models)
-    other = Engine(cfg.model_copy(update={"models": models}), ingested_engine.root, ingested_engine.env)
-    try:
+    other_model = "hash-embed-384" if cfg.defaults.embedding_model != "hash-embed-384" else "e5-small"
+    defaults = cfg.defaults.model_copy(update={"embedding_model": other_model})
+    other = Engine(cfg.model_copy(update={"defaults": defaults}), ingested_engine.root, ingested_engine.env)
+    try:  # the check runs in the vector query's transaction, so the dense leg must be on
         with pytest.raises(EmbedderMismatch, match="re-index"):
-            retrieve(other, "right to erasure", "legal_analyst")
+            retrieve(other, "right to erasure", "legal_analyst", weights={"dense": 1.0})
     finally:
         other.close()
 

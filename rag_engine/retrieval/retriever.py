@@ -5,6 +5,7 @@ expansion (reported apart). Every step and its timing lands in the trace."""
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -88,6 +89,15 @@ def question_references(engine: Engine, text: str,
         if 0 <= start < end <= len(residual):
             residual = residual[:start] + " " + residual[end:]
     return list(dict.fromkeys(keys)), residual
+
+
+_EMBEDDER_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="query-embed")
+
+
+def _timed_embed(engine: Engine, query: str) -> tuple[list[float], float]:
+    started = time.perf_counter()
+    vec = engine.embed_texts([query], purpose="query")[0]
+    return vec, round((time.perf_counter() - started) * 1000, 2)
 
 
 def check_question(query: str, k: int | None, cfg: RetrievalConfig) -> int:
@@ -196,6 +206,8 @@ def retrieve(engine: Engine, query: str, role: str, *, k: int | None = None,
         return result
 
     drv, db = engine.driver, engine.database
+    # the question's embedding (a model call) runs while the store answers the other legs
+    embedding = _EMBEDDER_POOL.submit(_timed_embed, engine, query) if legs["dense"] > 0 else None
     packs = [p for p in engine.packs.values() if set(p.manifest.collections) & set(decision.collections)]
     with trace.step("exact_references", weight=legs["exact"], max_exact=cfg.max_exact) as t:
         keys, residual = question_references(engine, query, packs) \
@@ -212,12 +224,14 @@ def retrieve(engine: Engine, query: str, role: str, *, k: int | None = None,
     with trace.step("dense", embedder=engine.embedder_identity, weight=legs["dense"]) as t:
         dense: list[dict[str, Any]] = []
         if legs["dense"] > 0:
-            check_embedder(drv, db, engine.embedder_identity)
-            vec = engine.embed_texts([query], purpose="query")[0]
+            assert embedding is not None
+            vec, t["embed_ms"] = embedding.result()
             if _is_zero(vec):  # no indexable word for this embedder: nothing to compare with
                 t["skipped"] = "zero_vector"
-            else:
-                dense = store_reads.vector(drv, db, vec, decision.collections, cfg.dense_k)
+                check_embedder(drv, db, engine.embedder_identity)  # a stale index still says so
+            else:  # the embedder check runs in the vector query's own transaction
+                dense = store_reads.vector(drv, db, vec, decision.collections, cfg.dense_k,
+                                           identity=engine.embedder_identity)
         t["hits"] = len(dense)
     with trace.step("fusion", method="weighted_rrf", rrf_k=cfg.rrf_k, weights=legs) as t:
         exact_rows, ambiguous, ambiguous_docs = exact_hits(key_rows, docs_by_key, lexical, cfg.max_exact) \

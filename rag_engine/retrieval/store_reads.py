@@ -8,6 +8,7 @@ from typing import Any
 
 import neo4j
 
+from rag_engine.errors import EmbedderMismatch
 from rag_engine.graph.schema import CHUNK_FULLTEXT, VECTOR_INDEX
 
 _LUCENE_SPECIAL = re.compile(r'([+\-!(){}\[\]^"~*?:\\/]|&&|\|\|)')
@@ -51,26 +52,44 @@ def fulltext(driver: neo4j.Driver, database: str, text: str, collections: tuple[
 VECTOR_FETCH_CAP = 5000
 
 
-def vector(driver: neo4j.Driver, database: str, embedding: list[float], collections: tuple[str, ...],
-           k: int) -> list[dict]:
-    """Nearest permitted, current chunks. The index cannot filter, so it is over-fetched and the
-    fetch grows (x4, up to VECTOR_FETCH_CAP) until k permitted hits are found: a role that may
-    read a small collection of a large corpus still gets its k nearest chunks."""
+def _vector_in_tx(tx: neo4j.ManagedTransaction, embedding: list[float], collections: tuple[str, ...], k: int,
+                  identity: str) -> list[dict]:
+    meta = tx.run(f"MATCH (m:IndexMeta {{name: '{VECTOR_INDEX}'}}) "
+                  f"RETURN m.identity AS identity, coalesce(m.index, '{VECTOR_INDEX}') AS index").single()
+    if meta is None:
+        raise EmbedderMismatch("no chunk index exists yet: materialize chunk_index first")
+    if meta["identity"] != identity:
+        raise EmbedderMismatch(f"index built with {meta['identity']!r}, query uses {identity!r}: "
+                               f"a full re-index is required (`rag reindex`)")
     fetch = max(k * 5, 50)
     while True:
-        rows = read(
-            driver, database,
-            # the active index (blue/green re-index: IndexMeta names it; its first one is VECTOR_INDEX)
-            f"MATCH (m:IndexMeta {{name: '{VECTOR_INDEX}'}}) "
-            f"CALL db.index.vector.queryNodes(coalesce(m.index, '{VECTOR_INDEX}'), $fetch, $embedding) "
-            f"YIELD node AS c, score "
-            f"WHERE c.active AND coalesce(c.eligible, true) AND c.collection IN $collections "
+        rows = [r.data() for r in tx.run(
+            "CALL db.index.vector.queryNodes($index, $fetch, $embedding) YIELD node AS c, score "
+            "WHERE c.active AND coalesce(c.eligible, true) AND c.collection IN $collections "
             f"RETURN {_CHUNK_FIELDS}, score ORDER BY score DESC LIMIT $k",
-            embedding=embedding, collections=list(collections), k=k, fetch=fetch,
-        )
+            index=meta["index"], embedding=embedding, collections=list(collections), k=k, fetch=fetch)]
         if len(rows) >= k or fetch >= VECTOR_FETCH_CAP:
             return rows
         fetch = min(fetch * 4, VECTOR_FETCH_CAP)
+
+
+def vector(driver: neo4j.Driver, database: str, embedding: list[float], collections: tuple[str, ...],
+           k: int, identity: str | None = None) -> list[dict]:
+    """Nearest permitted, current chunks from the active vector index (IndexMeta names it: a
+    blue/green re-index switches it). With ``identity``, the embedder that made ``embedding`` is
+    checked against the index's in the same transaction: a query vector can never be compared in
+    another embedder's space, even while a re-index switches over (the old index outlives the switch).
+
+    The index cannot filter, so it is over-fetched and the fetch grows (x4, up to
+    VECTOR_FETCH_CAP) until k permitted hits are found: a role that may read a small collection
+    of a large corpus still gets its k nearest chunks."""
+    if identity is None:  # callers that checked the embedder themselves (benchmarks, evals)
+        from rag_engine.graph.schema import current_embedder
+
+        current = current_embedder(driver, database)
+        identity = current["identity"] if current else ""
+    with driver.session(database=database, default_access_mode=neo4j.READ_ACCESS) as session:
+        return session.execute_read(_vector_in_tx, embedding, collections, k, identity)
 
 
 def by_keys(driver: neo4j.Driver, database: str, keys: list[str], collections: tuple[str, ...],
