@@ -74,15 +74,18 @@ eval: setup
 	EMBED_LOCAL_PORT=$(EVAL_EMBED_PORT) EMBED_LOCAL_DIR=$(EVAL_DIR)/embed tools/embed-local/start.sh; \
 	$(EVAL_ENV) $(VENV)/bin/rag ingest; \
 	$(EVAL_ENV) $(PY) -m evals.runner --output $(EVAL_DIR)/report.json
+	$(PY) -m evals.xref --output $(EVAL_DIR)/xref.json
 
 # Exit 0 pass, 1 regression, 2 incomparable: against the committed baseline.
 eval-gate: eval
 	$(PY) -m evals.gates --config config/engine.yaml --report $(EVAL_DIR)/report.json \
 		--baseline-report evals/reports/BASELINE.json --output $(EVAL_DIR)/gate.json $(if $(ACCEPT),--accept $(ACCEPT))
+	$(PY) -m evals.xref --gate --output $(EVAL_DIR)/xref.json
 
 # Replace the baseline with a fresh report (review the diff, commit with a reason).
 baseline: eval
 	cp $(EVAL_DIR)/report.json evals/reports/BASELINE.json
+	cp $(EVAL_DIR)/xref.json evals/reports/XREF_BASELINE.json
 
 clean: neo4j-stop postgres-stop embed-stop
 	rm -rf var tools/neo4j-local/.state tools/postgres-local/.state tools/embed-local/.state
