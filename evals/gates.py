@@ -72,8 +72,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from evals.report import METRIC_NAMES, SCHEMA, EvalReport, load_report, report_sha256
 from rag_engine import yaml_safe
+from rag_engine.approvals import ACCEPT_GATE_REGRESSION, Approval, inputs_hash, require
 from rag_engine.config import EvalsConfig, load_config
-from rag_engine.errors import EvalInputError, IncomparableReports, RagError
+from rag_engine.errors import ApprovalError, EvalInputError, IncomparableReports, RagError
 
 GATE_SCHEMA = "rag-eval-gate/2"
 Status = Literal["pass", "regression", "accepted", "incomparable"]
@@ -166,6 +167,18 @@ class Acceptance(_Frozen):
         if not value.strip():
             raise ValueError("must not be empty")
         return value.strip()
+
+    def as_approval(self) -> Approval:
+        """The acceptance as the one approval type: action ``accept_gate_regression`` bound to
+        both report hashes (``acceptance_inputs``); ``at`` is its date, else now."""
+        at = {"at": dt.datetime.combine(self.date, dt.time(0), tzinfo=dt.timezone.utc)} if self.date else {}
+        return Approval(approved_by=self.accepted_by, reason=self.reason, action=ACCEPT_GATE_REGRESSION,
+                        inputs_hash=inputs_hash(acceptance_inputs(self.baseline_sha256, self.candidate_sha256)), **at)
+
+
+def acceptance_inputs(baseline_sha: str | None, candidate_sha: str | None) -> dict[str, str | None]:
+    """What accepting a gate regression acts on: the two exact report files."""
+    return {"baseline_sha256": baseline_sha, "candidate_sha256": candidate_sha}
 
 
 class AcceptanceOutcome(_Frozen):
@@ -523,6 +536,11 @@ def _judge_acceptance(
     if acc.candidate_sha256 != candidate_sha:
         problems.append(f"candidate_sha256 {acc.candidate_sha256[:12]} does not match the candidate report "
                         f"({(candidate_sha or 'unknown')[:12]})")
+    if not problems:  # the one approval path: an acceptance is an Approval of accept_gate_regression
+        try:
+            require(acc.as_approval(), ACCEPT_GATE_REGRESSION, acceptance_inputs(baseline_sha, candidate_sha))
+        except ApprovalError as exc:
+            problems.append(str(exc))
     return AcceptanceOutcome(source=source, **acc.model_dump(), matched=not problems, applied=False,
                              problems=tuple(problems))
 
@@ -729,10 +747,39 @@ def run(config: str, report: str, baseline_report: str | None, output: str, acce
         result = evaluate_gate(loaded["candidate"], loaded.get("baseline"), cfg, candidate_sha=cand_sha,
                                baseline_sha=base_sha, acceptance=acc_raw, acceptance_source=accept,
                                acceptance_error=acc_error, configured_generation=audit.generation, audit=audit)
+    if engine_cfg is not None and acc_raw is not None:
+        _audit_acceptance(engine_cfg, acc_raw, base_sha, cand_sha, outcome=result.acceptance)
     out = Path(output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result.to_json(), indent=2) + "\n", encoding="utf-8")
     return result
+
+
+def _audit_acceptance(engine_cfg: Any, raw: Any, base_sha: str | None, cand_sha: str | None, *,
+                      outcome: AcceptanceOutcome | None) -> None:
+    """Write the acceptance to the audit trail (the ledger database) as an approval check:
+    ``approval_granted`` when it was applied, ``approval_refused`` when it does not bind these
+    reports; nothing when it matched but had no regression to waive."""
+    if outcome is None or (outcome.matched and not outcome.applied):
+        return
+    import os
+
+    from rag_engine.audit import AuditTrail
+    from rag_engine.providers.ledger import ledger_url
+
+    try:
+        acc = Acceptance.model_validate(raw)
+    except ValidationError:
+        return  # not an approval at all: reported under acceptance.problems
+    trail = AuditTrail(ledger_url(engine_cfg, os.environ, Path(__file__).resolve().parents[1]))
+    try:
+        inputs = acceptance_inputs(base_sha, cand_sha)
+        try:
+            require(acc.as_approval(), ACCEPT_GATE_REGRESSION, inputs, audit=trail)
+        except ApprovalError:
+            pass  # refused: recorded, and the gate reports it under acceptance.problems
+    finally:
+        trail.dispose()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -748,6 +795,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = run(args.config, args.report, args.baseline_report, args.output, args.accept)
     except OSError as exc:  # the output cannot be written: not a regression, so never exit 1
         print(f"eval gate: cannot write {args.output}: {exc}", file=sys.stderr)
+        return EXIT_CODES["incomparable"]
+    except RagError as exc:  # the audit trail could not record the acceptance
+        print(f"eval gate: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_CODES["incomparable"]
     print(summary(result))
     return result.exit_code

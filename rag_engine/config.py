@@ -299,6 +299,19 @@ class AutomationConfig(Frozen):
     max_auto_cost_usd: float = Field(0.0, ge=0)
 
 
+class AuditConfig(Frozen):
+    """The append-only audit trail (rag_engine/audit.py), kept in the usage ledger's database."""
+
+    enabled: bool = True
+    retention_days: int = Field(365, ge=1)
+    """Records older than this many days (whole UTC days) may be deleted, and only by an approved action."""
+    sensitive_collections: tuple[str, ...] = ()
+    """A query that may read any of these collections is audited without its question text."""
+    on_write_error: Literal["fail", "log"] = "fail"
+    """``fail``: a query whose audit record cannot be written raises (no unaudited answers);
+    ``log``: the record is logged instead and the answer is returned."""
+
+
 class EngineConfig(Frozen):
     version: Literal[1] = 1
     storage: StorageConfig = StorageConfig()
@@ -315,6 +328,7 @@ class EngineConfig(Frozen):
     context: ContextBudgetsConfig = ContextBudgetsConfig()
     evals: EvalsConfig = EvalsConfig()
     automation: AutomationConfig = AutomationConfig()
+    audit: AuditConfig = AuditConfig()
     pricing_file: str = "config/pricing.yaml"
     max_document_bytes: int = Field(5_000_000, ge=1)
 

@@ -121,3 +121,19 @@ class IncomparableReports(RagError):
 
 class QueryInputError(RagError):
     """A question or query option is unusable (k out of range, too long, not valid text)."""
+
+
+class ApprovalError(RagError):
+    """A mutating operator action was refused for want of a valid approval; nothing was changed."""
+
+
+class ApprovalRequired(ApprovalError):
+    """The action changes state and no approval was given."""
+
+
+class ApprovalMismatch(ApprovalError):
+    """The approval names another action, or binds other inputs than the ones the action would act on."""
+
+
+class AuditError(RagError):
+    """The audit trail could not be written or read."""

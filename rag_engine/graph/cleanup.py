@@ -1,7 +1,8 @@
 """Stale-path cleanup: remove what the quality report calls dangling, orphaned or stale.
 
-Deleting graph data is an action a person answers for, so it requires an Approval (who, why);
-without one nothing is deleted. ``plan_cleanup`` counts what would go (a dry run). Current
+Deleting graph data is an action a person answers for, so it requires an approval
+(``rag_engine.approvals``: who, why, and the sha256 of the cleanup plan it approves); without
+one, or with one bound to another plan, nothing is deleted. ``plan_cleanup`` counts what would go (a dry run). Current
 data is never touched: only edges whose evidence is not current, entities no current chunk
 mentions, and the chunk nodes of superseded versions (the DocumentVersion node stays, with its
 superseded status, as the record).
@@ -14,15 +15,19 @@ from typing import Any
 import neo4j
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from rag_engine.errors import RagError
+from rag_engine import approvals
+from rag_engine.errors import ApprovalMismatch, ApprovalRequired
 from rag_engine.retrieval.store_reads import read
 
 
-class CleanupNotApproved(RagError):
+class CleanupNotApproved(ApprovalRequired):
     """A cleanup was requested without an approval naming who and why."""
 
 
-class Approval(BaseModel):
+class CleanupApproval(BaseModel):
+    """Legacy approval (who, why) not bound to a plan: ``run_cleanup`` binds it to the plan it
+    reads itself. Prefer ``rag_engine.approvals.Approval`` bound with ``cleanup_inputs``."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     approved_by: str
@@ -34,6 +39,9 @@ class Approval(BaseModel):
         if not v or not v.strip():
             raise ValueError("must not be blank")
         return v.strip()
+
+
+Approval = CleanupApproval  # the old name, still imported by callers that predate rag_engine.approvals
 
 
 # What counts as stale, once: each entry selects the stale records as `x` and says how to remove
@@ -62,20 +70,48 @@ def plan_cleanup(driver: neo4j.Driver, database: str, packs: list[str]) -> dict[
             for name, (match, _) in STALE.items()}
 
 
-def run_cleanup(driver: neo4j.Driver, database: str, packs: list[str], approval: Approval | None,
-                *, run_id: str) -> dict[str, Any]:
-    """Remove stale paths in one transaction and record who approved it; refuse without approval."""
+def cleanup_inputs(driver: neo4j.Driver, database: str, packs: list[str]) -> dict[str, Any]:
+    """The canonical inputs a cleanup approval binds: database, packs and the plan's counts."""
+    return {"database": database, "packs": sorted(packs), "plan": plan_cleanup(driver, database, packs)}
+
+
+def run_cleanup(driver: neo4j.Driver, database: str, packs: list[str],
+                approval: approvals.Approval | CleanupApproval | None, *, run_id: str,
+                audit: Any = None) -> dict[str, Any]:
+    """Remove stale paths in one transaction and record who approved it.
+
+    Refused before anything is deleted without an approval, or with one for another action or
+    another plan (``ApprovalMismatch``; the plan is re-counted inside the deleting transaction
+    too). ``audit`` (an AuditTrail) records the approval check."""
     if approval is None:
-        raise CleanupNotApproved("cleanup deletes graph data: an approval with approved_by and reason is required")
+        inputs = cleanup_inputs(driver, database, packs)
+        if audit is not None:
+            audit.record_approval(action=approvals.GRAPH_CLEANUP, approval=None,
+                                  expected_hash=approvals.inputs_hash(inputs), refused="CleanupNotApproved")
+        raise CleanupNotApproved("cleanup deletes graph data: an approval with approved_by and reason, bound to the "
+                                 f"plan (sha256 {approvals.inputs_hash(inputs)}), is required")
+    inputs = cleanup_inputs(driver, database, packs)
+    if isinstance(approval, CleanupApproval):  # legacy: approves whatever the plan is now
+        approval = approvals.Approval.grant(approvals.GRAPH_CLEANUP, inputs, approved_by=approval.approved_by,
+                                            reason=approval.reason)
+    approvals.require(approval, approvals.GRAPH_CLEANUP, inputs, audit=audit)
+    plan = inputs["plan"]
 
     def work(tx: neo4j.ManagedTransaction) -> dict[str, int]:
+        now = {name: tx.run(f"{match} RETURN count(x) AS n", packs=packs).single()["n"]
+               for name, (match, _) in STALE.items()}
+        if now != plan:
+            raise ApprovalMismatch(f"the cleanup plan changed since it was approved ({now} != {plan}); "
+                                   "nothing was deleted")
         removed = {name: tx.run(f"{match} {action} RETURN count(*) AS n", packs=packs).single()["n"]
                    for name, (match, action) in STALE.items()}
         tx.run("CREATE (:Cleanup {run_id: $run_id, packs: $packs, approved_by: $by, reason: $reason, "
-               "removed: $removed, at: datetime()})", run_id=run_id, packs=packs, by=approval.approved_by,
-               reason=approval.reason, removed=sum(removed.values())).consume()
+               "inputs_hash: $hash, removed: $removed, at: datetime()})", run_id=run_id, packs=packs,
+               by=approval.approved_by, reason=approval.reason, hash=approval.inputs_hash,
+               removed=sum(removed.values())).consume()
         return removed
 
     with driver.session(database=database) as session:
         removed = session.execute_write(work)
-    return {"run_id": run_id, "approved_by": approval.approved_by, "reason": approval.reason, "removed": removed}
+    return {"run_id": run_id, "approved_by": approval.approved_by, "reason": approval.reason,
+            "inputs_hash": approval.inputs_hash, "removed": removed}

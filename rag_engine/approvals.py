@@ -1,0 +1,115 @@
+"""One approval path for every mutating operator action.
+
+An approval says who decided, why, when, and *what exactly*: the sha256 of the action's canonical
+inputs (a cleanup plan, the two report hashes of a gate acceptance, an audit deletion cut-off and
+count). ``require`` is called before anything changes; a missing approval, one for another action,
+or one bound to other inputs raises a typed error, so an operator who approved a dry run never
+approves what the data became afterwards. Every check, granted or refused, is written to the
+audit trail when one is given. Read-only operations never need an approval.
+
+Known actions (any string works; these are the ones the engine uses):
+``graph_cleanup``, ``accept_gate_regression``, ``delete_audit_records``, ``reindex_cutover``,
+``paid_automation``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from datetime import date, datetime, timezone
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from rag_engine.errors import ApprovalMismatch, ApprovalRequired
+
+if TYPE_CHECKING:
+    from rag_engine.audit import AuditTrail
+
+GRAPH_CLEANUP = "graph_cleanup"
+ACCEPT_GATE_REGRESSION = "accept_gate_regression"
+DELETE_AUDIT_RECORDS = "delete_audit_records"
+REINDEX_CUTOVER = "reindex_cutover"
+PAID_AUTOMATION = "paid_automation"
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted(_plain(v) for v in value)
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    if isinstance(value, BaseModel):
+        return _plain(value.model_dump(mode="json"))
+    return value
+
+
+def canonical(inputs: Mapping[str, Any]) -> str:
+    """The inputs as canonical JSON: sorted keys, no whitespace, sets sorted, dates ISO."""
+    return json.dumps(_plain(inputs), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def inputs_hash(inputs: Mapping[str, Any]) -> str:
+    return hashlib.sha256(canonical(inputs).encode("utf-8")).hexdigest()
+
+
+class Approval(BaseModel):
+    """A person's decision to run one action on exactly these inputs."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    approved_by: str
+    reason: str
+    action: str
+    inputs_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+    at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+
+    @field_validator("approved_by", "reason", "action")
+    @classmethod
+    def _not_blank(cls, v: str) -> str:
+        if not v or not v.strip():
+            raise ValueError("must not be blank")
+        return v.strip()
+
+    @field_validator("inputs_hash", mode="before")
+    @classmethod
+    def _lower(cls, v: Any) -> Any:
+        return v.strip().lower() if isinstance(v, str) else v
+
+    @classmethod
+    def grant(cls, action: str, inputs: Mapping[str, Any], *, approved_by: str, reason: str,
+              at: datetime | None = None) -> "Approval":
+        """An approval bound to ``inputs`` as they are now (e.g. the plan a dry run just showed)."""
+        extra = {"at": at} if at is not None else {}
+        return cls(approved_by=approved_by, reason=reason, action=action, inputs_hash=inputs_hash(inputs), **extra)
+
+
+def require(approval: Approval | None, action: str, inputs: Mapping[str, Any], *,
+            audit: "AuditTrail | None" = None, session_id: str | None = None) -> None:
+    """Raise unless ``approval`` approves ``action`` on exactly ``inputs``; call it before any change.
+
+    ``ApprovalRequired`` for no approval, ``ApprovalMismatch`` for another action or other inputs.
+    With ``audit`` the outcome is appended to the trail (``approval_granted`` / ``approval_refused``)."""
+    expected = inputs_hash(inputs)
+    error: Exception | None = None
+    if approval is None:
+        error = ApprovalRequired(f"{action} changes state and needs an approval (approved_by, reason) bound to its "
+                                 f"inputs, sha256 {expected}; nothing was changed")
+    elif approval.action != action:
+        error = ApprovalMismatch(f"the approval is for {approval.action!r}, not {action!r}; nothing was changed")
+    elif approval.inputs_hash != expected:
+        error = ApprovalMismatch(f"the approval by {approval.approved_by} binds inputs {approval.inputs_hash[:12]} but "
+                                 f"{action} would act on inputs {expected[:12]} (they changed since it was approved, "
+                                 "or another plan was approved); nothing was changed: re-approve the current plan")
+    if audit is not None:
+        audit.record_approval(action=action, approval=approval, expected_hash=expected, session_id=session_id,
+                              refused=None if error is None else f"{type(error).__name__}: {error}")
+    if error is not None:
+        raise error

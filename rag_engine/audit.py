@@ -1,0 +1,328 @@
+"""Append-only audit trail: who asked what, with which role, what was withheld, what was cited.
+
+Kept in the usage ledger's database (same URL: SQLite file by default, PostgreSQL by URL, through
+SQLAlchemy Core), so one backup and one retention policy cover cost and governance. One record per
+query (``event = "query"``) and one per governance event: ``collections_blocked``,
+``local_inference_degraded``, ``generation_fallback``, ``approval_granted`` / ``approval_refused``,
+``audit_records_deleted``; events of a query carry its ``query_id``.
+
+What is never stored: the question text when the query could read a collection listed in
+``audit.sensitive_collections`` (the record says ``question_redacted``), chunk text, the expanded
+query, error details (only error types), any secret. The API appends and reads; the only deletion
+is ``delete_expired``, records older than ``audit.retention_days`` whole days, and it needs an
+approval (``rag_engine.approvals``) that binds the cut-off and the exact count.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import uuid
+from collections.abc import Mapping
+from datetime import date, datetime, time, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import Column, DateTime, Index, Integer, MetaData, String, Table, Text, func, select
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+from rag_engine.approvals import DELETE_AUDIT_RECORDS, Approval, require
+from rag_engine.errors import ApprovalMismatch, AuditError, RagError
+
+if TYPE_CHECKING:
+    from rag_engine.engine import Engine
+    from rag_engine.query import QueryOutcome
+
+log = logging.getLogger(__name__)
+
+GOVERNANCE_EVENTS = ("collections_blocked", "local_inference_degraded", "generation_fallback", "freshness_breach")
+
+_metadata = MetaData()
+audit_records = Table(
+    "audit_records",
+    _metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("event", String(64), nullable=False),
+    Column("query_id", String(64), nullable=True),
+    Column("session_id", String(200), nullable=True),
+    Column("role", String(200), nullable=True),
+    Column("actor", String(200), nullable=True),
+    Column("payload", Text, nullable=False),
+    Index("ix_audit_records_created_at", "created_at"),
+    Index("ix_audit_records_session_id", "session_id"),
+    Index("ix_audit_records_event", "event"),
+)
+
+
+class AuditRecord(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: int | None = None
+    created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    event: str
+    query_id: str | None = None
+    session_id: str | None = None
+    role: str | None = None
+    actor: str | None = None
+    payload: dict[str, Any] = {}
+
+
+_USERINFO = re.compile(r"//[^/@\s]*@")
+
+
+def _scrub(value: Any) -> Any:
+    """No error details (they may quote a URL or a request) and no userinfo/query in URLs."""
+    if isinstance(value, Mapping):
+        return {k: _scrub(v) for k, v in value.items() if k not in ("detail", "message", "text", "question")}
+    if isinstance(value, (list, tuple)):
+        return [_scrub(v) for v in value]
+    if isinstance(value, str) and "://" in value:
+        return _USERINFO.sub("//", value).split("?", 1)[0]
+    return value
+
+
+def _utc(at: datetime) -> datetime:
+    return (at if at.tzinfo else at.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
+
+
+def retention_cutoff(retention_days: int, today: date | None = None) -> datetime:
+    """Midnight UTC ``retention_days`` days before today: stable for a whole day, so a dry run and
+    the approved deletion later that day bind the same inputs."""
+    today = today or datetime.now(timezone.utc).date()
+    return datetime.combine(today - timedelta(days=retention_days), time(0), tzinfo=timezone.utc)
+
+
+def parse_since(text: str, now: datetime | None = None) -> datetime:
+    """``7d``, ``24h``, ``30m``, an ISO date or an ISO date-time (UTC when no offset)."""
+    now = now or datetime.now(timezone.utc)
+    m = re.fullmatch(r"\s*(\d+)\s*([dhm])\s*", text)
+    if m:
+        n, unit = int(m.group(1)), m.group(2)
+        return now - {"d": timedelta(days=n), "h": timedelta(hours=n), "m": timedelta(minutes=n)}[unit]
+    try:
+        return _utc(datetime.fromisoformat(text.strip()))
+    except ValueError:
+        raise AuditError(f"--since {text!r}: use 7d, 24h, 30m, a date (2025-06-01) or an ISO date-time") from None
+
+
+class AuditTrail:
+    """Append and read audit records; delete only expired ones, only with an approval."""
+
+    def __init__(self, url: str):
+        from rag_engine.providers.ledger import _make_engine
+
+        self._engine = _make_engine(url)
+        try:
+            _metadata.create_all(self._engine, checkfirst=True)
+        except DBAPIError:  # another process won the race to create it
+            from sqlalchemy import inspect
+
+            if not inspect(self._engine).has_table(audit_records.name):
+                raise
+
+    def __repr__(self) -> str:
+        return f"AuditTrail({self._engine.url.render_as_string(hide_password=True)!r})"
+
+    @property
+    def dialect(self) -> str:
+        return self._engine.dialect.name
+
+    def dispose(self) -> None:
+        self._engine.dispose()
+
+    # -- write ---------------------------------------------------------------------------
+    @staticmethod
+    def _row(rec: AuditRecord) -> dict[str, Any]:
+        values = rec.model_dump(exclude={"id", "payload"})
+        values["created_at"] = _utc(values["created_at"])
+        values["payload"] = json.dumps(rec.payload, sort_keys=True, default=str)
+        return values
+
+    def append(self, *records: AuditRecord) -> list[AuditRecord]:
+        """Append records in one transaction; returns them with their ids."""
+        out = []
+        try:
+            with self._engine.begin() as conn:
+                for rec in records:
+                    new_id = conn.execute(audit_records.insert().values(**self._row(rec))).inserted_primary_key[0]
+                    out.append(rec.model_copy(update={"id": new_id}))
+        except SQLAlchemyError as exc:
+            raise AuditError(f"audit trail write failed ({type(exc).__name__})") from None
+        return out
+
+    def record_approval(self, *, action: str, approval: Approval | None, expected_hash: str,
+                        refused: str | None, session_id: str | None = None) -> AuditRecord:
+        payload: dict[str, Any] = {"action": action, "expected_inputs_hash": expected_hash}
+        if approval is not None:
+            payload.update(approval.model_dump(mode="json"))
+        if refused:
+            payload["refused"] = refused
+        return self.append(AuditRecord(event="approval_refused" if refused else "approval_granted",
+                                       session_id=session_id, actor=approval.approved_by if approval else None,
+                                       payload=payload))[0]
+
+    # -- read ----------------------------------------------------------------------------
+    def records(self, *, session_id: str | None = None, role: str | None = None, since: datetime | None = None,
+                event: str | None = None, query_id: str | None = None, limit: int | None = None) -> list[AuditRecord]:
+        t = audit_records.c
+        query = select(audit_records).order_by(t.id)
+        for col, value in ((t.session_id, session_id), (t.role, role), (t.event, event), (t.query_id, query_id)):
+            if value is not None:
+                query = query.where(col == value)
+        if since is not None:
+            query = query.where(t.created_at >= _utc(since))
+        if limit is not None:  # the newest ``limit``, still listed oldest first
+            query = query.order_by(None).order_by(t.id.desc()).limit(limit)
+        with self._engine.connect() as conn:
+            rows = [_to_record(r._mapping) for r in conn.execute(query)]
+        return sorted(rows, key=lambda r: r.id or 0)
+
+    def count(self) -> int:
+        with self._engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(audit_records)).scalar_one())
+
+    # -- deletion: the one mutating operation, behind an approval ------------------------------
+    def deletion_plan(self, retention_days: int, today: date | None = None) -> dict[str, Any]:
+        """What ``delete_expired`` would remove: the canonical inputs an approval binds."""
+        cutoff = retention_cutoff(retention_days, today)
+        t = audit_records.c
+        with self._engine.connect() as conn:
+            n, max_id = conn.execute(select(func.count(), func.max(t.id)).where(t.created_at < cutoff)).one()
+        return {"action": DELETE_AUDIT_RECORDS, "before": cutoff.isoformat(), "records": int(n),
+                "max_id": None if max_id is None else int(max_id)}
+
+    def delete_expired(self, retention_days: int, approval: Approval | None, *,
+                       today: date | None = None) -> dict[str, Any]:
+        """Delete records older than the retention cut-off; refuse (nothing deleted) without an
+        approval bound to exactly this plan. The approval and the deletion are both recorded."""
+        plan = self.deletion_plan(retention_days, today)
+        require(approval, DELETE_AUDIT_RECORDS, plan, audit=self)
+        cutoff = datetime.fromisoformat(plan["before"])
+        t = audit_records.c
+        with self._engine.begin() as conn:
+            n = conn.execute(select(func.count()).where(t.created_at < cutoff)).scalar_one()
+            if n != plan["records"]:  # a concurrent deletion: the approved plan no longer holds
+                raise ApprovalMismatch(f"the plan changed while deleting ({n} records, approved {plan['records']}); "
+                                       "nothing was deleted")
+            deleted = conn.execute(audit_records.delete().where(t.created_at < cutoff)).rowcount
+            done = AuditRecord(event="audit_records_deleted", actor=approval.approved_by if approval else None,
+                               payload={**plan, "deleted": deleted, "inputs_hash": approval.inputs_hash if approval else None})
+            conn.execute(audit_records.insert().values(**self._row(done)))
+        return {**plan, "deleted": deleted, "approved_by": approval.approved_by if approval else None}
+
+
+def _to_record(row: Mapping[str, Any]) -> AuditRecord:
+    data = dict(row)
+    created = data["created_at"]
+    if created is not None and created.tzinfo is None:  # SQLite drops the offset; we always write UTC
+        data["created_at"] = created.replace(tzinfo=timezone.utc)
+    data["payload"] = json.loads(data["payload"] or "{}")
+    return AuditRecord.model_validate(data)
+
+
+def audit_trail(engine: "Engine") -> AuditTrail:
+    """The engine's audit trail (the ledger URL), built once per engine."""
+    cache = engine.__dict__
+    if "_audit_trail" not in cache:
+        from rag_engine.providers.ledger import ledger_url
+
+        cache["_audit_trail"] = AuditTrail(ledger_url(engine.cfg, engine.env, engine.root))
+    return cache["_audit_trail"]
+
+
+# -- the query record --------------------------------------------------------------------------
+
+
+def _answer_kind(answer: Any) -> str:
+    return "insufficient_evidence" if answer.insufficient_evidence else "answer"
+
+
+class QueryAudit:
+    """One query's audit: started before retrieval (its time is the candidates' ``retrieved_at``),
+    written after the answer by ``record``. ``run_id`` is what model calls are metered under:
+    the caller's, else ``session:<id>``, so the record can list the ledger ids of its calls."""
+
+    def __init__(self, engine: "Engine", session_id: str | None, run_id: str | None, generate: bool = True):
+        self.engine = engine
+        self.session_id = session_id
+        self.query_id = uuid.uuid4().hex
+        self.started_at = datetime.now(timezone.utc)
+        self.run_id = run_id or (f"session:{session_id}" if session_id else None)
+        self.generate = generate
+
+    def _model_calls(self) -> list[int] | None:
+        """Ledger ids of the calls made under this query's run id since it started (None: the
+        calls carry no run id, so they cannot be told apart from other queries')."""
+        if self.run_id is None:
+            return None
+        if "ledger" not in self.engine.__dict__:
+            return []  # no metered client was built in this process: no model call
+        from rag_engine.providers.ledger import usage_records
+
+        t = usage_records.c
+        q = select(t.id).where(t.run_id == self.run_id, t.created_at >= self.started_at).order_by(t.id)
+        with audit_trail(self.engine)._engine.connect() as conn:
+            return [int(r[0]) for r in conn.execute(q)]
+
+    def build(self, outcome: "QueryOutcome") -> list[AuditRecord]:
+        cfg = self.engine.cfg.audit
+        retrieval = outcome.retrieval
+        permitted = list(retrieval.collections)
+        blocked = sorted({c for e in retrieval.events if e.get("event") == "collections_blocked"
+                          for c in e.get("blocked", [])})
+        sensitive = sorted(set(permitted) & set(cfg.sensitive_collections))
+        answer = outcome.answer
+        now = datetime.now(timezone.utc)
+        payload = {
+            "question": None if sensitive else outcome.question,
+            "question_redacted": bool(sensitive),
+            "sensitive_collections": sensitive,
+            "retrieved_at": self.started_at.isoformat(),
+            "run_id": self.run_id,
+            "collections_permitted": permitted,
+            "collections_blocked": blocked,
+            "candidates": [{"chunk_id": c.chunk_id, "collection": c.collection, "sources": list(c.sources),
+                            "via": c.via} for c in retrieval.candidates],
+            "expansions": [c.chunk_id for c in retrieval.expansions],
+            "cited": list(answer.citations),
+            "answer": {"kind": _answer_kind(answer), "method": answer.method, "reason": answer.reason,
+                       "model": answer.model, "error_type": answer.error_type},
+            "model_calls": self._model_calls(),
+            "events": [e.get("event") for e in outcome.events],
+            "latency_ms": outcome.latency_ms,
+        }
+        common = {"created_at": now, "query_id": self.query_id, "session_id": self.session_id,
+                  "role": retrieval.role}
+        records = [AuditRecord(event="query", payload=payload, **common)]
+        for e in outcome.events:
+            name = e.get("event")
+            if name in GOVERNANCE_EVENTS:
+                records.append(AuditRecord(event=name, payload=_scrub(dict(e)), **common))
+        if self.generate and answer.method == "extractive":
+            records.append(AuditRecord(event="generation_fallback", **common, payload={
+                "method": answer.method, "error_type": answer.error_type,
+                "reason": "generation_failed" if answer.error_type else "no_usable_generation_model",
+                "generation_model": self.engine.cfg.defaults.generation_model}))
+        return records
+
+    def record(self, outcome: "QueryOutcome") -> list[AuditRecord]:
+        """Write the query's records; per ``audit.on_write_error`` a failure raises or is logged."""
+        cfg = self.engine.cfg.audit
+        if not cfg.enabled:
+            return []
+        records = self.build(outcome)
+        try:
+            return audit_trail(self.engine).append(*records)
+        except (RagError, SQLAlchemyError) as exc:
+            if cfg.on_write_error == "fail":
+                raise AuditError(f"the query's audit record could not be written ({exc}); no unaudited answer "
+                                 "is returned (audit.on_write_error: fail)") from None
+            log.error("audit write failed (%s); record kept in this log: %s", type(exc).__name__,
+                      [r.model_dump(mode="json") for r in records])
+            return []
+
+
+def query_audit(engine: "Engine", session_id: str | None, run_id: str | None, generate: bool = True) -> QueryAudit:
+    return QueryAudit(engine, session_id, run_id, generate)
