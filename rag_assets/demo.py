@@ -33,7 +33,23 @@ def materialize_pack(defs: dg.Definitions, instance: dg.DagsterInstance, pack) -
     keys = register_partitions(instance, pack)
     job = defs.resolve_job_def(f"{pack.name}__ingest")
     return job.execute_in_process(instance=instance, tags={RANGE_START: keys[0], RANGE_END: keys[-1]},
-                                  raise_on_error=False)
+                                  raise_on_error=False, run_config=QUIET)
+
+
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+"""Dagster's console at WARNING: the demo prints one line per step itself (the UI has the rest)."""
+
+
+def step_lines(result: dg.ExecuteInProcessResult) -> list[str]:
+    """One line per step of the run: asset, partitions materialized, seconds."""
+    lines = []
+    for event in result.all_events:
+        if event.event_type_value in ("STEP_SUCCESS", "STEP_FAILURE"):
+            seconds = getattr(event.event_specific_data, "duration_ms", None)
+            took = f" in {seconds / 1000:.1f}s" if seconds else ""
+            outcome = "ok" if event.event_type_value == "STEP_SUCCESS" else "FAILED"
+            lines.append(f"[demo]   {event.step_key}: {outcome}{took}")
+    return lines
 
 
 def main() -> int:
@@ -46,6 +62,7 @@ def main() -> int:
             status = "ok" if result.success else "FAILED"
             print(f"[demo] {pack.name}: ingestion run {result.run_id} {status} "
                   f"in {time.perf_counter() - started:.1f}s")
+            print("\n".join(step_lines(result)))
             if not result.success:
                 return 1
     from rag_engine.cli import main as rag
