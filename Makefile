@@ -12,7 +12,7 @@ export RAG_TEST_PG_LEDGER_URL ?= postgresql+psycopg2://postgres@127.0.0.1:$(PG_L
 EMBED_LOCAL_PORT ?= 8765
 export RAG_EMBED_ENDPOINT ?= http://127.0.0.1:$(EMBED_LOCAL_PORT)/v1
 
-.PHONY: setup demo test dev neo4j-start neo4j-stop postgres-start postgres-stop embed-start embed-stop bench eval eval-gate baseline clean
+.PHONY: setup lint demo test dev neo4j-start neo4j-stop postgres-start postgres-stop embed-start embed-stop bench eval eval-gate baseline clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,16 @@ embed-start: $(VENV)/.installed
 
 embed-stop:
 	tools/embed-local/stop.sh
+
+# Static checks, no services: ruff lint, ruff format (check only), mypy, and `rag packs lint` on the
+# enabled packs. Every tool runs even when an earlier one fails, so one CI log shows all findings.
+lint: setup
+	@rc=0; \
+	$(VENV)/bin/ruff check . || rc=1; \
+	$(VENV)/bin/ruff format --check . || rc=1; \
+	$(VENV)/bin/mypy || rc=1; \
+	$(VENV)/bin/rag packs lint || rc=1; \
+	exit $$rc
 
 demo: setup neo4j-start embed-start
 	$(PY) -m rag_assets.demo

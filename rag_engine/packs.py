@@ -32,7 +32,7 @@ import urllib.parse
 from abc import ABC, abstractmethod
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -144,6 +144,15 @@ def make_chunk(doc: SourceDocument, ordinal: int, local: str, heading: str, text
         content_hash=content_hash(text)[:16],
         keys=keys,
     )
+
+
+def load_yaml(text: str, *, source: str, first_line: int = 1, what: str = "YAML text") -> Any:
+    """YAML for a pack's own use (front matter): safe, a repeated key refused, any problem a PackError
+    naming the source, so a pack needs no YAML library and no engine module beyond this one."""
+    try:
+        return yaml_safe.load(text, source=source, first_line=first_line)
+    except yaml.YAMLError as exc:
+        raise PackError(f"{source}: {what} is not valid YAML: {exc}") from None
 
 
 class DomainPack(ABC):

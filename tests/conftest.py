@@ -153,5 +153,5 @@ def _drop_test_packs_at_exit():
                 "OR (n:RefKey AND n.key =~ '(t[0-9a-f]{10}|seed_[0-9a-f]{8})\\\\|.*') "
                 "CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 5000 ROWS").consume()
         driver.close()
-    except neo4j.exceptions.Neo4jError:  # pragma: no cover - best effort hygiene
+    except (neo4j.exceptions.Neo4jError, neo4j.exceptions.DriverError):  # pragma: no cover - best effort hygiene
         pass

@@ -28,9 +28,6 @@ import re
 import unicodedata
 from pathlib import Path
 
-import yaml
-
-from rag_engine import yaml_safe
 from rag_engine.packs import (
     ChunkRecord,
     DomainPack,
@@ -38,6 +35,7 @@ from rag_engine.packs import (
     PackManifest,
     ReferenceRecord,
     SourceDocument,
+    load_yaml,
     make_chunk,
     require_versions,
 )
@@ -74,10 +72,7 @@ def split_front_matter(doc_id: str, text: str) -> tuple[dict, str, int]:
     m = _FRONT_MATTER.match(text)
     if not m:
         return {}, text, 0
-    try:
-        meta = yaml_safe.load(m.group(1), source=doc_id, first_line=2) or {}
-    except yaml.YAMLError as exc:
-        raise PackError(f"{doc_id}: front matter is not valid YAML: {exc}") from None
+    meta = load_yaml(m.group(1), source=doc_id, first_line=2, what="front matter") or {}
     if not isinstance(meta, dict):
         raise PackError(f"{doc_id}: front matter must be a mapping")
     return meta, text[m.end():], m.group(0).count("\n")

@@ -67,6 +67,31 @@ def packs_smoke(ctx: typer.Context, json: JsonOpt = False) -> None:
         console.print(f"{name}: {', '.join(f'{k}={v}' for k, v in summary[name].items())}", markup=False)
 
 
+@packs_app.command("lint")
+def packs_lint(
+    ctx: typer.Context,
+    pack: Annotated[Optional[str], typer.Option("--pack", help="Only this enabled pack (default: all).")] = None,
+    json: JsonOpt = False,
+) -> None:
+    """Check packs without a database: manifest, corpus chunking, local ids, references, golden anchors,
+    extraction types, pack imports. Exit 1 on errors, 0 with warnings only."""
+    from rag_engine.cli.common import state
+    from rag_engine.config import load_config, under_root
+    from rag_engine.engine import project_root
+    from rag_engine.pack_lint import lint_packs, render_text
+
+    use_json(ctx, json)
+    root = project_root()
+    report = lint_packs(load_config(under_root(root, state(ctx).config)), root, pack)
+    if json:
+        emit_json(ctx, {**report.model_dump(mode="json"), "errors": report.errors, "warnings": report.warnings,
+                        "exit_code": report.exit_code})
+    else:
+        out().print(render_text(report), markup=False, highlight=False, soft_wrap=True)
+    if report.exit_code:
+        raise typer.Exit(report.exit_code)
+
+
 # -- query ------------------------------------------------------------------------------------
 
 def _check_ingested(eng: Any, collections: tuple[str, ...]) -> None:
