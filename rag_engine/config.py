@@ -198,6 +198,7 @@ class RetrievalConfig(Frozen):
     scope_boost: float = Field(0.5, ge=0, le=2)
     """Candidates from a document the question names as a whole ("under the AML Rulebook") get
     this many RRF rank-1 units of boost (a preference, never a filter)."""
+    lookup_max_terms: int = Field(3, ge=0, le=20)
     """A question with at most this many content words besides its references is a lookup: its
     exact hits lead the ranking. Otherwise exact hits are one fused leg (a question that only
     mentions a rule in passing is usually answered by a passage that cites it)."""
