@@ -113,6 +113,11 @@ def query(
     k: Annotated[Optional[int], typer.Option("-k", "--k", help="Candidates to return (default from config; "
                                                                "the engine validates the range).")] = None,
     no_generate: Annotated[bool, typer.Option("--no-generate", help="Extractive answer, no generation model call.")] = False,
+    session: Annotated[Optional[str], typer.Option("--session", help="Session id recorded in the audit trail "
+                                                                     "(`rag audit --session S`).")] = None,
+    collection: Annotated[Optional[list[str]], typer.Option("--collection", help="Only these collections (repeatable); "
+                                                                                 "ones the role may not read are "
+                                                                                 "blocked and audited.")] = None,
     json: JsonOpt = False,
 ) -> None:
     """Retrieve ranked, cited chunks for a question and answer it; shows plan, candidates, expansions, answer."""
@@ -124,7 +129,8 @@ def query(
     collections = gate(eng.cfg, role).collections  # a bad role is bad input, whatever the store's state
     engine_store_check(ctx, eng)
     _check_ingested(eng, collections)
-    outcome = run_query(eng, question, role, k=k, generate=not no_generate)
+    outcome = run_query(eng, question, role, k=k, generate=not no_generate, session_id=session,
+                        collections=collection or None)
     if json:
         emit_json(ctx, outcome.model_dump(mode="json"))
         return
@@ -213,20 +219,29 @@ def cleanup(
     approved_by: Annotated[str, typer.Option("--approved-by", help="Who approves the removal (required unless --dry-run).")] = "",
     reason: Annotated[str, typer.Option("--reason", help="Why (required unless --dry-run).")] = "",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would be removed; change nothing.")] = False,
+    inputs_hash: Annotated[Optional[str], typer.Option("--inputs-hash", help="The inputs_hash a --dry-run printed: "
+                                                                             "remove only if the plan is unchanged.")] = None,
     json: JsonOpt = False,
 ) -> None:
     """Remove stale graph paths (orphans, dangling edges, superseded chunks): needs --approved-by and --reason."""
-    from rag_engine.graph.cleanup import Approval, plan_cleanup, run_cleanup
+    from rag_engine.approvals import GRAPH_CLEANUP, Approval
+    from rag_engine.approvals import inputs_hash as hash_of
+    from rag_engine.audit import audit_trail
+    from rag_engine.graph.cleanup import cleanup_inputs, run_cleanup
 
     use_json(ctx, json)
     eng = engine(ctx, store=True)
     packs = list(eng.packs)
+    plan = cleanup_inputs(eng.driver, eng.database, packs)
     if dry_run:
-        data = {"would_remove": plan_cleanup(eng.driver, eng.database, packs)}
-        emit_json(ctx, data) if json else render.counts(out(), "cleanup dry run: would remove", data["would_remove"])
+        data = {"would_remove": plan["plan"], "inputs_hash": hash_of(plan)}
+        emit_json(ctx, data) if json else render.counts(out(), "cleanup dry run: would remove", data["would_remove"]
+                                                        | {"inputs_hash": data["inputs_hash"]})
         return
-    approval = Approval(approved_by=approved_by, reason=reason) if approved_by and reason else None
-    data = run_cleanup(eng.driver, eng.database, packs, approval, run_id=f"cli-{int(time.time())}")
+    approval = Approval(approved_by=approved_by, reason=reason, action=GRAPH_CLEANUP,
+                        inputs_hash=inputs_hash or hash_of(plan)) if approved_by and reason else None
+    data = run_cleanup(eng.driver, eng.database, packs, approval, run_id=f"cli-{int(time.time())}",
+                       audit=audit_trail(eng))
     if json:
         emit_json(ctx, data)
     else:
