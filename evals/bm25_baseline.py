@@ -52,8 +52,9 @@ def tokenize(texts: Sequence[str]) -> list[list[str]]:
     """The baseline's tokens for each text (lowercase, 2+ word characters, English stopwords out)."""
     if not texts:
         return []
-    return bm25s.tokenize(list(texts), lower=True, stopwords=STOPWORDS, stemmer=None, return_ids=False,
-                          show_progress=False)
+    return bm25s.tokenize(
+        list(texts), lower=True, stopwords=STOPWORDS, stemmer=None, return_ids=False, show_progress=False
+    )
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ class BM25Index:
     _model: bm25s.BM25 | None = field(default=None, repr=False)
 
     @classmethod
-    def build(cls, chunks: Sequence[Chunk]) -> "BM25Index":
+    def build(cls, chunks: Sequence[Chunk]) -> BM25Index:
         ordered = tuple(sorted(chunks, key=lambda c: c.anchor))  # stable: equal anchors keep read order
         index = cls(ordered)
         if ordered:
@@ -100,20 +101,25 @@ class BM25Index:
         they do, the anchor is ranked once, at its best score, as the metrics would count it.
         """
         scores = self.scores(question)
-        order = sorted((i for i in range(len(self.chunks)) if scores[i] > 0),
-                       key=lambda i: (-scores[i], self.chunks[i].anchor))
+        order = sorted(
+            (i for i in range(len(self.chunks)) if scores[i] > 0), key=lambda i: (-scores[i], self.chunks[i].anchor)
+        )
         return list(dict.fromkeys(self.chunks[i].anchor for i in order))[:k]
 
 
 def read_chunks(driver, database: str, pack: str, collections: Sequence[str]) -> list[Chunk]:
     """The pack's active, retrieval-eligible chunks in the given collections, in anchor order (a
     READ transaction): exactly the chunks the engine's legs may return to that role."""
-    rows = read(driver, database,
-                "MATCH (c:Chunk) WHERE c.pack = $pack AND c.active AND coalesce(c.eligible, true) "
-                "AND c.collection IN $collections "
-                "RETURN c.anchor AS anchor, coalesce(c.heading, '') AS heading, coalesce(c.text, '') AS text "
-                "ORDER BY anchor, c.chunk_id",
-                pack=pack, collections=list(collections))
+    rows = read(
+        driver,
+        database,
+        "MATCH (c:Chunk) WHERE c.pack = $pack AND c.active AND coalesce(c.eligible, true) "
+        "AND c.collection IN $collections "
+        "RETURN c.anchor AS anchor, coalesce(c.heading, '') AS heading, coalesce(c.text, '') AS text "
+        "ORDER BY anchor, c.chunk_id",
+        pack=pack,
+        collections=list(collections),
+    )
     return [Chunk(anchor=r["anchor"], heading=r["heading"], text=r["text"]) for r in rows]
 
 

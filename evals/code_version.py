@@ -27,5 +27,11 @@ def eval_code_version(engine: Engine) -> str:
     from rag_engine.graph.extraction import prompt_hash
 
     prompts = {name: prompt_hash(pack.manifest) for name, pack in sorted(engine.packs.items())}
-    return slice_hash("eval-v1", engine.registry.generation.identity, engine.registry.embedding.identity,
-                      answer_prompt_hash(), prompts, engine.cfg.evals.golden)
+    return slice_hash(
+        "eval-v1",
+        engine.registry.generation.identity,
+        engine.registry.embedding.identity,
+        answer_prompt_hash(),
+        prompts,
+        engine.cfg.evals.golden,
+    )

@@ -58,10 +58,10 @@ very same decision.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import sys
 from collections.abc import Sequence
-import datetime as dt
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -171,9 +171,14 @@ class Acceptance(_Frozen):
     def as_approval(self) -> Approval:
         """The acceptance as the one approval type: action ``accept_gate_regression`` bound to
         both report hashes (``acceptance_inputs``); ``at`` is its date, else now."""
-        at = {"at": dt.datetime.combine(self.date, dt.time(0), tzinfo=dt.timezone.utc)} if self.date else {}
-        return Approval(approved_by=self.accepted_by, reason=self.reason, action=ACCEPT_GATE_REGRESSION,
-                        inputs_hash=inputs_hash(acceptance_inputs(self.baseline_sha256, self.candidate_sha256)), **at)
+        at = {"at": dt.datetime.combine(self.date, dt.time(0), tzinfo=dt.UTC)} if self.date else {}
+        return Approval(
+            approved_by=self.accepted_by,
+            reason=self.reason,
+            action=ACCEPT_GATE_REGRESSION,
+            inputs_hash=inputs_hash(acceptance_inputs(self.baseline_sha256, self.candidate_sha256)),
+            **at,
+        )
 
 
 def acceptance_inputs(baseline_sha: str | None, candidate_sha: str | None) -> dict[str, str | None]:
@@ -208,7 +213,7 @@ class GatePolicy(_Frozen):
     latency_ratio_tolerance: float | None = None
 
     @classmethod
-    def of(cls, cfg: EvalsConfig) -> "GatePolicy":
+    def of(cls, cfg: EvalsConfig) -> GatePolicy:
         return cls(**{k: getattr(cfg, k) for k in cls.model_fields})
 
 
@@ -316,20 +321,26 @@ def comparability_problems(candidate: EvalReport, baseline: EvalReport, cfg: Eva
     if unknown:
         problems.append(f"unknown_gate_metric: {unknown} (known: {list(METRIC_NAMES + RESOURCE_METRICS)})")
     if candidate.golden.hash != baseline.golden.hash:
-        problems.append(f"golden_hash_mismatch: baseline {baseline.golden.hash[:12]} "
-                        f"({', '.join(baseline.golden.paths)}) vs candidate {candidate.golden.hash[:12]} "
-                        f"({', '.join(candidate.golden.paths)})")
+        problems.append(
+            f"golden_hash_mismatch: baseline {baseline.golden.hash[:12]} "
+            f"({', '.join(baseline.golden.paths)}) vs candidate {candidate.golden.hash[:12]} "
+            f"({', '.join(candidate.golden.paths)})"
+        )
     cand, base = candidate.by_id(), baseline.by_id()
     if cand.keys() != base.keys():
         missing = sorted(base.keys() - cand.keys())
         extra = sorted(cand.keys() - base.keys())
-        problems.append(f"query_ids_mismatch: missing from candidate {missing[:10]}"
-                        f"{'...' if len(missing) > 10 else ''}, not in baseline {extra[:10]}"
-                        f"{'...' if len(extra) > 10 else ''}")
+        problems.append(
+            f"query_ids_mismatch: missing from candidate {missing[:10]}"
+            f"{'...' if len(missing) > 10 else ''}, not in baseline {extra[:10]}"
+            f"{'...' if len(extra) > 10 else ''}"
+        )
     paired = sorted(cand.keys() & base.keys())
-    differing = [q for q in paired
-                 if set(cand[q].gold) != set(base[q].gold)
-                 or cand[q].expect_insufficient != base[q].expect_insufficient]
+    differing = [
+        q
+        for q in paired
+        if set(cand[q].gold) != set(base[q].gold) or cand[q].expect_insufficient != base[q].expect_insufficient
+    ]
     if differing:
         problems.append(f"golden_content_mismatch: gold or expectation differs for {differing[:10]}")
     if len(paired) < cfg.min_queries:
@@ -338,12 +349,22 @@ def comparability_problems(candidate: EvalReport, baseline: EvalReport, cfg: Eva
         for metric in (m for m in cfg.gate_metrics if m not in RESOURCE_METRICS):
             n = paired_values(candidate, baseline, metric)[0].size
             if n < cfg.min_queries:
-                lacking = [label for label, r in (("baseline", baseline), ("candidate", candidate))
-                           if all(q.value(metric) is None for q in r.queries)]
-                why = (f" ({' and '.join(lacking)} report has no {metric} values: written by an older "
-                       f"runner? re-run it to get {SCHEMA!r})") if lacking else ""
-                problems.append(f"too_few_queries: {metric} has {n} paired values "
-                                f"< evals.min_queries {cfg.min_queries}{why}")
+                lacking = [
+                    label
+                    for label, r in (("baseline", baseline), ("candidate", candidate))
+                    if all(q.value(metric) is None for q in r.queries)
+                ]
+                why = (
+                    (
+                        f" ({' and '.join(lacking)} report has no {metric} values: written by an older "
+                        f"runner? re-run it to get {SCHEMA!r})"
+                    )
+                    if lacking
+                    else ""
+                )
+                problems.append(
+                    f"too_few_queries: {metric} has {n} paired values < evals.min_queries {cfg.min_queries}{why}"
+                )
     return problems
 
 
@@ -357,9 +378,11 @@ def bm25_floor(candidate: EvalReport, cfg: EvalsConfig) -> tuple[dict[str, dict[
     if margin is None:
         return {}, []
     if candidate.systems is None:
-        return {}, [f"{BM25_FLOOR}_unavailable: the candidate report ({candidate.schema_id}) has no systems "
-                    f"table to compare the engine with BM25; re-run the eval (schema {SCHEMA!r}) or set "
-                    "evals.bm25_margin: null to turn the floor off"]
+        return {}, [
+            f"{BM25_FLOOR}_unavailable: the candidate report ({candidate.schema_id}) has no systems "
+            f"table to compare the engine with BM25; re-run the eval (schema {SCHEMA!r}) or set "
+            "evals.bm25_margin: null to turn the floor off"
+        ]
     checks: dict[str, dict[str, FloorCheck]] = {}
     for pack in sorted(candidate.systems):
         table = candidate.systems[pack]
@@ -369,14 +392,19 @@ def bm25_floor(candidate: EvalReport, cfg: EvalsConfig) -> tuple[dict[str, dict[
                 continue
             delta = engine - bm25
             checks.setdefault(pack, {})[metric] = FloorCheck(
-                engine=engine, bm25=bm25, delta=delta, margin=margin, failed=delta < -margin - _FLOAT_SLACK)
+                engine=engine, bm25=bm25, delta=delta, margin=margin, failed=delta < -margin - _FLOAT_SLACK
+            )
     return checks, []
 
 
 def floor_reasons(checks: dict[str, dict[str, FloorCheck]]) -> list[str]:
-    return [f"{BM25_FLOOR}: pack {pack}: {metric} engine {c.engine:.4f} < bm25 {c.bm25:.4f} "
-            f"by {-c.delta:.4f} (more than evals.bm25_margin {c.margin})"
-            for pack, per in checks.items() for metric, c in per.items() if c.failed]
+    return [
+        f"{BM25_FLOOR}: pack {pack}: {metric} engine {c.engine:.4f} < bm25 {c.bm25:.4f} "
+        f"by {-c.delta:.4f} (more than evals.bm25_margin {c.margin})"
+        for pack, per in checks.items()
+        for metric, c in per.items()
+        if c.failed
+    ]
 
 
 def embedder_problem(candidate: EvalReport, baseline: EvalReport) -> str | None:
@@ -387,8 +415,11 @@ def embedder_problem(candidate: EvalReport, baseline: EvalReport) -> str | None:
     ri = candidate.reindex
     if ri is not None and ri.complete and ri.embedder_identity == new:
         return None
-    recorded = "no re-index recorded" if ri is None else (
-        f"re-index recorded for {ri.embedder_identity!r}, complete={ri.complete}")
+    recorded = (
+        "no re-index recorded"
+        if ri is None
+        else (f"re-index recorded for {ri.embedder_identity!r}, complete={ri.complete}")
+    )
     return f"{EMBEDDER_CHANGED}: baseline {old!r} -> candidate {new!r}; {recorded}"
 
 
@@ -412,8 +443,11 @@ def _latency_ratio(report: EvalReport) -> float | None:
     return float(np.median([q.latency_ms for q in report.queries])) / max(base, 1e-3)
 
 
-_RESOURCE_VALUE = {"cost_per_query": (_mean_cost, "cost_tolerance"), "tokens_per_query": (_mean_tokens, "tokens_tolerance"),
-                   "latency_ratio": (_latency_ratio, "latency_ratio_tolerance")}
+_RESOURCE_VALUE = {
+    "cost_per_query": (_mean_cost, "cost_tolerance"),
+    "tokens_per_query": (_mean_tokens, "tokens_tolerance"),
+    "latency_ratio": (_latency_ratio, "latency_ratio_tolerance"),
+}
 
 
 def resource_checks(candidate: EvalReport, baseline: EvalReport, cfg: EvalsConfig) -> dict[str, ResourceCheck]:
@@ -425,18 +459,30 @@ def resource_checks(candidate: EvalReport, baseline: EvalReport, cfg: EvalsConfi
         tol = float(getattr(cfg, tol_key))
         b, c = value(baseline), value(candidate)
         if c is None and b is not None and metric == "cost_per_query":
-            out[metric] = ResourceCheck(baseline=b, candidate=None, tolerance=tol, judged=True, regressed=True,
-                                        note="candidate cost unknown (a model without pricing) against a known "
-                                             "baseline cost")
+            out[metric] = ResourceCheck(
+                baseline=b,
+                candidate=None,
+                tolerance=tol,
+                judged=True,
+                regressed=True,
+                note="candidate cost unknown (a model without pricing) against a known baseline cost",
+            )
         elif b is None or c is None:
             missing = " and ".join(label for label, v in (("baseline", b), ("candidate", c)) if v is None)
-            out[metric] = ResourceCheck(baseline=b, candidate=c, tolerance=tol, judged=False, regressed=False,
-                                        note=f"not judged: the {missing} report has no {metric} (unknown cost, "
-                                             "or written by an older runner: re-run it)")
+            out[metric] = ResourceCheck(
+                baseline=b,
+                candidate=c,
+                tolerance=tol,
+                judged=False,
+                regressed=False,
+                note=f"not judged: the {missing} report has no {metric} (unknown cost, "
+                "or written by an older runner: re-run it)",
+            )
         else:
             allowed = b * (1 + tol)
-            out[metric] = ResourceCheck(baseline=b, candidate=c, tolerance=tol, judged=True,
-                                        regressed=c > allowed + 1e-12)
+            out[metric] = ResourceCheck(
+                baseline=b, candidate=c, tolerance=tol, judged=True, regressed=c > allowed + 1e-12
+            )
     return out
 
 
@@ -449,8 +495,10 @@ def resource_reasons(checks: dict[str, ResourceCheck]) -> list[str]:
             out.append(f"regression: {name}: {r.note}")
         else:
             growth = "from 0" if not r.baseline else f"{r.candidate / r.baseline - 1:+.1%}"
-            out.append(f"regression: {name} baseline {r.baseline:.6g} -> candidate {r.candidate:.6g} "
-                       f"({growth}, more than the tolerance {r.tolerance:.0%})")
+            out.append(
+                f"regression: {name} baseline {r.baseline:.6g} -> candidate {r.candidate:.6g} "
+                f"({growth}, more than the tolerance {r.tolerance:.0%})"
+            )
     return out
 
 
@@ -458,23 +506,31 @@ def _gen(info: Any) -> str:
     return f"{info.provider}/{info.model}"
 
 
-def generation_problem(candidate: EvalReport, baseline: EvalReport | None,
-                       configured: dict[str, str] | None = None) -> str | None:
+def generation_problem(
+    candidate: EvalReport, baseline: EvalReport | None, configured: dict[str, str] | None = None
+) -> str | None:
     """A generation-model change that the candidate report did not evaluate.
 
     ``configured``: the default generation provider/model of the config the gate runs with. The
     candidate must have been run with it configured; and when the configured model changed from
     the baseline's, the candidate must have answered with it (not extractively)."""
     cand_cfg = candidate.configured_generation
-    if configured is not None and cand_cfg is not None and (cand_cfg.provider, cand_cfg.model) != (
-            configured["provider"], configured["model"]):
-        return (f"{GENERATION_CHANGED}: the config names {configured['provider']}/{configured['model']} as the "
-                f"default generation model; the candidate report was run with {_gen(cand_cfg)}: run the eval "
-                "again (python -m evals.runner --generate)")
+    if (
+        configured is not None
+        and cand_cfg is not None
+        and (cand_cfg.provider, cand_cfg.model) != (configured["provider"], configured["model"])
+    ):
+        return (
+            f"{GENERATION_CHANGED}: the config names {configured['provider']}/{configured['model']} as the "
+            f"default generation model; the candidate report was run with {_gen(cand_cfg)}: run the eval "
+            "again (python -m evals.runner --generate)"
+        )
     base_cfg = baseline.configured_generation if baseline is not None else None
     if cand_cfg is not None and base_cfg is not None and cand_cfg != base_cfg and candidate.generation != cand_cfg:
-        return (f"{GENERATION_CHANGED}: default generation model {_gen(base_cfg)} -> {_gen(cand_cfg)}, but the "
-                f"candidate answered with {_gen(candidate.generation)}: run the eval with --generate")
+        return (
+            f"{GENERATION_CHANGED}: default generation model {_gen(base_cfg)} -> {_gen(cand_cfg)}, but the "
+            f"candidate answered with {_gen(candidate.generation)}: run the eval with --generate"
+        )
     return None
 
 
@@ -489,12 +545,15 @@ def gate_audit(engine_cfg: Any, candidate: EvalReport | None, baseline: EvalRepo
         from rag_engine.providers.registry import ModelSpec
 
         emb_identity = ModelSpec(model=emb, provider=engine_cfg.provider(emb.provider)).identity if emb else None
-    except Exception:  # noqa: BLE001 - the audit never fails the gate
+    except Exception:
         emb_identity = None
     return GateAudit(
         generation={"provider": gen.provider, "model": gen.served_model} if gen else None,
-        embedder=({"provider": emb.provider, "model": emb.served_model, "dimension": emb.dimension,
-                   "identity": emb_identity} if emb else None),
+        embedder=(
+            {"provider": emb.provider, "model": emb.served_model, "dimension": emb.dimension, "identity": emb_identity}
+            if emb
+            else None
+        ),
         config_hash=config_hash(engine_cfg),
         golden_paths=tuple(candidate.golden.paths) if candidate else (),
         golden_hash=candidate.golden.hash if candidate else None,
@@ -518,8 +577,12 @@ def _judge_acceptance(
     if error is not None:
         return AcceptanceOutcome(source=source, matched=False, applied=False, problems=(error,))
     if not isinstance(raw, dict):
-        return AcceptanceOutcome(source=source, matched=False, applied=False,
-                                 problems=(f"an acceptance must be a mapping, got {type(raw).__name__}",))
+        return AcceptanceOutcome(
+            source=source,
+            matched=False,
+            applied=False,
+            problems=(f"an acceptance must be a mapping, got {type(raw).__name__}",),
+        )
     try:
         acc = Acceptance.model_validate(raw)
     except ValidationError as exc:
@@ -531,25 +594,38 @@ def _judge_acceptance(
         return AcceptanceOutcome(source=source, matched=False, applied=False, problems=problems)
     problems = []
     if acc.baseline_sha256 != baseline_sha:
-        problems.append(f"baseline_sha256 {acc.baseline_sha256[:12]} does not match the baseline report "
-                        f"({(baseline_sha or 'unknown')[:12]})")
+        problems.append(
+            f"baseline_sha256 {acc.baseline_sha256[:12]} does not match the baseline report "
+            f"({(baseline_sha or 'unknown')[:12]})"
+        )
     if acc.candidate_sha256 != candidate_sha:
-        problems.append(f"candidate_sha256 {acc.candidate_sha256[:12]} does not match the candidate report "
-                        f"({(candidate_sha or 'unknown')[:12]})")
+        problems.append(
+            f"candidate_sha256 {acc.candidate_sha256[:12]} does not match the candidate report "
+            f"({(candidate_sha or 'unknown')[:12]})"
+        )
     if not problems:  # the one approval path: an acceptance is an Approval of accept_gate_regression
         try:
             require(acc.as_approval(), ACCEPT_GATE_REGRESSION, acceptance_inputs(baseline_sha, candidate_sha))
         except ApprovalError as exc:
             problems.append(str(exc))
-    return AcceptanceOutcome(source=source, **acc.model_dump(), matched=not problems, applied=False,
-                             problems=tuple(problems))
+    return AcceptanceOutcome(
+        source=source, **acc.model_dump(), matched=not problems, applied=False, problems=tuple(problems)
+    )
 
 
-def _result(status: Status, reasons: Sequence[str], *, metrics: dict[str, MetricGate] | None = None,
-            floor: dict[str, dict[str, FloorCheck]] | None = None,
-            candidate_sha: str | None, baseline_sha: str | None, acceptance: AcceptanceOutcome | None,
-            cfg: EvalsConfig | None, resources: dict[str, ResourceCheck] | None = None,
-            audit: GateAudit | None = None) -> GateResult:
+def _result(
+    status: Status,
+    reasons: Sequence[str],
+    *,
+    metrics: dict[str, MetricGate] | None = None,
+    floor: dict[str, dict[str, FloorCheck]] | None = None,
+    candidate_sha: str | None,
+    baseline_sha: str | None,
+    acceptance: AcceptanceOutcome | None,
+    cfg: EvalsConfig | None,
+    resources: dict[str, ResourceCheck] | None = None,
+    audit: GateAudit | None = None,
+) -> GateResult:
     return GateResult(
         status=status,
         exit_code=EXIT_CODES[status],
@@ -590,8 +666,13 @@ def evaluate_gate(
     def _res(*args: Any, **kwargs: Any) -> GateResult:
         return _result(*args, **kwargs, resources=checks, audit=audit)
 
-    outcome = _judge_acceptance(acceptance, source=acceptance_source, error=acceptance_error,
-                                candidate_sha=candidate_sha, baseline_sha=baseline_sha)
+    outcome = _judge_acceptance(
+        acceptance,
+        source=acceptance_source,
+        error=acceptance_error,
+        candidate_sha=candidate_sha,
+        baseline_sha=baseline_sha,
+    )
     floor, problems = bm25_floor(candidate, cfg)
     if baseline is not None:
         problems = comparability_problems(candidate, baseline, cfg) + problems
@@ -599,20 +680,33 @@ def evaluate_gate(
         problems.append("nothing_to_judge: no baseline report and the BM25 floor is off (evals.bm25_margin: null)")
     if problems:
         if outcome is not None:
-            outcome = outcome.model_copy(update={"problems": outcome.problems + (
-                "not applied: incomparable reports cannot be accepted",)})
-        return _res("incomparable", problems, floor=floor, candidate_sha=candidate_sha,
-                       baseline_sha=baseline_sha, acceptance=outcome, cfg=cfg)
+            outcome = outcome.model_copy(
+                update={"problems": (*outcome.problems, "not applied: incomparable reports cannot be accepted")}
+            )
+        return _res(
+            "incomparable",
+            problems,
+            floor=floor,
+            candidate_sha=candidate_sha,
+            baseline_sha=baseline_sha,
+            acceptance=outcome,
+            cfg=cfg,
+        )
 
-    metrics = ({m: compare_metric(candidate, baseline, m, cfg) for m in cfg.gate_metrics
-                if m not in RESOURCE_METRICS} if baseline is not None else {})
+    metrics = (
+        {m: compare_metric(candidate, baseline, m, cfg) for m in cfg.gate_metrics if m not in RESOURCE_METRICS}
+        if baseline is not None
+        else {}
+    )
     checks.update(resource_checks(candidate, baseline, cfg) if baseline is not None else {})
     reasons: list[str] = []
     pct = f"{cfg.confidence:.0%}"
     for name, g in metrics.items():
         if g.regressed:
-            reasons.append(f"regression: {name} mean delta {g.mean_delta:+.4f} < -{cfg.max_drop} "
-                           f"and {pct} CI [{g.ci_low:+.4f}, {g.ci_high:+.4f}] below 0 (n={g.n})")
+            reasons.append(
+                f"regression: {name} mean delta {g.mean_delta:+.4f} < -{cfg.max_drop} "
+                f"and {pct} CI [{g.ci_low:+.4f}, {g.ci_high:+.4f}] below 0 (n={g.n})"
+            )
     reasons += resource_reasons(checks)
     generation = generation_problem(candidate, baseline, configured_generation)
     if generation:
@@ -625,30 +719,61 @@ def evaluate_gate(
 
     if not reasons:
         if outcome is not None:
-            outcome = outcome.model_copy(update={"problems": outcome.problems + (
-                "not applied: no regression to accept",)})
-        return _res("pass", [], metrics=metrics, floor=floor, candidate_sha=candidate_sha,
-                       baseline_sha=baseline_sha, acceptance=outcome, cfg=cfg)
+            outcome = outcome.model_copy(
+                update={"problems": (*outcome.problems, "not applied: no regression to accept")}
+            )
+        return _res(
+            "pass",
+            [],
+            metrics=metrics,
+            floor=floor,
+            candidate_sha=candidate_sha,
+            baseline_sha=baseline_sha,
+            acceptance=outcome,
+            cfg=cfg,
+        )
 
     if outcome is not None and outcome.matched and not unwaivable:
         outcome = outcome.model_copy(update={"applied": True})
-        reasons.append(f"accepted: {outcome.reason} (by {outcome.accepted_by}"
-                       f"{', ' + outcome.date.isoformat() if outcome.date else ''})")
-        return _res("accepted", reasons, metrics=metrics, floor=floor, candidate_sha=candidate_sha,
-                       baseline_sha=baseline_sha, acceptance=outcome, cfg=cfg)
+        reasons.append(
+            f"accepted: {outcome.reason} (by {outcome.accepted_by}"
+            f"{', ' + outcome.date.isoformat() if outcome.date else ''})"
+        )
+        return _res(
+            "accepted",
+            reasons,
+            metrics=metrics,
+            floor=floor,
+            candidate_sha=candidate_sha,
+            baseline_sha=baseline_sha,
+            acceptance=outcome,
+            cfg=cfg,
+        )
 
     if outcome is not None:
         extra: tuple[str, ...] = ()
         if outcome.matched and embedder is not None:
-            extra += (f"not applied: an acceptance cannot waive {EMBEDDER_CHANGED}; re-index with the new "
-                      "embedder and re-run the eval",)
+            extra += (
+                f"not applied: an acceptance cannot waive {EMBEDDER_CHANGED}; re-index with the new "
+                "embedder and re-run the eval",
+            )
         if outcome.matched and floor_reasons(floor):
-            extra += (f"not applied: an acceptance cannot waive the {BM25_FLOOR}; improve the engine or "
-                      "change evals.bm25_margin in review",)
+            extra += (
+                f"not applied: an acceptance cannot waive the {BM25_FLOOR}; improve the engine or "
+                "change evals.bm25_margin in review",
+            )
         outcome = outcome.model_copy(update={"problems": outcome.problems + extra})
         reasons.append("acceptance_ignored: " + "; ".join(outcome.problems))
-    return _res("regression", reasons, metrics=metrics, floor=floor, candidate_sha=candidate_sha,
-                   baseline_sha=baseline_sha, acceptance=outcome, cfg=cfg)
+    return _res(
+        "regression",
+        reasons,
+        metrics=metrics,
+        floor=floor,
+        candidate_sha=candidate_sha,
+        baseline_sha=baseline_sha,
+        acceptance=outcome,
+        cfg=cfg,
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -675,26 +800,32 @@ def summary(result: GateResult) -> str:
     lines = [f"eval gate: {result.status.upper()} (exit {result.exit_code})"]
     for name, g in result.metrics.items():
         flag = "  REGRESSED" if g.regressed else ""
-        lines.append(f"  {name:<32} baseline {g.baseline_mean:.4f}  candidate {g.candidate_mean:.4f}  "
-                     f"delta {g.mean_delta:+.4f}  CI [{g.ci_low:+.4f}, {g.ci_high:+.4f}]  n={g.n}{flag}")
+        lines.append(
+            f"  {name:<32} baseline {g.baseline_mean:.4f}  candidate {g.candidate_mean:.4f}  "
+            f"delta {g.mean_delta:+.4f}  CI [{g.ci_low:+.4f}, {g.ci_high:+.4f}]  n={g.n}{flag}"
+        )
     for pack, per in result.floor.items():
         for metric, c in per.items():
             flag = "  BELOW BM25" if c.failed else ""
-            lines.append(f"  floor {pack + ' ' + metric:<26} bm25 {c.bm25:.4f}  engine {c.engine:.4f}  "
-                         f"delta {c.delta:+.4f}  margin {c.margin}{flag}")
+            lines.append(
+                f"  floor {pack + ' ' + metric:<26} bm25 {c.bm25:.4f}  engine {c.engine:.4f}  "
+                f"delta {c.delta:+.4f}  margin {c.margin}{flag}"
+            )
     for name, r in result.resources.items():
         flag = "  REGRESSED" if r.regressed else ("" if r.judged else "  (not judged)")
-        fmt = (lambda v: "unknown" if v is None else f"{v:.6g}")  # noqa: E731
-        lines.append(f"  {name:<32} baseline {fmt(r.baseline)}  candidate {fmt(r.candidate)}  "
-                     f"tolerance +{r.tolerance:.0%}{flag}")
+        fmt = lambda v: "unknown" if v is None else f"{v:.6g}"  # noqa: E731
+        lines.append(
+            f"  {name:<32} baseline {fmt(r.baseline)}  candidate {fmt(r.candidate)}  tolerance +{r.tolerance:.0%}{flag}"
+        )
     if result.audit is not None:
         a = result.audit
         gen = f"{a.generation['provider']}/{a.generation['model']}" if a.generation else "-"
-        emb = (f"{a.embedder['provider']}/{a.embedder['model']} ({a.embedder['dimension']})"
-               if a.embedder else "-")
-        lines.append(f"  audit: generation {gen}; embedder {emb}; config {a.config_hash}; golden "
-                     f"{(a.golden_hash or '-')[:12]} ({', '.join(a.golden_paths)}); reports baseline "
-                     f"{(result.baseline_sha256 or '-')[:12]} candidate {(result.candidate_sha256 or '-')[:12]}")
+        emb = f"{a.embedder['provider']}/{a.embedder['model']} ({a.embedder['dimension']})" if a.embedder else "-"
+        lines.append(
+            f"  audit: generation {gen}; embedder {emb}; config {a.config_hash}; golden "
+            f"{(a.golden_hash or '-')[:12]} ({', '.join(a.golden_paths)}); reports baseline "
+            f"{(result.baseline_sha256 or '-')[:12]} candidate {(result.candidate_sha256 or '-')[:12]}"
+        )
     lines += [f"  - {r}" for r in result.reasons]
     if result.acceptance is not None and not result.acceptance.applied and result.status == "pass":
         lines += [f"  acceptance: {p}" for p in result.acceptance.problems]
@@ -738,15 +869,26 @@ def run(config: str, report: str, baseline_report: str | None, output: str, acce
             acc_error = str(exc)
 
     if unreadable or cfg is None:
-        outcome = _judge_acceptance(acc_raw, source=accept, error=acc_error,
-                                    candidate_sha=cand_sha, baseline_sha=base_sha)
-        result = _result("incomparable", unreadable, candidate_sha=cand_sha, baseline_sha=base_sha,
-                         acceptance=outcome, cfg=cfg)
+        outcome = _judge_acceptance(
+            acc_raw, source=accept, error=acc_error, candidate_sha=cand_sha, baseline_sha=base_sha
+        )
+        result = _result(
+            "incomparable", unreadable, candidate_sha=cand_sha, baseline_sha=base_sha, acceptance=outcome, cfg=cfg
+        )
     else:
         audit = gate_audit(engine_cfg, loaded["candidate"], loaded.get("baseline"))
-        result = evaluate_gate(loaded["candidate"], loaded.get("baseline"), cfg, candidate_sha=cand_sha,
-                               baseline_sha=base_sha, acceptance=acc_raw, acceptance_source=accept,
-                               acceptance_error=acc_error, configured_generation=audit.generation, audit=audit)
+        result = evaluate_gate(
+            loaded["candidate"],
+            loaded.get("baseline"),
+            cfg,
+            candidate_sha=cand_sha,
+            baseline_sha=base_sha,
+            acceptance=acc_raw,
+            acceptance_source=accept,
+            acceptance_error=acc_error,
+            configured_generation=audit.generation,
+            audit=audit,
+        )
     if engine_cfg is not None and acc_raw is not None:
         _audit_acceptance(engine_cfg, acc_raw, base_sha, cand_sha, outcome=result.acceptance)
     out = Path(output)
@@ -755,8 +897,9 @@ def run(config: str, report: str, baseline_report: str | None, output: str, acce
     return result
 
 
-def _audit_acceptance(engine_cfg: Any, raw: Any, base_sha: str | None, cand_sha: str | None, *,
-                      outcome: AcceptanceOutcome | None) -> None:
+def _audit_acceptance(
+    engine_cfg: Any, raw: Any, base_sha: str | None, cand_sha: str | None, *, outcome: AcceptanceOutcome | None
+) -> None:
     """Write the acceptance to the audit trail (the ledger database) as an approval check:
     ``approval_granted`` when it was applied, ``approval_refused`` when it does not bind these
     reports; nothing when it matched but had no regression to waive."""
@@ -786,8 +929,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m evals.gates", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="engine config (its evals: section is the policy)")
     parser.add_argument("--report", required=True, help="candidate eval report (JSON)")
-    parser.add_argument("--baseline-report", help="baseline eval report (JSON); without it only the "
-                        "candidate's own checks run (the BM25 floor)")
+    parser.add_argument(
+        "--baseline-report",
+        help="baseline eval report (JSON); without it only the candidate's own checks run (the BM25 floor)",
+    )
     parser.add_argument("--output", required=True, help="where to write the gate result (JSON)")
     parser.add_argument("--accept", help="acceptance file (YAML or JSON) binding both report hashes")
     args = parser.parse_args(argv)

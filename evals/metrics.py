@@ -40,8 +40,9 @@ COST_QUANTUM = Decimal("1e-12")
 
 def _check(gold: Sequence[str], k: int) -> None:
     if not gold:
-        raise EvalInputError("retrieval metrics need at least one gold anchor (expected-insufficient "
-                             "queries are not scored on ranking)")
+        raise EvalInputError(
+            "retrieval metrics need at least one gold anchor (expected-insufficient queries are not scored on ranking)"
+        )
     if k < 1:
         raise EvalInputError(f"k must be >= 1, got {k}")
 
@@ -139,21 +140,23 @@ def score_query(
         raise EvalInputError(f"query {id!r} expects an answer but has no gold anchors")
     top = tuple(ranked[:TOP_K])
     values = ranking_values(top, gold, expect_insufficient)
-    return QueryResult.model_validate({
-        "id": id,
-        "pack": pack,
-        "question": question,
-        "gold": tuple(gold),
-        "expect_insufficient": expect_insufficient,
-        "ranked": top,
-        "cited": tuple(cited),
-        "answered_insufficient": answered_insufficient,
-        "latency_ms": float(latency_ms),
-        "cost_usd": None if cost_usd is None else str(cost_usd),
-        **values,
-        "citation_hit": citation_hit(cited, gold, expect_insufficient),
-        "insufficient_correct": insufficient_correct(answered_insufficient, expect_insufficient),
-    })
+    return QueryResult.model_validate(
+        {
+            "id": id,
+            "pack": pack,
+            "question": question,
+            "gold": tuple(gold),
+            "expect_insufficient": expect_insufficient,
+            "ranked": top,
+            "cited": tuple(cited),
+            "answered_insufficient": answered_insufficient,
+            "latency_ms": float(latency_ms),
+            "cost_usd": None if cost_usd is None else str(cost_usd),
+            **values,
+            "citation_hit": citation_hit(cited, gold, expect_insufficient),
+            "insufficient_correct": insufficient_correct(answered_insufficient, expect_insufficient),
+        }
+    )
 
 
 def _mean(values: list[float | None]) -> float | None:

@@ -176,7 +176,7 @@ class QueryResult(_Frozen):
         return _usd(value)
 
     @model_validator(mode="after")
-    def _retrieval_metrics_need_gold(self) -> "QueryResult":
+    def _retrieval_metrics_need_gold(self) -> QueryResult:
         # A query expected to be unanswerable has no gold chunks, so ranking metrics are
         # undefined for it; a number there means the runner scored it against nothing.
         if self.expect_insufficient:
@@ -269,14 +269,15 @@ class EvalReport(_Frozen):
     """query id -> the baselines' top 10 anchors (``/2`` only)."""
 
     @model_validator(mode="after")
-    def _consistent(self) -> "EvalReport":
+    def _consistent(self) -> EvalReport:
         ids = [q.id for q in self.queries]
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:
             raise ValueError(f"duplicate query ids: {dupes[:10]}")
         if self.metrics.queries != len(self.queries):
-            raise ValueError(f"metrics.queries is {self.metrics.queries} but the report holds "
-                             f"{len(self.queries)} queries")
+            raise ValueError(
+                f"metrics.queries is {self.metrics.queries} but the report holds {len(self.queries)} queries"
+            )
         v2_only = {"retrieval": self.retrieval, "systems": self.systems, "rankings": self.rankings}
         if self.schema_id == SCHEMA_V1:
             present = [k for k, v in v2_only.items() if v is not None]
@@ -329,8 +330,10 @@ def parse_report(data: Any, *, source: str = "<data>") -> EvalReport:
         raise EvalInputError(f"{source}: an eval report must be a JSON object, got {type(data).__name__}")
     schema = data.get("schema")
     if schema not in SCHEMAS:
-        raise EvalInputError(f"{source}: schema is {schema!r}, expected one of {list(SCHEMAS)} (not an eval "
-                             "report, or one written by an incompatible runner)")
+        raise EvalInputError(
+            f"{source}: schema is {schema!r}, expected one of {list(SCHEMAS)} (not an eval "
+            "report, or one written by an incompatible runner)"
+        )
     try:
         return EvalReport.model_validate(data)
     except ValidationError as exc:

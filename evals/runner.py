@@ -31,7 +31,7 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -48,7 +48,6 @@ from rag_engine.errors import EvalInputError
 from rag_engine.query import run_query
 from rag_engine.retrieval import store_reads
 from rag_engine.retrieval.policy import gate
-from rag_engine.retrieval.store_reads import read
 
 
 def load_golden(path: Path) -> dict[str, Any]:
@@ -89,8 +88,9 @@ def _parse_legs(text: str) -> list[str]:
     legs = [leg.strip() for leg in text.split(",") if leg.strip()]
     unknown = sorted(set(legs) - set(LEGS))
     if not legs or unknown:
-        raise EvalInputError(f"--legs {text!r}: name one or more of {list(LEGS)}"
-                             + (f" (unknown: {unknown})" if unknown else ""))
+        raise EvalInputError(
+            f"--legs {text!r}: name one or more of {list(LEGS)}" + (f" (unknown: {unknown})" if unknown else "")
+        )
     return legs
 
 
@@ -106,16 +106,19 @@ def _parse_weights(text: str) -> dict[str, float]:
         except ValueError:
             weight = None
         if leg not in LEGS or weight is None or not weight >= 0 or weight == float("inf"):
-            raise EvalInputError(f"--weights {text!r}: expected leg=weight pairs with legs in {list(LEGS)} "
-                                 f"and finite weights >= 0, got {item!r}")
+            raise EvalInputError(
+                f"--weights {text!r}: expected leg=weight pairs with legs in {list(LEGS)} "
+                f"and finite weights >= 0, got {item!r}"
+            )
         out[leg] = weight
     if not out:
         raise EvalInputError(f"--weights {text!r}: no leg=weight pair")
     return out
 
 
-def leg_weights(configured: dict[str, float], *, legs: str | None = None,
-                weights: str | None = None) -> dict[str, float] | None:
+def leg_weights(
+    configured: dict[str, float], *, legs: str | None = None, weights: str | None = None
+) -> dict[str, float] | None:
     """The engine's per-leg weights for an ablation, or None for the configured ones.
 
     ``legs`` keeps the listed legs at their configured weight and zeroes the rest; ``weights``
@@ -167,8 +170,15 @@ def select_golden(golden_paths: Sequence[Path], packs: Sequence[str] | None) -> 
     return [p for p in golden_paths if load_golden(p)["pack"] in set(packs)]
 
 
-def run_eval(engine: Engine, golden_paths: list[Path], *, generate: bool = False, progress=print,
-             weights: dict[str, float] | None = None, k: int | None = None) -> EvalReport:
+def run_eval(
+    engine: Engine,
+    golden_paths: list[Path],
+    *,
+    generate: bool = False,
+    progress=print,
+    weights: dict[str, float] | None = None,
+    k: int | None = None,
+) -> EvalReport:
     """Score the engine (with ``weights``/``k`` overrides, if any), BM25 and each leg alone."""
     results = []
     systems: dict[str, dict[str, Any]] = {}
@@ -186,23 +196,41 @@ def run_eval(engine: Engine, golden_paths: list[Path], *, generate: bool = False
             gold, insufficient = q.get("gold") or [], bool(q.get("insufficient_evidence"))
             run_id = f"eval:{q['id']}" if generate else "eval"  # per query: its tokens from the ledger
             started = time.perf_counter()
-            outcome = run_query(engine, q["question"], role, k=k, generate=generate, local_inference=False,
-                                run_id=run_id, weights=weights)
+            outcome = run_query(
+                engine,
+                q["question"],
+                role,
+                k=k,
+                generate=generate,
+                local_inference=False,
+                run_id=run_id,
+                weights=weights,
+            )
             latency = (time.perf_counter() - started) * 1000
             started = time.perf_counter()  # the in-run latency control: the fulltext leg alone
-            store_reads.fulltext(engine.driver, engine.database, q["question"], gate(engine.cfg, role).collections,
-                                 engine.cfg.retrieval.lexical_k)
+            store_reads.fulltext(
+                engine.driver,
+                engine.database,
+                q["question"],
+                gate(engine.cfg, role).collections,
+                engine.cfg.retrieval.lexical_k,
+            )
             control_ms = (time.perf_counter() - started) * 1000
-            tokens = (sum(r.input_tokens + r.output_tokens for r in engine.ledger.records(run_id))
-                      if generate else 0)
+            tokens = sum(r.input_tokens + r.output_tokens for r in engine.ledger.records(run_id)) if generate else 0
             anchors = {d.chunk_id: d.anchor for d in outcome.context.documents}
             cost = outcome.answer.cost if generate else Decimal(0)
             scored = score_query(
-                id=q["id"], pack=pack, question=q["question"], gold=gold, expect_insufficient=insufficient,
+                id=q["id"],
+                pack=pack,
+                question=q["question"],
+                gold=gold,
+                expect_insufficient=insufficient,
                 ranked=[c.anchor for c in outcome.retrieval.candidates],
                 cited=[anchors.get(c, c) for c in outcome.answer.citations],
                 answered_insufficient=outcome.answer.insufficient_evidence,
-                latency_ms=latency, cost_usd=cost)
+                latency_ms=latency,
+                cost_usd=cost,
+            )
             scored = scored.model_copy(update={"tokens": tokens, "control_latency_ms": control_ms})
             results.append(scored)
             rankings[q["id"]] = baseline_rankings(engine, bm25, pack, q["question"], role)
@@ -213,24 +241,37 @@ def run_eval(engine: Engine, golden_paths: list[Path], *, generate: bool = False
         progress(f"[eval] {path}: {len(golden['queries'])} queries")
     gen = engine.registry.generation
     emb = engine.registry.embedding
-    return EvalReport.model_validate({
-        "schema": SCHEMA,
-        "created_at": datetime.now(timezone.utc),
-        "config_hash": config_hash(engine.cfg),
-        "golden": {"paths": [str(p.relative_to(engine.root)) if p.is_relative_to(engine.root) else str(p)
-                             for p in golden_paths], "hash": golden_sha256(golden_paths)},
-        "generation": ({"provider": gen.provider.name, "model": gen.model.served_model} if generate
-                       else {"provider": "none", "model": "extractive"}),
-        "embedder": {"provider": emb.provider.name, "model": emb.model.served_model,
-                     "dimension": emb.model.dimension, "identity": emb.identity},
-        "reindex": reindex_info(engine),
-        "configured_generation": {"provider": gen.provider.name, "model": gen.model.served_model},
-        "metrics": aggregate(results),
-        "queries": results,
-        "retrieval": {"weights": {**engine.leg_weights, **(weights or {})}, "k": k},
-        "systems": systems,
-        "rankings": rankings,
-    })
+    return EvalReport.model_validate(
+        {
+            "schema": SCHEMA,
+            "created_at": datetime.now(UTC),
+            "config_hash": config_hash(engine.cfg),
+            "golden": {
+                "paths": [
+                    str(p.relative_to(engine.root)) if p.is_relative_to(engine.root) else str(p) for p in golden_paths
+                ],
+                "hash": golden_sha256(golden_paths),
+            },
+            "generation": (
+                {"provider": gen.provider.name, "model": gen.model.served_model}
+                if generate
+                else {"provider": "none", "model": "extractive"}
+            ),
+            "embedder": {
+                "provider": emb.provider.name,
+                "model": emb.model.served_model,
+                "dimension": emb.model.dimension,
+                "identity": emb.identity,
+            },
+            "reindex": reindex_info(engine),
+            "configured_generation": {"provider": gen.provider.name, "model": gen.model.served_model},
+            "metrics": aggregate(results),
+            "queries": results,
+            "retrieval": {"weights": {**engine.leg_weights, **(weights or {})}, "k": k},
+            "systems": systems,
+            "rankings": rankings,
+        }
+    )
 
 
 def systems_table(report: EvalReport) -> str:
@@ -241,29 +282,41 @@ def systems_table(report: EvalReport) -> str:
         for system in SYSTEMS:
             m = table.system(system)
             values = (m.get(key) for _, key in cols)
-            lines.append(f"{pack:<22} {system:<9} " + " ".join(f"{'-' if v is None else f'{v:.3f}':>9}" for v in values)
-                         + f"  {m.queries:>7}")
+            lines.append(
+                f"{pack:<22} {system:<9} "
+                + " ".join(f"{'-' if v is None else f'{v:.3f}':>9}" for v in values)
+                + f"  {m.queries:>7}"
+            )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m evals.runner", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m evals.runner", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--config", default=DEFAULT_CONFIG)
     ap.add_argument("--output", required=True)
     ap.add_argument("--generate", action="store_true", help="answer with the default generation model")
-    ap.add_argument("--pack", action="append", metavar="P",
-                    help="run only this pack's golden set (repeatable; default: every evals.golden file)")
-    ap.add_argument("--legs", metavar="L1,L2", help=f"engine legs to keep at their configured weight, others 0 "
-                                                    f"(legs: {', '.join(LEGS)})")
+    ap.add_argument(
+        "--pack",
+        action="append",
+        metavar="P",
+        help="run only this pack's golden set (repeatable; default: every evals.golden file)",
+    )
+    ap.add_argument(
+        "--legs",
+        metavar="L1,L2",
+        help=f"engine legs to keep at their configured weight, others 0 (legs: {', '.join(LEGS)})",
+    )
     ap.add_argument("--weights", metavar="LEG=W,...", help="engine per-leg fusion weights (after --legs)")
     ap.add_argument("--k", type=int, default=None, help="engine top k (default: retrieval.final_k)")
     args = ap.parse_args(argv)
     engine = Engine.from_path(args.config)
     try:
         if args.k is not None and not 1 <= args.k <= engine.cfg.retrieval.max_k:
-            raise EvalInputError(f"--k must be between 1 and retrieval.max_k {engine.cfg.retrieval.max_k}, "
-                                 f"got {args.k}")
+            raise EvalInputError(
+                f"--k must be between 1 and retrieval.max_k {engine.cfg.retrieval.max_k}, got {args.k}"
+            )
         weights = leg_weights(engine.leg_weights, legs=args.legs, weights=args.weights)
         paths = select_golden([engine.root / p for p in engine.cfg.evals.golden], args.pack)
         report = run_eval(engine, paths, generate=args.generate, weights=weights, k=args.k)
@@ -278,10 +331,12 @@ def main(argv: list[str] | None = None) -> int:
     def f(v: float | None) -> str:
         return "-" if v is None else f"{v:.3f}"
 
-    print(f"[eval] {m.queries} queries: recall@5 {f(m.recall_at_5)}, mrr@10 {f(m.mrr_at_10)}, "
-          f"ndcg@10 {f(m.ndcg_at_10)}, map@10 {f(m.map_at_10)}, citation hit {f(m.citation_hit_rate)}, "
-          f"insufficient-evidence accuracy {f(m.insufficient_evidence_accuracy)}, "
-          f"p50 {m.latency_ms_p50:.0f} ms, p95 {m.latency_ms_p95:.0f} ms -> {args.output}")
+    print(
+        f"[eval] {m.queries} queries: recall@5 {f(m.recall_at_5)}, mrr@10 {f(m.mrr_at_10)}, "
+        f"ndcg@10 {f(m.ndcg_at_10)}, map@10 {f(m.map_at_10)}, citation hit {f(m.citation_hit_rate)}, "
+        f"insufficient-evidence accuracy {f(m.insufficient_evidence_accuracy)}, "
+        f"p50 {m.latency_ms_p50:.0f} ms, p95 {m.latency_ms_p95:.0f} ms -> {args.output}"
+    )
     print(f"[eval] engine weights {report.retrieval.weights}" + (f", k {args.k}" if args.k else ""))
     print(systems_table(report))
     return 0

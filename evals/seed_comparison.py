@@ -79,24 +79,36 @@ ALIASES = {"Project Falcon": ["billing pipeline"]}
 
 # what a model would have said per chunk (local id -> entities, relationships)
 ANSWERS: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str, str, float]]]] = {
-    "overview": ([("Project Falcon", "system"), ("Payments team", "team")],
-                 [("Payments team", "Project Falcon", "owns", 0.70)]),
-    "storage": ([("Project Falcon", "system"), ("Vault cluster", "system"), ("Platform team", "team")],
-                [("Project Falcon", "Vault cluster", "depends_on", TARGET_EDGE),
-                 ("Platform team", "Vault cluster", "owns", 0.90)]),
-    "freeze": ([("Project Falcon", "system"), ("Holiday calendar", "system")],
-               [("Project Falcon", "Holiday calendar", "applies_to", NEGATIVE_EDGE)]),
+    "overview": (
+        [("Project Falcon", "system"), ("Payments team", "team")],
+        [("Payments team", "Project Falcon", "owns", 0.70)],
+    ),
+    "storage": (
+        [("Project Falcon", "system"), ("Vault cluster", "system"), ("Platform team", "team")],
+        [
+            ("Project Falcon", "Vault cluster", "depends_on", TARGET_EDGE),
+            ("Platform team", "Vault cluster", "owns", 0.90),
+        ],
+    ),
+    "freeze": (
+        [("Project Falcon", "system"), ("Holiday calendar", "system")],
+        [("Project Falcon", "Holiday calendar", "applies_to", NEGATIVE_EDGE)],
+    ),
 }
 
 
 def _answer(chunk_id: str, local: str) -> str:
     entities, rels = ANSWERS.get(local, ([], []))
-    return RawExtraction.model_validate({
-        "chunk_id": chunk_id,
-        "entities": [{"name": n, "type": t, "description": ""} for n, t in entities],
-        "relationships": [{"source": a, "target": b, "type": t, "description": "", "confidence": c,
-                           "chunk_id": chunk_id} for a, b, t, c in rels],
-    }).model_dump_json()
+    return RawExtraction.model_validate(
+        {
+            "chunk_id": chunk_id,
+            "entities": [{"name": n, "type": t, "description": ""} for n, t in entities],
+            "relationships": [
+                {"source": a, "target": b, "type": t, "description": "", "confidence": c, "chunk_id": chunk_id}
+                for a, b, t, c in rels
+            ],
+        }
+    ).model_dump_json()
 
 
 def fixture_engine(base: Engine, workdir: Path) -> tuple[Engine, DomainPack]:
@@ -109,27 +121,42 @@ def fixture_engine(base: Engine, workdir: Path) -> tuple[Engine, DomainPack]:
     cassette = workdir / "seed.jsonl"
     cfg = base.cfg
     provider = ProviderConfig(name="seed_replay", kind="replay", cassette=str(cassette))
-    model = ModelConfig(name="seed-chat", provider="seed_replay", role="generation",
-                        served_model="seed-fixture-model", capabilities=("generation", "structured_output"))
+    model = ModelConfig(
+        name="seed-chat",
+        provider="seed_replay",
+        role="generation",
+        served_model="seed-fixture-model",
+        capabilities=("generation", "structured_output"),
+    )
     storage = cfg.storage.model_copy(update={"artifacts_dir": str(workdir / "artifacts")})
-    cfg = cfg.model_copy(update={
-        "providers": cfg.providers + (provider,), "models": cfg.models + (model,), "storage": storage,
-        "defaults": cfg.defaults.model_copy(update={"extraction_model": "seed-chat"})})
+    cfg = cfg.model_copy(
+        update={
+            "providers": (*cfg.providers, provider),
+            "models": (*cfg.models, model),
+            "storage": storage,
+            "defaults": cfg.defaults.model_copy(update={"extraction_model": "seed-chat"}),
+        }
+    )
     engine = Engine(cfg, base.root, {**base.env, "RAG_LEDGER_URL": f"sqlite:///{workdir / 'ledger.sqlite'}"})
     manifest = workdir / "manifest.yaml"
     text = (base.root / cfg.pack("company_x_kb").manifest).read_text(encoding="utf-8")
     extra = "".join(f"  {name}: {json.dumps(forms)}\n" for name, forms in ALIASES.items())
     manifest.write_text(text.replace("\naliases:\n", f"\naliases:\n{extra}", 1), encoding="utf-8")
-    entry = cfg.pack("company_x_kb").model_copy(update={"name": pack_name, "corpus": str(corpus),
-                                                        "manifest": str(manifest)})
+    entry = cfg.pack("company_x_kb").model_copy(
+        update={"name": pack_name, "corpus": str(corpus), "manifest": str(manifest)}
+    )
     pack = load_pack(entry, base.root)
     tape = Cassette(cassette)
     for ref in discover(pack):
         for chunk in pack.chunk(load_document(pack, ref.partition_key, max_bytes=cfg.max_document_bytes)):
             local = chunk.chunk_id.split("#", 1)[1]
-            tape.put_generation(model.served_model, build_messages(pack.manifest, chunk),
-                                _answer(chunk.chunk_id, local), schema=RawExtraction,
-                                source="handwritten:seed-comparison")
+            tape.put_generation(
+                model.served_model,
+                build_messages(pack.manifest, chunk),
+                _answer(chunk.chunk_id, local),
+                schema=RawExtraction,
+                source="handwritten:seed-comparison",
+            )
     return engine, pack
 
 
@@ -171,9 +198,14 @@ def run(base: Engine, workdir: Path) -> dict[str, Any]:
                 "target_rank": graph_rank,
                 "plan": (results["graph"].plan or {}).get("reason"),
                 "candidate_scores": [
-                    {"anchor": c.anchor, "path_score": c.path_score,
-                     "path": [f"{h['seed']} -[{h['type']} {h['confidence']}]- {h['to_name']}" for h in c.path]}
-                    for c in with_graph if c.path_score is not None],
+                    {
+                        "anchor": c.anchor,
+                        "path_score": c.path_score,
+                        "path": [f"{h['seed']} -[{h['type']} {h['confidence']}]- {h['to_name']}" for h in c.path],
+                    }
+                    for c in with_graph
+                    if c.path_score is not None
+                ],
             },
             "negative_control": {
                 "edge": "Project Falcon -[applies_to]-> Holiday calendar",
@@ -195,7 +227,9 @@ def _pack_chunks(engine: Engine, pack: str) -> set[str]:
 def _edges(engine: Engine, pack: str) -> list[dict[str, Any]]:
     rows, _, _ = engine.driver.execute_query(
         "MATCH ()-[r:RELATED {pack: $p}]->() RETURN r.type AS type, r.confidence AS confidence, "
-        "r.retrieval_eligible AS retrieval_eligible", p=pack)
+        "r.retrieval_eligible AS retrieval_eligible",
+        p=pack,
+    )
     return [dict(r) for r in rows]
 
 

@@ -35,7 +35,7 @@ import re
 import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,7 @@ MISS_CAUSES = {
     "reference_text_not_in_passage": "the gold reference text does not occur in the citing passage",
     "no_reference_extracted": "no extracted reference overlaps the gold reference text",
     "gold_target_not_named": "the gold target's number is not the one its reference text names "
-                             "(e.g. 'Rule 4.10' linked to 4.1: a gold error)",
+    "(e.g. 'Rule 4.10' linked to 4.1: a gold error)",
     "outside_instrument": "the reference was read as a provision of an instrument outside the data",
     "wrong_instrument": "the right number was scoped to another instrument",
     "key_not_answered": "the reference's key is answered by no chunk",
@@ -182,8 +182,19 @@ def plain_number(key: str) -> str:
 def _prf(tp_pred: int, n_pred: int, tp_gold: int, n_gold: int) -> dict[str, Any]:
     p = tp_pred / n_pred if n_pred else None
     r = tp_gold / n_gold if n_gold else None
-    f1 = 2 * p * r / (p + r) if p is not None and r is not None and p + r > 0 else (0.0 if p is not None and r is not None else None)
-    return {"gold": n_gold, "predicted": n_pred, "tp": tp_gold, "precision": _round(p), "recall": _round(r), "f1": _round(f1)}
+    f1 = (
+        2 * p * r / (p + r)
+        if p is not None and r is not None and p + r > 0
+        else (0.0 if p is not None and r is not None else None)
+    )
+    return {
+        "gold": n_gold,
+        "predicted": n_pred,
+        "tp": tp_gold,
+        "precision": _round(p),
+        "recall": _round(r),
+        "f1": _round(f1),
+    }
 
 
 def _per_cause(items: list[dict], limit: int) -> list[dict]:
@@ -228,11 +239,18 @@ def miss_cause(res: Resolution, source: str, target: str, rows: list[dict]) -> s
     return "resolved_elsewhere"
 
 
-def extra_cause(res: Resolution, source: str, target: str, produced: list[tuple[str, str]],
-                gold_by_source: dict[str, list[dict]], gold_pairs: set[tuple[str, str]]) -> str:
+def extra_cause(
+    res: Resolution,
+    source: str,
+    target: str,
+    produced: list[tuple[str, str]],
+    gold_by_source: dict[str, list[dict]],
+    gold_pairs: set[tuple[str, str]],
+) -> str:
     keys = {key for _, key in produced}
-    if any(len(res.answering.get(k, ())) > 1 and any((source, t) in gold_pairs for t in res.answering[k])
-           for k in keys):
+    if any(
+        len(res.answering.get(k, ())) > 1 and any((source, t) in gold_pairs for t in res.answering[k]) for k in keys
+    ):
         return "resolved_to_several"
     text = res.chunks[source].text
     gold_spans = [s for row in gold_by_source.get(source, []) for s in _spans(text, row["reference_text"])]
@@ -242,8 +260,7 @@ def extra_cause(res: Resolution, source: str, target: str, produced: list[tuple[
     return "not_a_gold_reference"
 
 
-def evaluate(pack: DomainPack, gold_rows: list[dict], max_bytes: int,
-             res: Resolution | None = None) -> dict[str, Any]:
+def evaluate(pack: DomainPack, gold_rows: list[dict], max_bytes: int, res: Resolution | None = None) -> dict[str, Any]:
     res = res or resolve(pack, max_bytes)
     gold_pairs: dict[tuple[str, str], str] = {}
     rows_by_pair: dict[tuple[str, str], list[dict]] = defaultdict(list)
@@ -264,14 +281,16 @@ def evaluate(pack: DomainPack, gold_rows: list[dict], max_bytes: int,
         same = pair[0].split("#", 1)[0] == pair[1].split("#", 1)[0]
         predicted[pair] = gold_pairs.get(pair) or ("Internal" if same else "External")
 
-    named_by_source = {src: set().union(*(named_numbers(r["reference_text"]) for r in rows))
-                       for src, rows in gold_by_source.items()}
+    named_by_source = {
+        src: set().union(*(named_numbers(r["reference_text"]) for r in rows)) for src, rows in gold_by_source.items()
+    }
 
     def judged(pair: tuple[str, str]) -> bool:
         """The gold can judge a pair it lists, or one made by a reference it annotates in that
         passage (same number); other references of the passage are simply not in the gold."""
-        return pair in gold_pairs or any(plain_number(k) in named_by_source.get(pair[0], ())
-                                         for _, k in res.pairs[pair])
+        return pair in gold_pairs or any(
+            plain_number(k) in named_by_source.get(pair[0], ()) for _, k in res.pairs[pair]
+        )
 
     metrics: dict[str, Any] = {}
     misses: dict[str, list[dict]] = {}
@@ -286,18 +305,29 @@ def evaluate(pack: DomainPack, gold_rows: list[dict], max_bytes: int,
         metrics[t]["precision_annotated"] = _round(len(hit) / len(judged_t) if judged_t else None)
         miss_list = []
         for pair in sorted(gold_t - pred_t):
-            miss_list.append({"source": pair[0], "target": pair[1],
-                              "reference_text": rows_by_pair[pair][0]["reference_text"],
-                              "cause": miss_cause(res, pair[0], pair[1], rows_by_pair[pair]),
-                              "extracted": sorted({r.normalized for r in res.refs.get(pair[0], [])})[:12]})
+            miss_list.append(
+                {
+                    "source": pair[0],
+                    "target": pair[1],
+                    "reference_text": rows_by_pair[pair][0]["reference_text"],
+                    "cause": miss_cause(res, pair[0], pair[1], rows_by_pair[pair]),
+                    "extracted": sorted({r.normalized for r in res.refs.get(pair[0], [])})[:12],
+                }
+            )
         misses[t] = miss_list
         extra_list = []
         for pair in sorted(pred_t - gold_t):
             produced = res.pairs[pair]
-            extra_list.append({"source": pair[0], "target": pair[1], "raw": produced[0][0], "judged": judged(pair),
-                               "keys": sorted({k for _, k in produced}),
-                               "cause": extra_cause(res, pair[0], pair[1], produced, gold_by_source,
-                                                    set(gold_pairs))})
+            extra_list.append(
+                {
+                    "source": pair[0],
+                    "target": pair[1],
+                    "raw": produced[0][0],
+                    "judged": judged(pair),
+                    "keys": sorted({k for _, k in produced}),
+                    "cause": extra_cause(res, pair[0], pair[1], produced, gold_by_source, set(gold_pairs)),
+                }
+            )
         extras[t] = extra_list
         metrics[t]["miss_causes"] = dict(Counter(m["cause"] for m in miss_list).most_common())
         metrics[t]["extra_causes"] = dict(Counter(e["cause"] for e in extra_list).most_common())
@@ -305,7 +335,9 @@ def evaluate(pack: DomainPack, gold_rows: list[dict], max_bytes: int,
     metrics["overall"] = _prf(len(all_gold & all_pred), len(all_pred), len(all_gold & all_pred), len(all_gold))
     judged_all = {p for p in all_pred if judged(p)}
     metrics["overall"]["judged"] = len(judged_all)
-    metrics["overall"]["precision_annotated"] = _round(len(all_gold & all_pred) / len(judged_all) if judged_all else None)
+    metrics["overall"]["precision_annotated"] = _round(
+        len(all_gold & all_pred) / len(judged_all) if judged_all else None
+    )
 
     # Outsource: detection of references to instruments outside the data
     outside_refs = {a: [(r.start, r.end) for r in refs if r.ref_type == OUTSIDE_TYPE] for a, refs in res.refs.items()}
@@ -319,10 +351,17 @@ def evaluate(pack: DomainPack, gold_rows: list[dict], max_bytes: int,
         if any(_overlaps(a, b) for a in outside_refs.get(src, []) for b in spans):
             found_rows += 1
         else:
-            out_misses.append({"source": src, "reference_text": row["reference_text"],
-                               "cause": "reference_text_not_in_passage" if not spans else "no_reference_extracted"})
+            out_misses.append(
+                {
+                    "source": src,
+                    "reference_text": row["reference_text"],
+                    "cause": "reference_text_not_in_passage" if not spans else "no_reference_extracted",
+                }
+            )
     n_pred = sum(len(set(v)) for v in outside_refs.values())
-    tp_pred = sum(1 for a, v in outside_refs.items() for s in set(v) if any(_overlaps(s, g) for g in gold_spans.get(a, [])))
+    tp_pred = sum(
+        1 for a, v in outside_refs.items() for s in set(v) if any(_overlaps(s, g) for g in gold_spans.get(a, []))
+    )
     metrics["Outsource"] = _prf(tp_pred, n_pred, found_rows, len(outsource))
     metrics["Outsource"]["scored_as"] = "detection (targets are outside the data)"
     metrics["Outsource"]["miss_causes"] = dict(Counter(m["cause"] for m in out_misses).most_common())
@@ -333,11 +372,19 @@ def evaluate(pack: DomainPack, gold_rows: list[dict], max_bytes: int,
         "schema": SCHEMA,
         "pack": pack.name,
         "rules_fingerprint": pack.rules_fingerprint(),
-        "corpus": {"documents": len({c.doc_id for c in res.chunks.values()}), "chunks": len(res.chunks),
-                   "references": n_refs, "keys_cited": len({r.normalized for v in res.refs.values() for r in v}),
-                   "resolved_pairs": len(res.pairs)},
-        "gold": {"rows": len(gold_rows), "pairs": len(gold_pairs),
-                 "by_type": dict(Counter(gold_pairs.values())), "outsource_rows": len(outsource)},
+        "corpus": {
+            "documents": len({c.doc_id for c in res.chunks.values()}),
+            "chunks": len(res.chunks),
+            "references": n_refs,
+            "keys_cited": len({r.normalized for v in res.refs.values() for r in v}),
+            "resolved_pairs": len(res.pairs),
+        },
+        "gold": {
+            "rows": len(gold_rows),
+            "pairs": len(gold_pairs),
+            "by_type": dict(Counter(gold_pairs.values())),
+            "outsource_rows": len(outsource),
+        },
         "metrics": metrics,
         "miss_cause_legend": MISS_CAUSES,
         "extra_cause_legend": EXTRA_CAUSES,
@@ -363,14 +410,18 @@ def gate(report: dict[str, Any], baseline: dict[str, Any], tolerance: float) -> 
 
 
 def table(report: dict[str, Any]) -> str:
-    lines = [f"{'type':<10} {'gold':>5} {'pred':>5} {'tp':>5} {'precision':>9} {'P(annot.)':>9} {'P(est.)':>8} "
-             f"{'recall':>7} {'F1':>6}"]
+    lines = [
+        f"{'type':<10} {'gold':>5} {'pred':>5} {'tp':>5} {'precision':>9} {'P(annot.)':>9} {'P(est.)':>8} "
+        f"{'recall':>7} {'F1':>6}"
+    ]
     fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
     for t in (*TYPES, "overall"):
         m = report["metrics"][t]
-        lines.append(f"{t:<10} {m['gold']:>5} {m['predicted']:>5} {m['tp']:>5} {fmt(m['precision']):>9} "
-                     f"{fmt(m.get('precision_annotated')):>9} {fmt(m.get('precision_estimate')):>8} "
-                     f"{fmt(m['recall']):>7} {fmt(m['f1']):>6}")
+        lines.append(
+            f"{t:<10} {m['gold']:>5} {m['predicted']:>5} {m['tp']:>5} {fmt(m['precision']):>9} "
+            f"{fmt(m.get('precision_annotated')):>9} {fmt(m.get('precision_estimate')):>8} "
+            f"{fmt(m['recall']):>7} {fmt(m['f1']):>6}"
+        )
     for t in TYPES:
         causes = report["metrics"][t].get("miss_causes") or {}
         if causes:
@@ -380,8 +431,10 @@ def table(report: dict[str, Any]) -> str:
             lines.append(f"{t} extras: " + ", ".join(f"{k} {v}" for k, v in causes.items()))
     if report.get("audit"):
         a = report["audit"]
-        lines.append("manual audit of pairs the gold cannot judge: " + ", ".join(
-            f"{t} {a[t]['correct']}/{a[t]['still_predicted']} correct" for t in PAIR_TYPES if t in a))
+        lines.append(
+            "manual audit of pairs the gold cannot judge: "
+            + ", ".join(f"{t} {a[t]['correct']}/{a[t]['still_predicted']} correct" for t in PAIR_TYPES if t in a)
+        )
     return "\n".join(lines)
 
 
@@ -423,20 +476,25 @@ def run(config: str | Path = DEFAULT_CONFIG, pack_name: str = DEFAULT_PACK) -> d
         except yaml.YAMLError as exc:
             raise XrefInputError(f"{audit_path}: {exc}") from None
         apply_audit(report, res, audit, audit_path.relative_to(root).as_posix())
-    report["created_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    report["created_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     return report
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m evals.xref", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m evals.xref", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--config", default=DEFAULT_CONFIG)
     ap.add_argument("--pack", default=DEFAULT_PACK)
     ap.add_argument("--output", required=True, help="where to write the JSON report")
     ap.add_argument("--gate", action="store_true", help="compare with the baseline; exit 1 on a drop")
     ap.add_argument("--baseline", default=None, help=f"baseline report (default: {DEFAULT_BASELINE})")
-    ap.add_argument("--tolerance", type=float, default=None,
-                    help="largest tolerated drop of a precision or recall (default: evals.max_drop)")
+    ap.add_argument(
+        "--tolerance",
+        type=float,
+        default=None,
+        help="largest tolerated drop of a precision or recall (default: evals.max_drop)",
+    )
     args = ap.parse_args(argv)
     try:
         cfg = load_config(under_root(project_root(), args.config))
@@ -448,8 +506,10 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     print(table(report))
-    print(f"[xref] {report['corpus']['chunks']} chunks, {report['corpus']['references']} references, "
-          f"{report['corpus']['resolved_pairs']} resolved pairs -> {out}")
+    print(
+        f"[xref] {report['corpus']['chunks']} chunks, {report['corpus']['references']} references, "
+        f"{report['corpus']['resolved_pairs']} resolved pairs -> {out}"
+    )
     if not args.gate:
         return 0
     base_path = Path(args.baseline) if args.baseline else under_root(project_root(), DEFAULT_BASELINE)

@@ -43,6 +43,7 @@ EVAL_ANSWER_TOKENS = 512
 
 # -- cost estimates (engine only, no Dagster state) --------------------------------------------
 
+
 def model_is_free(engine: Engine, model_name: str) -> bool:
     """A local model without a price (replay cassettes, llama.cpp, the embedding server)."""
     spec = engine.registry.spec(model_name)
@@ -61,7 +62,7 @@ def _chunk_texts(engine: Engine, pack, key: str) -> list[str]:
 
     try:
         return [c.text for c in pack.chunk(load_document(pack, key, max_bytes=engine.cfg.max_document_bytes))]
-    except Exception:  # noqa: BLE001 - a document the pack refuses costs nothing; source_documents says why
+    except Exception:
         return []
 
 
@@ -84,8 +85,13 @@ def extraction_estimate(engine: Engine, pack_name: str, keys: list[str]) -> dict
             tokens_in += sum(len(t) // CHARS_PER_TOKEN + PROMPT_OVERHEAD_TOKENS for t in texts)
     tokens_out = calls * engine.cfg.budgets.max_output_tokens
     cost = _price(engine, name, tokens_in, tokens_out) if calls else Decimal(0)
-    return {"model": name, "calls": calls, "input_tokens": tokens_in, "output_tokens": tokens_out,
-            "cost_usd": None if cost is None else float(cost)}
+    return {
+        "model": name,
+        "calls": calls,
+        "input_tokens": tokens_in,
+        "output_tokens": tokens_out,
+        "cost_usd": None if cost is None else float(cost),
+    }
 
 
 def eval_estimate(engine: Engine) -> dict[str, Any]:
@@ -97,14 +103,19 @@ def eval_estimate(engine: Engine) -> dict[str, Any]:
     for path in engine.cfg.evals.golden:
         try:
             questions += len(load_golden(engine.root / path).get("queries", []))
-        except Exception:  # noqa: BLE001 - an unreadable golden file is the eval's error, not the estimate's
+        except Exception:
             continue
     budget = engine.cfg.context
     tokens_in = questions * (budget.system + budget.documents + budget.conversation)
     tokens_out = questions * EVAL_ANSWER_TOKENS
     cost = _price(engine, name, tokens_in, tokens_out) if questions else Decimal(0)
-    return {"model": name, "calls": questions, "input_tokens": tokens_in, "output_tokens": tokens_out,
-            "cost_usd": None if cost is None else float(cost)}
+    return {
+        "model": name,
+        "calls": questions,
+        "input_tokens": tokens_in,
+        "output_tokens": tokens_out,
+        "cost_usd": None if cost is None else float(cost),
+    }
 
 
 def within_limit(engine: Engine, estimate: dict[str, Any]) -> bool:
@@ -113,6 +124,7 @@ def within_limit(engine: Engine, estimate: dict[str, Any]) -> bool:
 
 
 # -- conditions ---------------------------------------------------------------------------------
+
 
 class CostWithinLimit(dg.AutomationCondition):
     """True when the paid work this asset would do now is estimated at most
@@ -129,8 +141,9 @@ class CostWithinLimit(dg.AutomationCondition):
 
     @property
     def description(self) -> str:
-        return ("estimated cost <= automation.max_auto_cost_usd (else awaiting approval: "
-                "materialize the asset to approve)")
+        return (
+            "estimated cost <= automation.max_auto_cost_usd (else awaiting approval: materialize the asset to approve)"
+        )
 
     def evaluate(self, context: dg.AutomationContext) -> dg.AutomationResult:
         candidates = context.candidate_subset
@@ -145,19 +158,31 @@ class CostWithinLimit(dg.AutomationCondition):
         ok = within_limit(engine, estimate)
         limit = engine.cfg.automation.max_auto_cost_usd
         if not ok:
-            cost = "unknown (hosted model without a price)" if estimate["cost_usd"] is None \
+            cost = (
+                "unknown (hosted model without a price)"
+                if estimate["cost_usd"] is None
                 else f"${estimate['cost_usd']:.4f}"
-            log.warning("%s awaiting approval: estimated cost %s for %d calls of %s > "
-                        "automation.max_auto_cost_usd $%s; materialize it to approve",
-                        context.key.to_user_string(), cost, estimate["calls"], estimate["model"], limit)
+            )
+            log.warning(
+                "%s awaiting approval: estimated cost %s for %d calls of %s > "
+                "automation.max_auto_cost_usd $%s; materialize it to approve",
+                context.key.to_user_string(),
+                cost,
+                estimate["calls"],
+                estimate["model"],
+                limit,
+            )
         return dg.AutomationResult(context, true_subset=candidates if ok else context.get_empty_subset())
 
 
 def _triggered() -> dg.AutomationCondition:
     """New or updated upstream partitions, new partitions, or this asset's own code version."""
     return (
-        (dg.AutomationCondition.newly_missing() | dg.AutomationCondition.any_deps_updated()
-         | dg.AutomationCondition.code_version_changed()).since_last_handled()
+        (
+            dg.AutomationCondition.newly_missing()
+            | dg.AutomationCondition.any_deps_updated()
+            | dg.AutomationCondition.code_version_changed()
+        ).since_last_handled()
     ).with_label("new data, updated deps or changed code version")
 
 
@@ -172,34 +197,44 @@ def awaiting_approval(config_path: str, kind: str) -> dg.AutomationCondition:
 def free_step() -> dg.AutomationCondition:
     """Ingestion steps with no model call (or only the local embedder)."""
     return (_triggered() & ~dg.AutomationCondition.any_deps_missing() & _not_busy()).with_label(
-        "free: eager + code version")
+        "free: eager + code version"
+    )
 
 
 def paid_step(config_path: str) -> dg.AutomationCondition:
     """llm_extraction: like a free step, under the cost limit."""
-    return (_triggered() & ~dg.AutomationCondition.any_deps_missing() & _not_busy()
-            & CostWithinLimit(config_path, "extraction")).with_label("paid: eager + code version, under cost limit")
+    return (
+        _triggered()
+        & ~dg.AutomationCondition.any_deps_missing()
+        & _not_busy()
+        & CostWithinLimit(config_path, "extraction")
+    ).with_label("paid: eager + code version, under cost limit")
 
 
 def graph_step(config_path: str) -> dg.AutomationCondition:
     """graph_writes: free, but waits while its extraction awaits approval (one rebuild, not two)."""
-    return (free_step() & ~dg.AutomationCondition.any_deps_match(awaiting_approval(config_path, "extraction"))
-            ).with_label("free: eager + code version, after approved extraction")
+    return (
+        free_step() & ~dg.AutomationCondition.any_deps_match(awaiting_approval(config_path, "extraction"))
+    ).with_label("free: eager + code version, after approved extraction")
 
 
 def eval_step(config_path: str) -> dg.AutomationCondition:
     """eval_report: after any pack's index or graph changed, never while a pack's graph waits
     for an approval; the generation model is paid work."""
     upstream_waiting = dg.AutomationCondition.any_deps_match(
-        dg.AutomationCondition.any_deps_match(awaiting_approval(config_path, "extraction")))
-    return (_triggered() & _not_busy() & ~upstream_waiting & CostWithinLimit(config_path, "eval")
-            ).with_label("paid: after index/graph changes, under cost limit")
+        dg.AutomationCondition.any_deps_match(awaiting_approval(config_path, "extraction"))
+    )
+    return (_triggered() & _not_busy() & ~upstream_waiting & CostWithinLimit(config_path, "eval")).with_label(
+        "paid: after index/graph changes, under cost limit"
+    )
 
 
 def nightly() -> dg.AutomationCondition:
     """graph_quality: every night at 03:00 UTC (it reads the whole graph; no asset deps)."""
-    return (dg.AutomationCondition.cron_tick_passed("0 3 * * *", "UTC").since_last_handled()
-            & ~dg.AutomationCondition.in_progress()).with_label("nightly 03:00 UTC")
+    return (
+        dg.AutomationCondition.cron_tick_passed("0 3 * * *", "UTC").since_last_handled()
+        & ~dg.AutomationCondition.in_progress()
+    ).with_label("nightly 03:00 UTC")
 
 
 def automation_sensor() -> dg.AutomationConditionSensorDefinition:
@@ -210,7 +245,11 @@ def automation_sensor() -> dg.AutomationConditionSensorDefinition:
 
 def _sensor() -> dg.AutomationConditionSensorDefinition:
     return dg.AutomationConditionSensorDefinition(
-        "rag_automation", target=dg.AssetSelection.all(), use_user_code_server=True,
-        default_status=dg.DefaultSensorStatus.RUNNING, minimum_interval_seconds=60,
+        "rag_automation",
+        target=dg.AssetSelection.all(),
+        use_user_code_server=True,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        minimum_interval_seconds=60,
         description="Evaluates every asset's automation condition: new document versions, code-version "
-                    "changes (free work at once, paid work under automation.max_auto_cost_usd).")
+        "changes (free work at once, paid work under automation.max_auto_cost_usd).",
+    )

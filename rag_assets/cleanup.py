@@ -28,13 +28,25 @@ def cleanup_stale_paths(context: dg.OpExecutionContext, config: CleanupConfig, r
     if config.dry_run:
         return {"dry_run": True, "would_remove": would}
     if not (config.approved_by.strip() and config.reason.strip()):
-        raise dg.Failure(description="graph cleanup deletes data and needs an approval: set approved_by and "
-                                     "reason in the op config. Nothing was deleted.",
-                         metadata={"would_remove": dg.MetadataValue.json(would)})
-    result = run_cleanup(engine.driver, engine.database, packs,
-                         Approval(approved_by=config.approved_by, reason=config.reason), run_id=context.run_id)
-    context.add_output_metadata({"removed": dg.MetadataValue.json(result["removed"]),
-                                 "approved_by": result["approved_by"], "reason": result["reason"]})
+        raise dg.Failure(
+            description="graph cleanup deletes data and needs an approval: set approved_by and "
+            "reason in the op config. Nothing was deleted.",
+            metadata={"would_remove": dg.MetadataValue.json(would)},
+        )
+    result = run_cleanup(
+        engine.driver,
+        engine.database,
+        packs,
+        Approval(approved_by=config.approved_by, reason=config.reason),
+        run_id=context.run_id,
+    )
+    context.add_output_metadata(
+        {
+            "removed": dg.MetadataValue.json(result["removed"]),
+            "approved_by": result["approved_by"],
+            "reason": result["reason"],
+        }
+    )
     return result
 
 

@@ -4,4 +4,3 @@ uses it too); re-exported here for the assets."""
 from rag_engine.code_versions import code_versions, pack_rules
 
 __all__ = ["code_versions", "pack_rules"]
-

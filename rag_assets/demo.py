@@ -32,8 +32,9 @@ def register_partitions(instance: dg.DagsterInstance, pack) -> list[str]:
 def materialize_pack(defs: dg.Definitions, instance: dg.DagsterInstance, pack) -> dg.ExecuteInProcessResult:
     keys = register_partitions(instance, pack)
     job = defs.resolve_job_def(f"{pack.name}__ingest")
-    return job.execute_in_process(instance=instance, tags={RANGE_START: keys[0], RANGE_END: keys[-1]},
-                                  raise_on_error=False, run_config=QUIET)
+    return job.execute_in_process(
+        instance=instance, tags={RANGE_START: keys[0], RANGE_END: keys[-1]}, raise_on_error=False, run_config=QUIET
+    )
 
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
@@ -60,8 +61,7 @@ def main() -> int:
             started = time.perf_counter()
             result = materialize_pack(defs, instance, pack)
             status = "ok" if result.success else "FAILED"
-            print(f"[demo] {pack.name}: ingestion run {result.run_id} {status} "
-                  f"in {time.perf_counter() - started:.1f}s")
+            print(f"[demo] {pack.name}: ingestion run {result.run_id} {status} in {time.perf_counter() - started:.1f}s")
             print("\n".join(step_lines(result)))
             if not result.success:
                 return 1

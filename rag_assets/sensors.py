@@ -1,6 +1,5 @@
 """Discover new document versions: add their partitions and request one run for all of them."""
 
-
 import time
 
 import dagster as dg
@@ -24,9 +23,13 @@ def plan_partitions(current: list[str], found: list[str]) -> tuple[list[str], li
 def build_document_sensor(pack_name: str, job) -> dg.SensorDefinition:
     parts = document_versions(pack_name)
 
-    @dg.sensor(name=f"{pack_name}__new_document_versions", job=job, minimum_interval_seconds=60,
-               default_status=dg.DefaultSensorStatus.RUNNING,
-               description="Scans the pack corpus by content hash; new versions get partitions and one run.")
+    @dg.sensor(
+        name=f"{pack_name}__new_document_versions",
+        job=job,
+        minimum_interval_seconds=60,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Scans the pack corpus by content hash; new versions get partitions and one run.",
+    )
     def _sensor(context: dg.SensorEvaluationContext, rag: EngineResource) -> dg.SensorResult | dg.SkipReason:
         engine = rag.engine()
         pack = engine.pack(pack_name)
@@ -41,12 +44,21 @@ def build_document_sensor(pack_name: str, job) -> dg.SensorDefinition:
             pending = budget_skipped_partitions(engine, pack, [k for k in current if k in set(found)])
             if pending:  # an extraction budget ran out last time: continue (finished chunks are cached)
                 ordered = [k for k in current if k in set(pending)]
-                return dg.SensorResult(run_requests=[dg.RunRequest(
-                    run_key=f"{pack_name}:continue:{time.time_ns()}",
-                    asset_selection=[dg.AssetKey([pack_name, "llm_extraction"]),
-                                     dg.AssetKey([pack_name, "graph_writes"])],
-                    tags={"dagster/asset_partition_range_start": ordered[0],
-                          "dagster/asset_partition_range_end": ordered[-1]})])
+                return dg.SensorResult(
+                    run_requests=[
+                        dg.RunRequest(
+                            run_key=f"{pack_name}:continue:{time.time_ns()}",
+                            asset_selection=[
+                                dg.AssetKey([pack_name, "llm_extraction"]),
+                                dg.AssetKey([pack_name, "graph_writes"]),
+                            ],
+                            tags={
+                                "dagster/asset_partition_range_start": ordered[0],
+                                "dagster/asset_partition_range_end": ordered[-1],
+                            },
+                        )
+                    ]
+                )
             return dg.SkipReason(f"no new document versions among {len(found)} documents")
         requests = [parts.build_add_request(add)] if add else []
         if superseded:
@@ -54,11 +66,13 @@ def build_document_sensor(pack_name: str, job) -> dg.SensorDefinition:
             requests.append(parts.build_delete_request(superseded))
         runs = []
         if add:
-            runs.append(dg.RunRequest(
-                # the tick time makes a reverted file (X -> B -> C -> B) run again
-                run_key=f"{pack_name}:{time.time_ns()}:{','.join(sorted(add))}"[:4000],
-                tags={"dagster/asset_partition_range_start": add[0], "dagster/asset_partition_range_end": add[-1]},
-            ))
+            runs.append(
+                dg.RunRequest(
+                    # the tick time makes a reverted file (X -> B -> C -> B) run again
+                    run_key=f"{pack_name}:{time.time_ns()}:{','.join(sorted(add))}"[:4000],
+                    tags={"dagster/asset_partition_range_start": add[0], "dagster/asset_partition_range_end": add[-1]},
+                )
+            )
         return dg.SensorResult(run_requests=runs, dynamic_partitions_requests=requests)
 
     return _sensor

@@ -9,7 +9,6 @@ It only reads: the report (identities, credential variable names, capability los
 gaps, rollback, re-index / re-extraction consequences, status) becomes the op's output metadata.
 """
 
-
 import dagster as dg
 
 from rag_assets.resources import EngineResource
@@ -32,21 +31,33 @@ def swap_dry_run(context: dg.OpExecutionContext, config: SwapConfig, rag: Engine
         from rag_engine.providers import swap  # issue 14, engine side
     except ImportError:
         # TODO(issue 14): rag_engine/providers/swap.py has not landed; this job calls it once it does.
-        raise dg.Failure(description="the provider swap dry run (rag_engine.providers.swap) is not available "
-                                     "in this build yet") from None
-    report = swap.dry_run(rag.engine(), role=config.role, candidate=config.candidate or None,
-                          candidate_config=config.candidate_config or None)
+        raise dg.Failure(
+            description="the provider swap dry run (rag_engine.providers.swap) is not available in this build yet"
+        ) from None
+    report = swap.dry_run(
+        rag.engine(),
+        role=config.role,
+        candidate=config.candidate or None,
+        candidate_config=config.candidate_config or None,
+    )
     data = report.model_dump(mode="json") if hasattr(report, "model_dump") else dict(report)
     status = str(data.get("status", "unknown"))
     (context.log.info if status == "ok" else context.log.warning)(f"swap dry run {config.role}: {status}")
-    context.add_output_metadata({
-        "status": status, "role": config.role,
-        "application_code_change_required": str(data.get("application_code_change_required", "unknown")),
-        "report": dg.MetadataValue.json(data)})
+    context.add_output_metadata(
+        {
+            "status": status,
+            "role": config.role,
+            "application_code_change_required": str(data.get("application_code_change_required", "unknown")),
+            "report": dg.MetadataValue.json(data),
+        }
+    )
     return data
 
 
-@dg.job(name="provider_swap_dry_run", tags={"cost": "free"},
-        description="Provider replacement dry run for one role (see module docstring); changes nothing.")
+@dg.job(
+    name="provider_swap_dry_run",
+    tags={"cost": "free"},
+    description="Provider replacement dry run for one role (see module docstring); changes nothing.",
+)
 def provider_swap_dry_run():
     swap_dry_run()

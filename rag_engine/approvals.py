@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -69,7 +69,7 @@ class Approval(BaseModel):
     reason: str
     action: str
     inputs_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
-    at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
     @field_validator("approved_by", "reason", "action")
     @classmethod
@@ -84,15 +84,22 @@ class Approval(BaseModel):
         return v.strip().lower() if isinstance(v, str) else v
 
     @classmethod
-    def grant(cls, action: str, inputs: Mapping[str, Any], *, approved_by: str, reason: str,
-              at: datetime | None = None) -> "Approval":
+    def grant(
+        cls, action: str, inputs: Mapping[str, Any], *, approved_by: str, reason: str, at: datetime | None = None
+    ) -> Approval:
         """An approval bound to ``inputs`` as they are now (e.g. the plan a dry run just showed)."""
         extra = {"at": at} if at is not None else {}
         return cls(approved_by=approved_by, reason=reason, action=action, inputs_hash=inputs_hash(inputs), **extra)
 
 
-def require(approval: Approval | None, action: str, inputs: Mapping[str, Any], *,
-            audit: "AuditTrail | None" = None, session_id: str | None = None) -> None:
+def require(
+    approval: Approval | None,
+    action: str,
+    inputs: Mapping[str, Any],
+    *,
+    audit: AuditTrail | None = None,
+    session_id: str | None = None,
+) -> None:
     """Raise unless ``approval`` approves ``action`` on exactly ``inputs``; call it before any change.
 
     ``ApprovalRequired`` for no approval, ``ApprovalMismatch`` for another action or other inputs.
@@ -100,16 +107,25 @@ def require(approval: Approval | None, action: str, inputs: Mapping[str, Any], *
     expected = inputs_hash(inputs)
     error: Exception | None = None
     if approval is None:
-        error = ApprovalRequired(f"{action} changes state and needs an approval (approved_by, reason) bound to its "
-                                 f"inputs, sha256 {expected}; nothing was changed")
+        error = ApprovalRequired(
+            f"{action} changes state and needs an approval (approved_by, reason) bound to its "
+            f"inputs, sha256 {expected}; nothing was changed"
+        )
     elif approval.action != action:
         error = ApprovalMismatch(f"the approval is for {approval.action!r}, not {action!r}; nothing was changed")
     elif approval.inputs_hash != expected:
-        error = ApprovalMismatch(f"the approval by {approval.approved_by} binds inputs {approval.inputs_hash[:12]} but "
-                                 f"{action} would act on inputs {expected[:12]} (they changed since it was approved, "
-                                 "or another plan was approved); nothing was changed: re-approve the current plan")
+        error = ApprovalMismatch(
+            f"the approval by {approval.approved_by} binds inputs {approval.inputs_hash[:12]} but "
+            f"{action} would act on inputs {expected[:12]} (they changed since it was approved, "
+            "or another plan was approved); nothing was changed: re-approve the current plan"
+        )
     if audit is not None:
-        audit.record_approval(action=action, approval=approval, expected_hash=expected, session_id=session_id,
-                              refused=None if error is None else f"{type(error).__name__}: {error}")
+        audit.record_approval(
+            action=action,
+            approval=approval,
+            expected_hash=expected,
+            session_id=session_id,
+            refused=None if error is None else f"{type(error).__name__}: {error}",
+        )
     if error is not None:
         raise error

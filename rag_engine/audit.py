@@ -20,7 +20,7 @@ import logging
 import re
 import uuid
 from collections.abc import Mapping
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import UTC, date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -60,7 +60,7 @@ class AuditRecord(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     id: int | None = None
-    created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     event: str
     query_id: str | None = None
     session_id: str | None = None
@@ -84,19 +84,19 @@ def _scrub(value: Any) -> Any:
 
 
 def _utc(at: datetime) -> datetime:
-    return (at if at.tzinfo else at.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
+    return (at if at.tzinfo else at.replace(tzinfo=UTC)).astimezone(UTC)
 
 
 def retention_cutoff(retention_days: int, today: date | None = None) -> datetime:
     """Midnight UTC ``retention_days`` days before today: stable for a whole day, so a dry run and
     the approved deletion later that day bind the same inputs."""
-    today = today or datetime.now(timezone.utc).date()
-    return datetime.combine(today - timedelta(days=retention_days), time(0), tzinfo=timezone.utc)
+    today = today or datetime.now(UTC).date()
+    return datetime.combine(today - timedelta(days=retention_days), time(0), tzinfo=UTC)
 
 
 def parse_since(text: str, now: datetime | None = None) -> datetime:
     """``7d``, ``24h``, ``30m``, an ISO date or an ISO date-time (UTC when no offset)."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     m = re.fullmatch(r"\s*(\d+)\s*([dhm])\s*", text)
     if m:
         n, unit = int(m.group(1)), m.group(2)
@@ -152,20 +152,40 @@ class AuditTrail:
             raise AuditError(f"audit trail write failed ({type(exc).__name__})") from None
         return out
 
-    def record_approval(self, *, action: str, approval: Approval | None, expected_hash: str,
-                        refused: str | None, session_id: str | None = None) -> AuditRecord:
+    def record_approval(
+        self,
+        *,
+        action: str,
+        approval: Approval | None,
+        expected_hash: str,
+        refused: str | None,
+        session_id: str | None = None,
+    ) -> AuditRecord:
         payload: dict[str, Any] = {"action": action, "expected_inputs_hash": expected_hash}
         if approval is not None:
             payload.update(approval.model_dump(mode="json"))
         if refused:
             payload["refused"] = refused
-        return self.append(AuditRecord(event="approval_refused" if refused else "approval_granted",
-                                       session_id=session_id, actor=approval.approved_by if approval else None,
-                                       payload=payload))[0]
+        return self.append(
+            AuditRecord(
+                event="approval_refused" if refused else "approval_granted",
+                session_id=session_id,
+                actor=approval.approved_by if approval else None,
+                payload=payload,
+            )
+        )[0]
 
     # -- read ----------------------------------------------------------------------------
-    def records(self, *, session_id: str | None = None, role: str | None = None, since: datetime | None = None,
-                event: str | None = None, query_id: str | None = None, limit: int | None = None) -> list[AuditRecord]:
+    def records(
+        self,
+        *,
+        session_id: str | None = None,
+        role: str | None = None,
+        since: datetime | None = None,
+        event: str | None = None,
+        query_id: str | None = None,
+        limit: int | None = None,
+    ) -> list[AuditRecord]:
         t = audit_records.c
         query = select(audit_records).order_by(t.id)
         for col, value in ((t.session_id, session_id), (t.role, role), (t.event, event), (t.query_id, query_id)):
@@ -190,11 +210,16 @@ class AuditTrail:
         t = audit_records.c
         with self._engine.connect() as conn:
             n, max_id = conn.execute(select(func.count(), func.max(t.id)).where(t.created_at < cutoff)).one()
-        return {"action": DELETE_AUDIT_RECORDS, "before": cutoff.isoformat(), "records": int(n),
-                "max_id": None if max_id is None else int(max_id)}
+        return {
+            "action": DELETE_AUDIT_RECORDS,
+            "before": cutoff.isoformat(),
+            "records": int(n),
+            "max_id": None if max_id is None else int(max_id),
+        }
 
-    def delete_expired(self, retention_days: int, approval: Approval | None, *,
-                       today: date | None = None) -> dict[str, Any]:
+    def delete_expired(
+        self, retention_days: int, approval: Approval | None, *, today: date | None = None
+    ) -> dict[str, Any]:
         """Delete records older than the retention cut-off; refuse (nothing deleted) without an
         approval bound to exactly this plan. The approval and the deletion are both recorded."""
         plan = self.deletion_plan(retention_days, today)
@@ -204,11 +229,15 @@ class AuditTrail:
         with self._engine.begin() as conn:
             n = conn.execute(select(func.count()).where(t.created_at < cutoff)).scalar_one()
             if n != plan["records"]:  # a concurrent deletion: the approved plan no longer holds
-                raise ApprovalMismatch(f"the plan changed while deleting ({n} records, approved {plan['records']}); "
-                                       "nothing was deleted")
+                raise ApprovalMismatch(
+                    f"the plan changed while deleting ({n} records, approved {plan['records']}); nothing was deleted"
+                )
             deleted = conn.execute(audit_records.delete().where(t.created_at < cutoff)).rowcount
-            done = AuditRecord(event="audit_records_deleted", actor=approval.approved_by if approval else None,
-                               payload={**plan, "deleted": deleted, "inputs_hash": approval.inputs_hash if approval else None})
+            done = AuditRecord(
+                event="audit_records_deleted",
+                actor=approval.approved_by if approval else None,
+                payload={**plan, "deleted": deleted, "inputs_hash": approval.inputs_hash if approval else None},
+            )
             conn.execute(audit_records.insert().values(**self._row(done)))
         return {**plan, "deleted": deleted, "approved_by": approval.approved_by if approval else None}
 
@@ -217,12 +246,12 @@ def _to_record(row: Mapping[str, Any]) -> AuditRecord:
     data = dict(row)
     created = data["created_at"]
     if created is not None and created.tzinfo is None:  # SQLite drops the offset; we always write UTC
-        data["created_at"] = created.replace(tzinfo=timezone.utc)
+        data["created_at"] = created.replace(tzinfo=UTC)
     data["payload"] = json.loads(data["payload"] or "{}")
     return AuditRecord.model_validate(data)
 
 
-def audit_trail(engine: "Engine") -> AuditTrail:
+def audit_trail(engine: Engine) -> AuditTrail:
     """The engine's audit trail (the ledger URL), built once per engine."""
     cache = engine.__dict__
     if "_audit_trail" not in cache:
@@ -244,11 +273,11 @@ class QueryAudit:
     written after the answer by ``record``. ``run_id`` is what model calls are metered under:
     the caller's, else ``session:<id>``, so the record can list the ledger ids of its calls."""
 
-    def __init__(self, engine: "Engine", session_id: str | None, run_id: str | None, generate: bool = True):
+    def __init__(self, engine: Engine, session_id: str | None, run_id: str | None, generate: bool = True):
         self.engine = engine
         self.session_id = session_id
         self.query_id = uuid.uuid4().hex
-        self.started_at = datetime.now(timezone.utc)
+        self.started_at = datetime.now(UTC)
         self.run_id = run_id or (f"session:{session_id}" if session_id else None)
         self.generate = generate
 
@@ -266,15 +295,16 @@ class QueryAudit:
         with audit_trail(self.engine)._engine.connect() as conn:
             return [int(r[0]) for r in conn.execute(q)]
 
-    def build(self, outcome: "QueryOutcome") -> list[AuditRecord]:
+    def build(self, outcome: QueryOutcome) -> list[AuditRecord]:
         cfg = self.engine.cfg.audit
         retrieval = outcome.retrieval
         permitted = list(retrieval.collections)
-        blocked = sorted({c for e in retrieval.events if e.get("event") == "collections_blocked"
-                          for c in e.get("blocked", [])})
+        blocked = sorted(
+            {c for e in retrieval.events if e.get("event") == "collections_blocked" for c in e.get("blocked", [])}
+        )
         sensitive = sorted(set(permitted) & set(cfg.sensitive_collections))
         answer = outcome.answer
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         payload = {
             "question": None if sensitive else outcome.question,
             "question_redacted": bool(sensitive),
@@ -283,31 +313,45 @@ class QueryAudit:
             "run_id": self.run_id,
             "collections_permitted": permitted,
             "collections_blocked": blocked,
-            "candidates": [{"chunk_id": c.chunk_id, "collection": c.collection, "sources": list(c.sources),
-                            "via": c.via} for c in retrieval.candidates],
+            "candidates": [
+                {"chunk_id": c.chunk_id, "collection": c.collection, "sources": list(c.sources), "via": c.via}
+                for c in retrieval.candidates
+            ],
             "expansions": [c.chunk_id for c in retrieval.expansions],
             "cited": list(answer.citations),
-            "answer": {"kind": _answer_kind(answer), "method": answer.method, "reason": answer.reason,
-                       "model": answer.model, "error_type": answer.error_type},
+            "answer": {
+                "kind": _answer_kind(answer),
+                "method": answer.method,
+                "reason": answer.reason,
+                "model": answer.model,
+                "error_type": answer.error_type,
+            },
             "model_calls": self._model_calls(),
             "events": [e.get("event") for e in outcome.events],
             "latency_ms": outcome.latency_ms,
         }
-        common = {"created_at": now, "query_id": self.query_id, "session_id": self.session_id,
-                  "role": retrieval.role}
+        common = {"created_at": now, "query_id": self.query_id, "session_id": self.session_id, "role": retrieval.role}
         records = [AuditRecord(event="query", payload=payload, **common)]
         for e in outcome.events:
             name = e.get("event")
             if name in GOVERNANCE_EVENTS:
                 records.append(AuditRecord(event=name, payload=_scrub(dict(e)), **common))
         if self.generate and answer.method == "extractive":
-            records.append(AuditRecord(event="generation_fallback", **common, payload={
-                "method": answer.method, "error_type": answer.error_type,
-                "reason": "generation_failed" if answer.error_type else "no_usable_generation_model",
-                "generation_model": self.engine.cfg.defaults.generation_model}))
+            records.append(
+                AuditRecord(
+                    event="generation_fallback",
+                    **common,
+                    payload={
+                        "method": answer.method,
+                        "error_type": answer.error_type,
+                        "reason": "generation_failed" if answer.error_type else "no_usable_generation_model",
+                        "generation_model": self.engine.cfg.defaults.generation_model,
+                    },
+                )
+            )
         return records
 
-    def record(self, outcome: "QueryOutcome") -> list[AuditRecord]:
+    def record(self, outcome: QueryOutcome) -> list[AuditRecord]:
         """Write the query's records; per ``audit.on_write_error`` a failure raises or is logged."""
         cfg = self.engine.cfg.audit
         if not cfg.enabled:
@@ -317,12 +361,17 @@ class QueryAudit:
             return audit_trail(self.engine).append(*records)
         except (RagError, SQLAlchemyError) as exc:
             if cfg.on_write_error == "fail":
-                raise AuditError(f"the query's audit record could not be written ({exc}); no unaudited answer "
-                                 "is returned (audit.on_write_error: fail)") from None
-            log.error("audit write failed (%s); record kept in this log: %s", type(exc).__name__,
-                      [r.model_dump(mode="json") for r in records])
+                raise AuditError(
+                    f"the query's audit record could not be written ({exc}); no unaudited answer "
+                    "is returned (audit.on_write_error: fail)"
+                ) from None
+            log.error(
+                "audit write failed (%s); record kept in this log: %s",
+                type(exc).__name__,
+                [r.model_dump(mode="json") for r in records],
+            )
             return []
 
 
-def query_audit(engine: "Engine", session_id: str | None, run_id: str | None, generate: bool = True) -> QueryAudit:
+def query_audit(engine: Engine, session_id: str | None, run_id: str | None, generate: bool = True) -> QueryAudit:
     return QueryAudit(engine, session_id, run_id, generate)

@@ -18,8 +18,9 @@ from rag_engine.packs import DomainPack
 
 def pack_rules(pack: DomainPack) -> str:
     m = pack.manifest
-    return slice_hash(m.version, m.rules_version, m.normalizer_version, m.reference_types, m.languages,
-                      pack.rules_fingerprint())
+    return slice_hash(
+        m.version, m.rules_version, m.normalizer_version, m.reference_types, m.languages, pack.rules_fingerprint()
+    )
 
 
 def code_versions(engine: Engine, pack: DomainPack) -> dict[str, str]:
@@ -30,11 +31,22 @@ def code_versions(engine: Engine, pack: DomainPack) -> dict[str, str]:
         "chunks": slice_hash("chunks-v1", rules, cfg.retrieval.min_chunk_words),
         "references": slice_hash("references-v1", rules),
         "chunk_index": slice_hash("index-v1", engine.embedder_identity, engine.registry.embedding.model.dimension),
-        "llm_extraction": slice_hash("extraction-v1", rules, prompt_hash(pack.manifest),
-                                     engine.registry.extraction.identity, cfg.budgets.batch_size,
-                                     pack.entry.extraction),
-        "graph_writes": slice_hash("graph-v1", cfg.graph.target_resolution_version,
-                                   cfg.graph.confidence_floor, cfg.graph.confidence_buckets, cfg.traversal.policy_version,
-                                   cfg.traversal.confidence_floor, pack.entry.max_confidence,
-                                   pack.entry.extraction),
+        "llm_extraction": slice_hash(
+            "extraction-v1",
+            rules,
+            prompt_hash(pack.manifest),
+            engine.registry.extraction.identity,
+            cfg.budgets.batch_size,
+            pack.entry.extraction,
+        ),
+        "graph_writes": slice_hash(
+            "graph-v1",
+            cfg.graph.target_resolution_version,
+            cfg.graph.confidence_floor,
+            cfg.graph.confidence_buckets,
+            cfg.traversal.policy_version,
+            cfg.traversal.confidence_floor,
+            pack.entry.max_confidence,
+            pack.entry.extraction,
+        ),
     }

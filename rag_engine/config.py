@@ -133,7 +133,7 @@ class ModelConfig(Frozen):
     """Embedding models only: texts per embedding request when indexing."""
 
     @model_validator(mode="after")
-    def _embedding_has_dimension(self) -> "ModelConfig":
+    def _embedding_has_dimension(self) -> ModelConfig:
         if self.role == "embedding" and self.dimension is None:
             raise ValueError(f"embedding model {self.name!r} needs a dimension")
         if self.role != "embedding" and self.input_modes is not None:
@@ -216,6 +216,7 @@ class RetrievalConfig(Frozen):
         if any(w < 0 for w in value.values()):
             raise ValueError("leg weights must be >= 0")
         return {leg: float(w) for leg, w in value.items()}
+
     reference_expansion_k: int = Field(5, ge=0, le=100)
     final_k: int = Field(10, ge=1, le=100)
     rrf_k: int = Field(60, ge=1)
@@ -267,8 +268,14 @@ class ContextBudgetsConfig(Frozen):
 class EvalsConfig(Frozen):
     """Eval gate policy: which metrics gate, how much drop is tolerated, how sure we must be."""
 
-    gate_metrics: tuple[str, ...] = ("ndcg@10", "map@10", "recall@5", "mrr@10", "citation_hit_rate",
-                                     "insufficient_evidence_accuracy")
+    gate_metrics: tuple[str, ...] = (
+        "ndcg@10",
+        "map@10",
+        "recall@5",
+        "mrr@10",
+        "citation_hit_rate",
+        "insufficient_evidence_accuracy",
+    )
     max_drop: float = Field(0.02, ge=0, le=1)
     bootstrap_samples: int = Field(2000, ge=100, le=100_000)
     confidence: float = Field(0.95, gt=0.5, lt=1)
@@ -334,7 +341,7 @@ class EngineConfig(Frozen):
     max_document_bytes: int = Field(5_000_000, ge=1)
 
     @model_validator(mode="after")
-    def _unique_names(self) -> "EngineConfig":
+    def _unique_names(self) -> EngineConfig:
         for label, items in (("providers", self.providers), ("models", self.models), ("packs", self.packs)):
             names = [i.name for i in items]
             dupes = sorted({n for n in names if names.count(n) > 1})
@@ -343,7 +350,7 @@ class EngineConfig(Frozen):
         return self
 
     @model_validator(mode="after")
-    def _roles_name_known_collections(self) -> "EngineConfig":
+    def _roles_name_known_collections(self) -> EngineConfig:
         """A role naming a collection no enabled pack has is a typo or a stale grant: refused
         (typed, not a ValidationError) instead of silently granting nothing or something later."""
         known = {c for p in self.enabled_packs for c in p.collections}
@@ -352,7 +359,8 @@ class EngineConfig(Frozen):
             if unknown:
                 raise UnknownRoleCollection(
                     f"roles.{role}: collection(s) {unknown} belong to no enabled pack; known: {sorted(known)}",
-                    role=role)
+                    role=role,
+                )
         return self
 
     # -- small lookups every layer needs -------------------------------------------------

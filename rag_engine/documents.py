@@ -130,8 +130,10 @@ def _scan(pack: DomainPack, only_doc_id: str | None = None) -> list[DocumentVers
         else:
             version = file_version(p)
             if doc_id in owner:
-                problem = (f"{p.name}: maps to document id {doc_id!r}, which {owner[doc_id].name} (first in sorted "
-                           f"order) already is; rename {p.name} to ingest it")
+                problem = (
+                    f"{p.name}: maps to document id {doc_id!r}, which {owner[doc_id].name} (first in sorted "
+                    f"order) already is; rename {p.name} to ingest it"
+                )
             else:
                 owner[doc_id] = p
         refs.append(DocumentVersionRef(doc_id, version, p, problem))
@@ -203,5 +205,13 @@ def load_document(pack: DomainPack, partition_key: str, *, max_bytes: int) -> So
     text = decode_document(raw, name=path.name, max_bytes=max_bytes)
     title, collection, language = pack.describe_document(doc_id, text)
     source = path.relative_to(pack.root) if path.is_relative_to(pack.root) else path
-    return SourceDocument(pack=pack.name, doc_id=doc_id, version=version, title=title, text=text, collection=collection,
-                          language=language, source_path=str(source))
+    return SourceDocument(
+        pack=pack.name,
+        doc_id=doc_id,
+        version=version,
+        title=title,
+        text=text,
+        collection=collection,
+        language=language,
+        source_path=str(source),
+    )

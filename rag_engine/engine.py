@@ -29,8 +29,9 @@ def project_root() -> Path:
 
 
 class Engine:
-    def __init__(self, cfg: EngineConfig, root: Path, env: Mapping[str, str] | None = None,
-                 packs: list[DomainPack] | None = None):
+    def __init__(
+        self, cfg: EngineConfig, root: Path, env: Mapping[str, str] | None = None, packs: list[DomainPack] | None = None
+    ):
         self.cfg = cfg
         self.root = root
         self.env = os.environ if env is None else env
@@ -39,8 +40,9 @@ class Engine:
             self.__dict__["packs"] = {p.name: p for p in packs}
 
     @classmethod
-    def from_path(cls, config_path: str | Path = DEFAULT_CONFIG, root: Path | None = None,
-                  env: Mapping[str, str] | None = None) -> "Engine":
+    def from_path(
+        cls, config_path: str | Path = DEFAULT_CONFIG, root: Path | None = None, env: Mapping[str, str] | None = None
+    ) -> Engine:
         root = root or project_root()
         return cls(load_config(under_root(root, config_path)), root, env)
 
@@ -92,8 +94,14 @@ class Engine:
         if model_name not in cache:
             from rag_engine.providers.clients import build_client
 
-            cache[model_name] = build_client(self.registry.spec(model_name), ledger=self.ledger, pricing=self.pricing,
-                                             env=self.env, root=self.root, config=self.cfg)
+            cache[model_name] = build_client(
+                self.registry.spec(model_name),
+                ledger=self.ledger,
+                pricing=self.pricing,
+                env=self.env,
+                root=self.root,
+                config=self.cfg,
+            )
         return cache[model_name]
 
     @cached_property
@@ -131,8 +139,11 @@ class Engine:
         from rag_engine.config import LEGS
 
         dense = self.registry.embedding.model.dense_weight
-        return {**{leg: 1.0 for leg in LEGS}, **({"dense": dense} if dense is not None else {}),
-                **self.cfg.retrieval.weights}
+        return {
+            **dict.fromkeys(LEGS, 1.0),
+            **({"dense": dense} if dense is not None else {}),
+            **self.cfg.retrieval.weights,
+        }
 
     @property
     def embedder_identity(self) -> str:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-from rag_engine.documents import load_document
 from rag_engine.config import GraphConfig
+from rag_engine.documents import load_document
 from rag_engine.engine import Engine
 from rag_engine.errors import CapabilityNotSupported, ConfigError, DocumentError, EmbedderMismatch, PackError
 from rag_engine.graph import schema, writer
@@ -44,9 +45,13 @@ class StepReport:
         return sum(int(v.get(key, 0)) for v in self.done.values())
 
 
-def run_step(step: str, keys: list[str], fn: Callable[[str], dict[str, Any]],
-             progress: Callable[[str], None] | None = None,
-             on_done: Callable[[str, str], None] | None = None) -> StepReport:
+def run_step(
+    step: str,
+    keys: list[str],
+    fn: Callable[[str], dict[str, Any]],
+    progress: Callable[[str], None] | None = None,
+    on_done: Callable[[str, str], None] | None = None,
+) -> StepReport:
     """``on_done(key, outcome)`` after each partition (outcome: done, rejected, skipped, failed)."""
     report = StepReport(step)
     started = time.perf_counter()
@@ -60,12 +65,13 @@ def run_step(step: str, keys: list[str], fn: Callable[[str], dict[str, Any]],
             report.skipped[key] = str(exc)
         except (ConfigError, CapabilityNotSupported, EmbedderMismatch):
             raise  # the same for every partition: stop at once with the typed error
-        except Exception as exc:  # noqa: BLE001 - one partition's failure must not lose the others' work
+        except Exception as exc:
             report.failed[key] = f"{type(exc).__name__}: {exc}"
             log.exception("%s %s failed", step, key)
         if on_done:
-            on_done(key, next(name for name in ("done", "rejected", "skipped", "failed")
-                              if key in getattr(report, name)))
+            on_done(
+                key, next(name for name in ("done", "rejected", "skipped", "failed") if key in getattr(report, name))
+            )
         if progress and (i == len(keys) or i % 10 == 0):
             progress(f"{step}: {i}/{len(keys)} partitions")
     report.seconds = round(time.perf_counter() - started, 3)
@@ -97,6 +103,7 @@ def _upstream(engine: Engine, pack: DomainPack, key: str, step: str) -> Any:
 
 # -- steps -----------------------------------------------------------------------------
 
+
 def source_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
     try:
         doc = load_document(pack, key, max_bytes=engine.cfg.max_document_bytes)
@@ -113,23 +120,36 @@ def chunks_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
     doc = SourceDocument.model_validate(_upstream(engine, pack, key, SOURCE))
     try:
         chunks = pack.chunk(doc)
-    except Exception as exc:  # noqa: BLE001 - chunking is pure: whatever the pack raises is about this document
+    except Exception as exc:
         # recorded like a source rejection, so every later step skips this partition
         reason = str(exc) if isinstance(exc, (PackError, DocumentError)) else f"{type(exc).__name__}: {exc}"
         engine.artifacts.write(pack.name, key, CHUNKS, {"rejected": f"the pack refused this document: {reason}"})
         raise DocumentError(f"{key}: the pack refused this document: {reason}") from None
     ids = [c.chunk_id for c in chunks]
-    problem = ("the pack produced no chunks from this document" if not chunks
-               else "the pack produced duplicate chunk ids" if len(set(ids)) != len(ids) else None)
+    problem = (
+        "the pack produced no chunks from this document"
+        if not chunks
+        else "the pack produced duplicate chunk ids"
+        if len(set(ids)) != len(ids)
+        else None
+    )
     if problem:
         engine.artifacts.write(pack.name, key, CHUNKS, {"rejected": problem})
         raise DocumentError(f"{key}: {problem}")
     engine.artifacts.write(pack.name, key, CHUNKS, [c.model_dump(mode="json") for c in chunks])
     schema.ensure_schema(engine.driver, engine.database)
     writer.write_document_version(
-        engine.driver, engine.database, pack=pack.name, doc_id=doc.doc_id, version=doc.version,
-        title=doc.title, collection=doc.collection, content_hash=content_hash(doc.text),
-        source_path=doc.source_path, chunks=chunks, batch_size=engine.cfg.storage.neo4j.write_batch_size,
+        engine.driver,
+        engine.database,
+        pack=pack.name,
+        doc_id=doc.doc_id,
+        version=doc.version,
+        title=doc.title,
+        collection=doc.collection,
+        content_hash=content_hash(doc.text),
+        source_path=doc.source_path,
+        chunks=chunks,
+        batch_size=engine.cfg.storage.neo4j.write_batch_size,
         min_words=max(pack.manifest.min_chunk_words, engine.cfg.retrieval.min_chunk_words),
     )
     return {"chunks": len(chunks)}
@@ -143,16 +163,23 @@ def references_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any
     chunks = load_chunks(engine, pack, key)
     refs = [r for c in chunks for r in pack.extract_references(c)]
     engine.artifacts.write(pack.name, key, REFERENCES, [r.model_dump(mode="json") for r in refs])
-    writer.write_citations(engine.driver, engine.database, pack=pack.name, key=key, refs=refs,
-                           batch_size=engine.cfg.storage.neo4j.write_batch_size)
+    writer.write_citations(
+        engine.driver,
+        engine.database,
+        pack=pack.name,
+        key=key,
+        refs=refs,
+        batch_size=engine.cfg.storage.neo4j.write_batch_size,
+    )
     by_type: dict[str, int] = {}
     for r in refs:
         by_type[r.ref_type] = by_type.get(r.ref_type, 0) + 1
     return {"references": len(refs), **{f"type_{k}": v for k, v in sorted(by_type.items())}}
 
 
-def index_step(engine: Engine, pack: DomainPack, key: str, run_id: str | None = None,
-               progress: Callable[[Any], None] | None = None) -> dict[str, Any]:
+def index_step(
+    engine: Engine, pack: DomainPack, key: str, run_id: str | None = None, progress: Callable[[Any], None] | None = None
+) -> dict[str, Any]:
     """Embed the version's chunks (batched; unchanged texts come from the embedding cache with no
     model call), write the vectors, then activate the version. ``progress`` gets an
     ``EmbedProgress`` after each batch (default: a log line)."""
@@ -164,24 +191,49 @@ def index_step(engine: Engine, pack: DomainPack, key: str, run_id: str | None = 
     result = embed_batched(
         [f"{c.heading}\n{c.text}" for c in chunks],
         lambda batch: engine.embed_texts(batch, purpose="index", run_id=run_id),
-        identity=spec.identity, dimension=spec.model.dimension, batch_size=spec.model.batch_size,
+        identity=spec.identity,
+        dimension=spec.model.dimension,
+        batch_size=spec.model.batch_size,
         cache=engine.embedding_cache,
-        progress=progress or (lambda p: log.info("chunk_index %s: %d/%d chunks embedded (%d from cache, "
-                                                 "%d requests, %.1fs)", key, p.done, p.total, p.cache_hits,
-                                                 p.requests, p.seconds)))
+        progress=progress
+        or (
+            lambda p: log.info(
+                "chunk_index %s: %d/%d chunks embedded (%d from cache, %d requests, %.1fs)",
+                key,
+                p.done,
+                p.total,
+                p.cache_hits,
+                p.requests,
+                p.seconds,
+            )
+        ),
+    )
     vectors = result.vectors
-    rows = [{"chunk_id": c.chunk_id, "embedding": v} for c, v in zip(chunks, vectors)]
-    writer.write_embeddings(engine.driver, engine.database, identity=spec.identity, rows=rows,
-                            batch_size=engine.cfg.storage.neo4j.write_batch_size, property=prop)
+    rows = [{"chunk_id": c.chunk_id, "embedding": v} for c, v in zip(chunks, vectors, strict=False)]
+    writer.write_embeddings(
+        engine.driver,
+        engine.database,
+        identity=spec.identity,
+        rows=rows,
+        batch_size=engine.cfg.storage.neo4j.write_batch_size,
+        property=prop,
+    )
     # indexed: this version goes live now (lexical and dense alike), the previous one retires
-    writer.activate_version(engine.driver, engine.database, pack=pack.name, doc_id=chunks[0].doc_id,
-                            version=chunks[0].doc_version)
-    return {"embedded": len(rows), "dimension": spec.model.dimension, "embed_cache_hits": result.cache_hits,
-            "embed_requests": result.requests, "embed_seconds": round(result.seconds, 3)}
+    writer.activate_version(
+        engine.driver, engine.database, pack=pack.name, doc_id=chunks[0].doc_id, version=chunks[0].doc_version
+    )
+    return {
+        "embedded": len(rows),
+        "dimension": spec.model.dimension,
+        "embed_cache_hits": result.cache_hits,
+        "embed_requests": result.requests,
+        "embed_seconds": round(result.seconds, 3),
+    }
 
 
-def apply_graph_policy(records: list[dict[str, Any]], graph: GraphConfig,
-                       max_confidence: float = 1.0) -> list[dict[str, Any]]:
+def apply_graph_policy(
+    records: list[dict[str, Any]], graph: GraphConfig, max_confidence: float = 1.0
+) -> list[dict[str, Any]]:
     """Eligibility and confidence buckets are graph policy, decided when the graph is written:
     a changed confidence floor rebuilds the graph (graph_writes) without re-extraction. The model's
     confidence is a claim, capped by the pack's ceiling; the claim is kept as claimed_confidence."""
@@ -194,9 +246,14 @@ def apply_graph_policy(records: list[dict[str, Any]], graph: GraphConfig,
             claimed = rel["provenance"].get("claimed_confidence", rel["confidence"])
             confidence = min(claimed, max_confidence)
             bucket = confidence_bucket(confidence, graph.confidence_buckets)
-            rels.append({**rel, "confidence": confidence, "retrieval_eligible": confidence >= graph.confidence_floor,
-                         "provenance": {**rel["provenance"], "confidence_bucket": bucket,
-                                        "claimed_confidence": claimed}})
+            rels.append(
+                {
+                    **rel,
+                    "confidence": confidence,
+                    "retrieval_eligible": confidence >= graph.confidence_floor,
+                    "provenance": {**rel["provenance"], "confidence_bucket": bucket, "claimed_confidence": claimed},
+                }
+            )
         out.append({**rec, "relationships": rels})
     return out
 
@@ -206,18 +263,33 @@ def graph_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
     from rag_engine.documents import split_partition_key
 
     _upstream(engine, pack, key, REFERENCES)
-    out = writer.resolve_references(engine.driver, engine.database, pack=pack.name, key=key,
-                                    doc_id=split_partition_key(key)[0],
-                                    resolution_version=engine.cfg.graph.target_resolution_version)
+    out = writer.resolve_references(
+        engine.driver,
+        engine.database,
+        pack=pack.name,
+        key=key,
+        doc_id=split_partition_key(key)[0],
+        resolution_version=engine.cfg.graph.target_resolution_version,
+    )
     if not pack.entry.extraction:  # extraction turned off: no inferred records of this document remain
-        out.update(writer.write_inferred(engine.driver, engine.database, pack=pack.name,
-                                         doc_id=split_partition_key(key)[0], records=[]))
+        out.update(
+            writer.write_inferred(
+                engine.driver, engine.database, pack=pack.name, doc_id=split_partition_key(key)[0], records=[]
+            )
+        )
     elif engine.artifacts.exists(pack.name, key, EXTRACTION):
         extraction = engine.artifacts.read(pack.name, key, EXTRACTION)
         records = apply_graph_policy(extraction["records"], engine.cfg.graph, pack.entry.max_confidence)
-        out.update(writer.write_inferred(engine.driver, engine.database, pack=pack.name,
-                                         doc_id=split_partition_key(key)[0], records=records,
-                                         batch_size=engine.cfg.storage.neo4j.write_batch_size))
+        out.update(
+            writer.write_inferred(
+                engine.driver,
+                engine.database,
+                pack=pack.name,
+                doc_id=split_partition_key(key)[0],
+                records=records,
+                batch_size=engine.cfg.storage.neo4j.write_batch_size,
+            )
+        )
         out["extraction_complete"] = int(extraction["complete"])
     return out
 
@@ -229,8 +301,13 @@ def withdraw_missing_documents(engine: Engine, pack: DomainPack, present: list[s
     schema.ensure_schema(engine.driver, engine.database)
     if not any_missing(engine.driver, engine.database, pack.name, present):
         return []  # read first: a run with nothing removed opens no write transaction
-    withdrawn = writer.withdraw_missing(engine.driver, engine.database, pack=pack.name, present=present,
-                                        resolution_version=engine.cfg.graph.target_resolution_version)
+    withdrawn = writer.withdraw_missing(
+        engine.driver,
+        engine.database,
+        pack=pack.name,
+        present=present,
+        resolution_version=engine.cfg.graph.target_resolution_version,
+    )
     for doc_id in withdrawn:
         log.warning("document %s of pack %s is no longer in the corpus: withdrawn", doc_id, pack.name)
     return withdrawn
@@ -253,14 +330,16 @@ class IngestObserver:
 
 
 STEP_DEPS: dict[str, tuple[str, ...]] = {
-    "source_documents": (), "chunks": ("source_documents",), "references": ("chunks",),
-    "chunk_index": ("chunks",), "llm_extraction": ("chunks",),
+    "source_documents": (),
+    "chunks": ("source_documents",),
+    "references": ("chunks",),
+    "chunk_index": ("chunks",),
+    "llm_extraction": ("chunks",),
     "graph_writes": ("references", "chunk_index", "llm_extraction"),
 }
 """What each step reads: a partition that re-ran a step re-runs every step downstream of it."""
 
-_STEP_ARTIFACT = {"source_documents": SOURCE, "chunks": CHUNKS, "references": REFERENCES,
-                  "llm_extraction": EXTRACTION}
+_STEP_ARTIFACT = {"source_documents": SOURCE, "chunks": CHUNKS, "references": REFERENCES, "llm_extraction": EXTRACTION}
 """The artifact a later step reads; a skipped step must still have left it."""
 
 
@@ -276,10 +355,16 @@ def step_stamps(engine: Engine, pack: DomainPack, keys: list[str]) -> dict[str, 
     return versions
 
 
-def ingest_pack(engine: Engine, pack: DomainPack, keys: list[str] | None = None,
-                progress: Callable[[str], None] | None = None, run_id: str | None = None,
-                extract: bool = True, skip_unchanged: bool = False,
-                observer: IngestObserver | None = None) -> dict[str, StepReport]:
+def ingest_pack(
+    engine: Engine,
+    pack: DomainPack,
+    keys: list[str] | None = None,
+    progress: Callable[[str], None] | None = None,
+    run_id: str | None = None,
+    extract: bool = True,
+    skip_unchanged: bool = False,
+    observer: IngestObserver | None = None,
+) -> dict[str, StepReport]:
     """Run every step over the given document versions (default: all discovered), in order.
 
     The same steps the Dagster assets run, for the CLI, benchmarks and tests of the engine alone.
@@ -304,8 +389,12 @@ def ingest_pack(engine: Engine, pack: DomainPack, keys: list[str] | None = None,
         ("source_documents", source_step),
         ("chunks", chunks_step),
         ("references", references_step),
-        ("chunk_index", lambda e, p, k: index_step(
-            e, p, k, run_id=run_id, progress=(lambda ep, k=k: obs.embedding(p.name, k, ep)) if observer else None)),
+        (
+            "chunk_index",
+            lambda e, p, k: index_step(
+                e, p, k, run_id=run_id, progress=(lambda ep, k=k: obs.embedding(p.name, k, ep)) if observer else None
+            ),
+        ),
     ]
     if extract:
         steps.append(("llm_extraction", lambda e, p, k: extraction_step(e, p, k, run_id=run_id, budget=budget)))
@@ -316,25 +405,34 @@ def ingest_pack(engine: Engine, pack: DomainPack, keys: list[str] | None = None,
     new: dict[str, dict[str, str]] = {}
     reports = {}
     for name, fn in steps:
+
         def unchanged(k: str, name: str = name) -> bool:
             artifact = _STEP_ARTIFACT.get(name) if name != "llm_extraction" or pack.entry.extraction else None
-            return (old.get(k, {}).get(name) == wanted[name] and not (ran[k] & set(STEP_DEPS[name]))
-                    and (artifact is None or engine.artifacts.exists(pack.name, k, artifact)))
+            return (
+                old.get(k, {}).get(name) == wanted[name]
+                and not (ran[k] & set(STEP_DEPS[name]))
+                and (artifact is None or engine.artifacts.exists(pack.name, k, artifact))
+            )
 
         todo = [k for k in keys if not (skip_unchanged and unchanged(k))]
         obs.step_started(pack.name, name, len(keys), len(keys) - len(todo))
-        reports[name] = report = run_step(name, todo, lambda k, fn=fn: fn(engine, pack, k), progress,
-                                          on_done=lambda k, outcome, name=name: obs.partition_done(
-                                              pack.name, name, k, outcome))
+        reports[name] = report = run_step(
+            name,
+            todo,
+            lambda k, fn=fn: fn(engine, pack, k),
+            progress,
+            on_done=lambda k, outcome, name=name: obs.partition_done(pack.name, name, k, outcome),
+        )
         report.unchanged = [k for k in keys if k not in set(todo)]
         for k in todo:
             ran[k].add(name)
             done = report.done.get(k)
-            if done is not None and not (done.get("failed") or done.get("skipped")):  # an incomplete extraction is not done
+            if done is not None and not (
+                done.get("failed") or done.get("skipped")
+            ):  # an incomplete extraction is not done
                 new.setdefault(k, dict(old.get(k, {})))[name] = wanted[name]
         if name == "llm_extraction" and todo:  # a run that extracted nothing records no run
             finish_run(engine, pack, run_id, budget)
         obs.step_finished(pack.name, name, report)
-    write_stamps(engine.driver, engine.database, pack.name,
-                 {k: s for k, s in new.items() if s != old.get(k)})
+    write_stamps(engine.driver, engine.database, pack.name, {k: s for k, s in new.items() if s != old.get(k)})
     return reports

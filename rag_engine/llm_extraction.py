@@ -40,8 +40,10 @@ def budget_skipped_partitions(engine: Engine, pack: DomainPack, keys: list[str])
     """Partitions whose last extraction stopped at a budget: a later run should continue them."""
     out = []
     for key in keys:
-        if engine.artifacts.exists(pack.name, key, STATUS) and \
-                engine.artifacts.read(pack.name, key, STATUS).get("skipped", 0) > 0:
+        if (
+            engine.artifacts.exists(pack.name, key, STATUS)
+            and engine.artifacts.read(pack.name, key, STATUS).get("skipped", 0) > 0
+        ):
             out.append(key)
     return out
 
@@ -80,8 +82,9 @@ class RunBudget:
         self.reserved += worst_case
         return None
 
-    def settle(self, worst_case: int, billed: int, cost: Decimal | None, *, prompt_estimate: int = 0,
-               prompt_tokens: int = 0) -> None:
+    def settle(
+        self, worst_case: int, billed: int, cost: Decimal | None, *, prompt_estimate: int = 0, prompt_tokens: int = 0
+    ) -> None:
         """A call ended: its reservation becomes what it was billed."""
         self.reserved -= worst_case
         self.tokens += billed
@@ -97,8 +100,9 @@ class RunBudget:
 
 def new_budget(engine: Engine) -> RunBudget:
     b = engine.cfg.budgets
-    return RunBudget(max_chunks=b.max_chunks_per_run, max_tokens=b.max_tokens_per_run,
-                     max_output_tokens=b.max_output_tokens)
+    return RunBudget(
+        max_chunks=b.max_chunks_per_run, max_tokens=b.max_tokens_per_run, max_output_tokens=b.max_output_tokens
+    )
 
 
 def _billed_on_failure(exc: ProviderError, worst_case: int) -> tuple[int, Decimal | None]:
@@ -122,10 +126,12 @@ def _rebind(raw: RawExtraction, asked: str, current: str) -> RawExtraction:
     if asked == current:
         return raw
     swap = lambda cid: current if cid == asked else cid  # noqa: E731
-    return raw.model_copy(update={
-        "chunk_id": swap(raw.chunk_id),
-        "relationships": [r.model_copy(update={"chunk_id": swap(r.chunk_id)}) for r in raw.relationships],
-    })
+    return raw.model_copy(
+        update={
+            "chunk_id": swap(raw.chunk_id),
+            "relationships": [r.model_copy(update={"chunk_id": swap(r.chunk_id)}) for r in raw.relationships],
+        }
+    )
 
 
 def extraction_step(engine: Engine, pack: DomainPack, key: str, *, run_id: str, budget: RunBudget) -> dict[str, Any]:
@@ -155,8 +161,14 @@ def extraction_step(engine: Engine, pack: DomainPack, key: str, *, run_id: str, 
     running: dict[Future, tuple[ChunkRecord, int, int]] = {}  # call -> (chunk, worst case, prompt estimate)
 
     def call(messages: list[dict[str, Any]]):
-        return client.generate(messages, schema=RawExtraction, purpose="graph_extraction", run_id=run_id,
-                               tolerant=tolerant, max_tokens=budget.max_output_tokens)
+        return client.generate(
+            messages,
+            schema=RawExtraction,
+            purpose="graph_extraction",
+            run_id=run_id,
+            tolerant=tolerant,
+            max_tokens=budget.max_output_tokens,
+        )
 
     def collect(futures) -> None:
         for fut in futures:
@@ -172,13 +184,26 @@ def extraction_step(engine: Engine, pack: DomainPack, key: str, *, run_id: str, 
                 log.warning("extraction failed for %s: %s", chunk.chunk_id, type(exc).__name__)
                 continue
             usage = result.usage
-            budget.settle(worst, usage.input_tokens + usage.output_tokens, usage.cost,
-                          prompt_estimate=prompt_estimate, prompt_tokens=usage.input_tokens)
+            budget.settle(
+                worst,
+                usage.input_tokens + usage.output_tokens,
+                usage.cost,
+                prompt_estimate=prompt_estimate,
+                prompt_tokens=usage.input_tokens,
+            )
             model = usage.reported_model or spec.model.served_model
             raw_by_chunk[chunk.chunk_id] = (result.parsed, run_id, model)
-            cache.put(cache_key(chunk.content_hash, phash, spec.identity),
-                      {"raw": result.parsed.model_dump(mode="json"), "run_id": run_id, "model": model,
-                       "chunk_id": chunk.chunk_id, "prompt_hash": phash, "model_identity": spec.identity})
+            cache.put(
+                cache_key(chunk.content_hash, phash, spec.identity),
+                {
+                    "raw": result.parsed.model_dump(mode="json"),
+                    "run_id": run_id,
+                    "model": model,
+                    "chunk_id": chunk.chunk_id,
+                    "prompt_hash": phash,
+                    "model_identity": spec.identity,
+                },
+            )
 
     size = engine.cfg.budgets.batch_size
     with ThreadPoolExecutor(max_workers=size) as pool:
@@ -209,18 +234,33 @@ def extraction_step(engine: Engine, pack: DomainPack, key: str, *, run_id: str, 
         if chunk.chunk_id not in raw_by_chunk:
             continue
         raw, origin_run, model = raw_by_chunk[chunk.chunk_id]
-        validated = validate(raw, chunk, pack.manifest, resolver, engine.cfg.graph,
-                             run_id=origin_run, model=model, prompt=phash)
+        validated = validate(
+            raw, chunk, pack.manifest, resolver, engine.cfg.graph, run_id=origin_run, model=model, prompt=phash
+        )
         rejected.update(validated.rejected)
         records.append(validated.model_dump(mode="json"))
     budget.rejected.update(rejected)
     # a small status file beside the records: the sensor reads it to continue budget-skipped work
     engine.artifacts.write(pack.name, key, STATUS, {"skipped": len(skipped), "failed": len(failed)})
-    engine.artifacts.write(pack.name, key, EXTRACTION, {
-        "complete": not skipped and not failed, "prompt_hash": phash, "model_identity": spec.identity,
-        "records": records, "skipped": skipped, "failed": failed, "rejected": dict(rejected)})
+    engine.artifacts.write(
+        pack.name,
+        key,
+        EXTRACTION,
+        {
+            "complete": not skipped and not failed,
+            "prompt_hash": phash,
+            "model_identity": spec.identity,
+            "records": records,
+            "skipped": skipped,
+            "failed": failed,
+            "rejected": dict(rejected),
+        },
+    )
     return {
-        "chunks": len(chunks), "extracted": len(records), "skipped": len(skipped), "failed": len(failed),
+        "chunks": len(chunks),
+        "extracted": len(records),
+        "skipped": len(skipped),
+        "failed": len(failed),
         "entities": sum(len(r["entities"]) for r in records),
         "relationships": sum(len(r["relationships"]) for r in records),
         "rejected": sum(rejected.values()),
@@ -233,10 +273,16 @@ def finish_run(engine: Engine, pack: DomainPack, run_id: str, budget: RunBudget)
 
     spec = engine.registry.extraction
     summary = {
-        "run_id": run_id, "model": spec.identity, "prompt_hash": prompt_hash(pack.manifest),
-        "chunks": budget.chunks, "cache_hits": budget.cache_hits, "tokens": budget.tokens,
-        "cost": None if budget.cost is None else format(budget.cost, "f"), "status": budget.status(),
-        "skipped": budget.skipped, "failures": budget.failures,
+        "run_id": run_id,
+        "model": spec.identity,
+        "prompt_hash": prompt_hash(pack.manifest),
+        "chunks": budget.chunks,
+        "cache_hits": budget.cache_hits,
+        "tokens": budget.tokens,
+        "cost": None if budget.cost is None else format(budget.cost, "f"),
+        "status": budget.status(),
+        "skipped": budget.skipped,
+        "failures": budget.failures,
     }
     writer.write_extraction_run(engine.driver, engine.database, pack=pack.name, **summary)
     return {**summary, "rejected": dict(budget.rejected)}

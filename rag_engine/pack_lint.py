@@ -95,6 +95,7 @@ class _Collector:
 
 # -- the pack module's imports --------------------------------------------------------------------
 
+
 def _module_file(module: str, root: Path) -> Path | None:
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
@@ -131,8 +132,7 @@ def lint_imports(entry: PackEntry, root: Path, out: _Collector) -> None:
     """The pack module may import the standard library, its own package and ``rag_engine.packs``."""
     path = _module_file(entry.module, root)
     if path is None:
-        out.warning("module_source", f"no Python source found for {entry.module}; imports not checked",
-                    entry.module)
+        out.warning("module_source", f"no Python source found for {entry.module}; imports not checked", entry.module)
         return
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
@@ -142,11 +142,15 @@ def lint_imports(entry: PackEntry, root: Path, out: _Collector) -> None:
     package = entry.module.rpartition(".")[0]
     for name, line in _imported(tree, package):
         if not _import_allowed(name, package):
-            out.error("forbidden_import", f"imports {name}; a pack may import only the standard library, its own "
-                      "package and rag_engine.packs", f"{entry.module}:{line}")
+            out.error(
+                "forbidden_import",
+                f"imports {name}; a pack may import only the standard library, its own package and rag_engine.packs",
+                f"{entry.module}:{line}",
+            )
 
 
 # -- corpus, chunks, references -----------------------------------------------------------------
+
 
 def _chunk_corpus(pack: DomainPack, max_bytes: int, out: _Collector) -> tuple[int, list[ChunkRecord]]:
     refs = discover(pack, include_rejected=True)
@@ -160,7 +164,7 @@ def _chunk_corpus(pack: DomainPack, max_bytes: int, out: _Collector) -> tuple[in
         except RagError as exc:
             out.error("document_rejected", str(exc), where)
             continue
-        except Exception as exc:  # noqa: BLE001 - a chunker bug is a finding about this document, not a crash
+        except Exception as exc:
             out.error("chunker_failed", f"{type(exc).__name__}: {exc}", where)
             continue
         if not doc_chunks:
@@ -169,8 +173,11 @@ def _chunk_corpus(pack: DomainPack, max_bytes: int, out: _Collector) -> tuple[in
         documents += 1
         chunks.extend(doc_chunks)
     if not refs:
-        out.error("empty_corpus", f"no document matches {pack.manifest.document_glob!r} in {pack.entry.corpus}",
-                  pack.entry.corpus)
+        out.error(
+            "empty_corpus",
+            f"no document matches {pack.manifest.document_glob!r} in {pack.entry.corpus}",
+            pack.entry.corpus,
+        )
     return documents, chunks
 
 
@@ -192,8 +199,12 @@ def lint_local_ids(chunks: list[ChunkRecord], out: _Collector) -> None:
             out.error("bad_local_id", str(exc), c.anchor)
             continue
         if encoded != local:
-            out.error("bad_local_id", f"local id {local!r} has characters outside letters, digits and "
-                      f"{LOCAL_ID_SAFE!r}; encoded it is {encoded!r} (build chunks with make_chunk)", c.anchor)
+            out.error(
+                "bad_local_id",
+                f"local id {local!r} has characters outside letters, digits and "
+                f"{LOCAL_ID_SAFE!r}; encoded it is {encoded!r} (build chunks with make_chunk)",
+                c.anchor,
+            )
         if not c.chunk_id.endswith(f":{c.doc_id}--{c.doc_version}#{local}"):
             out.error("bad_chunk_id", f"chunk id {c.chunk_id!r} is not <pack>:<doc_id>--<version>#<local>", c.anchor)
 
@@ -210,13 +221,17 @@ def lint_references(pack: DomainPack, chunks: list[ChunkRecord], out: _Collector
     for c in chunks:
         try:
             refs = pack.extract_references(c)
-        except Exception as exc:  # noqa: BLE001 - reported per chunk, the others are still checked
+        except Exception as exc:
             out.error("references_failed", f"extract_references raised {type(exc).__name__}: {exc}", c.anchor)
             continue
         for r in refs:
             if r.ref_type not in declared:
-                out.error("undeclared_reference_type", f"reference {r.raw!r} has type {r.ref_type!r}, not one of "
-                          f"the manifest's reference_types {sorted(declared)}", c.anchor)
+                out.error(
+                    "undeclared_reference_type",
+                    f"reference {r.raw!r} has type {r.ref_type!r}, not one of "
+                    f"the manifest's reference_types {sorted(declared)}",
+                    c.anchor,
+                )
             elif not r.normalized.strip():
                 out.error("bad_key", f"reference {r.raw!r} normalizes to an empty key", c.anchor)
             else:
@@ -229,21 +244,26 @@ def lint_references(pack: DomainPack, chunks: list[ChunkRecord], out: _Collector
     for key, sites in sorted(unresolved.items()):
         first, raw = sites[0]
         more = f" and {len(sites) - 1} more" if len(sites) > 1 else ""
-        out.warning("unresolved_reference", f"key {key!r} ({raw!r}) is cited by {first.anchor}{more}; no chunk of "
-                    "the pack answers to it", first.anchor)
+        out.warning(
+            "unresolved_reference",
+            f"key {key!r} ({raw!r}) is cited by {first.anchor}{more}; no chunk of the pack answers to it",
+            first.anchor,
+        )
     resolved = sum(key in answered for _, _, key, _ in cited)
     return len(cited), resolved
 
 
 # -- golden queries ----------------------------------------------------------------------------
 
+
 def _default_role(cfg: EngineConfig, entry: PackEntry) -> str | None:
     """As the eval runner: the first role that may read every collection of the pack."""
     return next((r for r, cols in cfg.roles.items() if set(entry.collections) <= set(cols)), None)
 
 
-def lint_golden(cfg: EngineConfig, entry: PackEntry, root: Path, chunks: list[ChunkRecord] | None,
-                out: _Collector) -> int:
+def lint_golden(
+    cfg: EngineConfig, entry: PackEntry, root: Path, chunks: list[ChunkRecord] | None, out: _Collector
+) -> int:
     fixtures = under_root(root, entry.fixtures)
     if not fixtures.is_dir():
         out.error("fixtures_missing", f"the configured fixtures path {entry.fixtures} does not exist", entry.fixtures)
@@ -251,8 +271,9 @@ def lint_golden(cfg: EngineConfig, entry: PackEntry, root: Path, chunks: list[Ch
     path = fixtures / "queries.yaml"
     where = f"{entry.fixtures}/queries.yaml"
     if not path.is_file():
-        out.warning("no_golden", "no golden queries (queries.yaml) in the fixtures path: the pack is not evaluated",
-                    where)
+        out.warning(
+            "no_golden", "no golden queries (queries.yaml) in the fixtures path: the pack is not evaluated", where
+        )
         return 0
     try:
         data: Any = yaml_safe.load_file(path)
@@ -283,8 +304,7 @@ def lint_golden(cfg: EngineConfig, entry: PackEntry, root: Path, chunks: list[Ch
         if role is not None and role not in cfg.roles:
             out.error("golden_unknown_role", f"role {role!r} is not configured", qid)
         if not gold and not q.get("insufficient_evidence"):
-            out.error("golden_no_anchor", "an answerable query (insufficient_evidence false) names no gold anchor",
-                      qid)
+            out.error("golden_no_anchor", "an answerable query (insufficient_evidence false) names no gold anchor", qid)
         if by_anchor is None:
             continue
         readable = set(cfg.roles.get(role, ())) if role is not None else None
@@ -293,12 +313,16 @@ def lint_golden(cfg: EngineConfig, entry: PackEntry, root: Path, chunks: list[Ch
             if chunk is None:
                 out.error("golden_unknown_anchor", f"gold anchor {anchor!r} is no chunk of the corpus", qid)
             elif readable is not None and role in cfg.roles and chunk.collection not in readable:
-                out.error("golden_unreadable", f"gold anchor {anchor!r} is in collection {chunk.collection!r}, "
-                          f"which role {role!r} may not read", qid)
+                out.error(
+                    "golden_unreadable",
+                    f"gold anchor {anchor!r} is in collection {chunk.collection!r}, which role {role!r} may not read",
+                    qid,
+                )
     return len(data["queries"])
 
 
 # -- the whole pack -------------------------------------------------------------------------------
+
 
 def lint_pack(cfg: EngineConfig, entry: PackEntry, root: Path) -> tuple[PackLintStats, list[LintFinding]]:
     out = _Collector(entry.name)
@@ -311,13 +335,17 @@ def lint_pack(cfg: EngineConfig, entry: PackEntry, root: Path) -> tuple[PackLint
         if manifest_types is not None:
             for label, declared in zip(("relationship_types", "entity_types"), manifest_types, strict=True):
                 if not declared:
-                    out.error("extraction_types", f"extraction is on but the manifest declares no {label}",
-                              entry.manifest)
+                    out.error(
+                        "extraction_types", f"extraction is on but the manifest declares no {label}", entry.manifest
+                    )
     readable = {c for cols in cfg.roles.values() for c in cols}
     for collection in entry.collections:
         if collection not in readable:
-            out.warning("unreadable_collection", f"no role can read collection {collection!r}: its chunks are "
-                        "never retrieved", collection)
+            out.warning(
+                "unreadable_collection",
+                f"no role can read collection {collection!r}: its chunks are never retrieved",
+                collection,
+            )
     try:
         pack = load_pack(entry, root)
     except PackError as exc:
@@ -328,8 +356,14 @@ def lint_pack(cfg: EngineConfig, entry: PackEntry, root: Path) -> tuple[PackLint
     lint_local_ids(chunks, out)
     references, resolved = lint_references(pack, chunks, out)
     golden = lint_golden(cfg, entry, root, chunks, out)
-    stats = PackLintStats(pack=entry.name, documents=documents, chunks=len(chunks), references=references,
-                          resolved=resolved, golden_queries=golden)
+    stats = PackLintStats(
+        pack=entry.name,
+        documents=documents,
+        chunks=len(chunks),
+        references=references,
+        resolved=resolved,
+        golden_queries=golden,
+    )
     return stats, out.findings
 
 
@@ -367,9 +401,11 @@ def render_text(report: LintReport) -> str:
         mine = [f for f in report.findings if f.pack == s.pack]
         errors = sum(f.severity == "error" for f in mine)
         verdict = "FAIL" if errors else "ok"
-        lines.append(f"{s.pack}: {verdict} ({errors} errors, {len(mine) - errors} warnings) - {s.documents} documents, "
-                     f"{s.chunks} chunks, {s.references} references ({s.resolved} resolved), "
-                     f"{s.golden_queries} golden queries")
+        lines.append(
+            f"{s.pack}: {verdict} ({errors} errors, {len(mine) - errors} warnings) - {s.documents} documents, "
+            f"{s.chunks} chunks, {s.references} references ({s.resolved} resolved), "
+            f"{s.golden_queries} golden queries"
+        )
         shown: Counter[str] = Counter()
         for f in sorted(mine, key=lambda f: (f.severity != "error", f.code)):
             shown[f.code] += 1

@@ -30,9 +30,10 @@ import re
 import sys
 import urllib.parse
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -127,8 +128,9 @@ def encode_local_id(local: str) -> str:
     return urllib.parse.quote(urllib.parse.unquote(local), safe=LOCAL_ID_SAFE)
 
 
-def make_chunk(doc: SourceDocument, ordinal: int, local: str, heading: str, text: str,
-               keys: tuple[str, ...] = ()) -> ChunkRecord:
+def make_chunk(
+    doc: SourceDocument, ordinal: int, local: str, heading: str, text: str, keys: tuple[str, ...] = ()
+) -> ChunkRecord:
     """Build a chunk with the id conventions every pack shares (local ids encoded)."""
     local = encode_local_id(local)
     return ChunkRecord(
@@ -196,9 +198,18 @@ class DomainPack(ABC):
         names its instrument ("COBS Rule 17.5") maps to the scoped key; an unqualified number maps
         to an unscoped key, which the engine treats as ambiguous when several documents answer it.
         """
-        probe = ChunkRecord(chunk_id="query", anchor="query", doc_id="", doc_version="", ordinal=0,
-                            heading="", text=text, collection="", language=self.manifest.languages[0],
-                            content_hash="")
+        probe = ChunkRecord(
+            chunk_id="query",
+            anchor="query",
+            doc_id="",
+            doc_version="",
+            ordinal=0,
+            heading="",
+            text=text,
+            collection="",
+            language=self.manifest.languages[0],
+            content_hash="",
+        )
         return self.extract_references(probe)
 
     def documents_named(self, text: str) -> list[str]:
@@ -215,11 +226,14 @@ class DomainPack(ABC):
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def require_versions(entry: PackEntry, manifest: PackManifest, *, rules: frozenset[str],
-                     normalizers: frozenset[str]) -> None:
+def require_versions(
+    entry: PackEntry, manifest: PackManifest, *, rules: frozenset[str], normalizers: frozenset[str]
+) -> None:
     """A pack factory refuses a manifest asking for rule/normalizer versions its code does not implement."""
-    for label, asked, known in (("rules_version", manifest.rules_version, rules),
-                                ("normalizer_version", manifest.normalizer_version, normalizers)):
+    for label, asked, known in (
+        ("rules_version", manifest.rules_version, rules),
+        ("normalizer_version", manifest.normalizer_version, normalizers),
+    ):
         if asked not in known:
             raise PackError(f"pack {entry.name!r}: {label} {asked!r} not supported (known: {sorted(known)})")
 

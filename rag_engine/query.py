@@ -21,9 +21,11 @@ from rag_engine.retrieval.context import AssembledContext, assemble_context
 from rag_engine.retrieval.local_inference import expand_query, rerank
 from rag_engine.retrieval.retriever import RetrievalResult, retrieve
 
-SYSTEM_PROMPT = ("You answer questions about a regulated corpus using only the numbered context blocks. "
-                 "Cite the chunk_id of every block you use. If the context does not answer the question, "
-                 "say that the evidence is insufficient.")
+SYSTEM_PROMPT = (
+    "You answer questions about a regulated corpus using only the numbered context blocks. "
+    "Cite the chunk_id of every block you use. If the context does not answer the question, "
+    "say that the evidence is insufficient."
+)
 
 
 class QueryOutcome(BaseModel):
@@ -61,14 +63,25 @@ def evidence_coverage(question: str, context: AssembledContext) -> float:
     return best
 
 
-def run_query(engine: Engine, question: str, role: str, *, k: int | None = None, generate: bool = True,
-              local_inference: bool = True, conversation: list[dict] | None = None,
-              run_id: str | None = None, weights: dict[str, float] | None = None,
-              session_id: str | None = None, collections: list[str] | None = None) -> QueryOutcome:
+def run_query(
+    engine: Engine,
+    question: str,
+    role: str,
+    *,
+    k: int | None = None,
+    generate: bool = True,
+    local_inference: bool = True,
+    conversation: list[dict] | None = None,
+    run_id: str | None = None,
+    weights: dict[str, float] | None = None,
+    session_id: str | None = None,
+    collections: list[str] | None = None,
+) -> QueryOutcome:
     """``weights`` overrides the configured per-leg fusion weights for this call (ablations).
     ``session_id`` and ``collections`` (requested; those the role may not read are blocked) go
     to the audit trail, which gets one record per query (rag_engine/audit.py)."""
     from rag_engine.audit import query_audit  # audit trail: begin (issue 16)
+
     audit = query_audit(engine, session_id, run_id, generate)
     run_id = audit.run_id
     started = time.perf_counter()
@@ -76,22 +89,41 @@ def run_query(engine: Engine, question: str, role: str, *, k: int | None = None,
     local = _client(engine, engine.cfg.defaults.local_inference_model) if local_inference else None
     expanded = expand_query(local, question, events=events, run_id=run_id) if local_inference else question
     result = retrieve(engine, expanded, role, k=k, weights=weights, collections=collections)
-    candidates = rerank(local, question, result.candidates, events=events, run_id=run_id) if local_inference \
+    candidates = (
+        rerank(local, question, result.candidates, events=events, run_id=run_id)
+        if local_inference
         else result.candidates
-    context = assemble_context([*candidates, *result.expansions], budgets=engine.cfg.context, system_prompt=SYSTEM_PROMPT,
-                               conversation=conversation or ())
+    )
+    context = assemble_context(
+        [*candidates, *result.expansions],
+        budgets=engine.cfg.context,
+        system_prompt=SYSTEM_PROMPT,
+        conversation=conversation or (),
+    )
     coverage = evidence_coverage(question, context)
     if context.documents and coverage < engine.cfg.retrieval.min_evidence_coverage:
         answer = insufficient("low_evidence_coverage")
-        events.append({"event": "insufficient_evidence", "coverage": round(coverage, 3),
-                       "floor": engine.cfg.retrieval.min_evidence_coverage})
+        events.append(
+            {
+                "event": "insufficient_evidence",
+                "coverage": round(coverage, 3),
+                "floor": engine.cfg.retrieval.min_evidence_coverage,
+            }
+        )
     elif generate:
-        answer = answer_question(_client(engine, engine.cfg.defaults.generation_model), question, context,
-                                 run_id=run_id)
+        answer = answer_question(
+            _client(engine, engine.cfg.defaults.generation_model), question, context, run_id=run_id
+        )
     else:
         answer = extractive_answer(context)
-    outcome = QueryOutcome(question=question, expanded_query=expanded, retrieval=result, context=context,
-                           answer=answer, events=tuple(result.events + events),
-                           latency_ms=round((time.perf_counter() - started) * 1000, 2))
+    outcome = QueryOutcome(
+        question=question,
+        expanded_query=expanded,
+        retrieval=result,
+        context=context,
+        answer=answer,
+        events=tuple(result.events + events),
+        latency_ms=round((time.perf_counter() - started) * 1000, 2),
+    )
     audit.record(outcome)  # audit trail: end (raises AuditError per audit.on_write_error)
     return outcome

@@ -88,8 +88,9 @@ class ReindexReport(_Frozen):
 
 
 def _read(engine: Engine, query: str, **params) -> list[dict]:
-    records, _, _ = engine.driver.execute_query(query, database_=engine.database,
-                                                routing_=neo4j.RoutingControl.READ, **params)
+    records, _, _ = engine.driver.execute_query(
+        query, database_=engine.database, routing_=neo4j.RoutingControl.READ, **params
+    )
     return [r.data() for r in records]
 
 
@@ -98,14 +99,23 @@ def _write(engine: Engine, query: str, **params) -> None:
 
 
 def _missing(engine: Engine, prop: str, limit: int) -> list[dict]:
-    return _read(engine, "MATCH (c:Chunk {active: true}) WHERE c[$prop] IS NULL "
-                         "RETURN c.chunk_id AS chunk_id, c.heading AS heading, c.text AS text "
-                         "ORDER BY c.chunk_id LIMIT $limit", prop=prop, limit=limit)
+    return _read(
+        engine,
+        "MATCH (c:Chunk {active: true}) WHERE c[$prop] IS NULL "
+        "RETURN c.chunk_id AS chunk_id, c.heading AS heading, c.text AS text "
+        "ORDER BY c.chunk_id LIMIT $limit",
+        prop=prop,
+        limit=limit,
+    )
 
 
 def _counts(engine: Engine, prop: str) -> tuple[int, int]:
-    rows = _read(engine, "MATCH (c:Chunk {active: true}) RETURN count(c) AS n, "
-                         "sum(CASE WHEN c[$prop] IS NULL THEN 0 ELSE 1 END) AS present", prop=prop)
+    rows = _read(
+        engine,
+        "MATCH (c:Chunk {active: true}) RETURN count(c) AS n, "
+        "sum(CASE WHEN c[$prop] IS NULL THEN 0 ELSE 1 END) AS present",
+        prop=prop,
+    )
     return int(rows[0]["n"]), int(rows[0]["present"] or 0)
 
 
@@ -137,12 +147,22 @@ def _switch(engine: Engine, *, old: dict, identity: str, index: str, prop: str, 
     def work(tx: neo4j.ManagedTransaction) -> bool:
         if tx.run(_SWITCH_CHECK, prop=prop).single()["n"]:
             return False
-        rec = tx.run(_SWITCH, meta=schema.VECTOR_INDEX, old=old["identity"], identity=identity, dim=dim,
-                     index=index, property=prop, old_index=old["index"], old_property=old["property"],
-                     old_dim=old["dimension"]).single()
+        rec = tx.run(
+            _SWITCH,
+            meta=schema.VECTOR_INDEX,
+            old=old["identity"],
+            identity=identity,
+            dim=dim,
+            index=index,
+            property=prop,
+            old_index=old["index"],
+            old_property=old["property"],
+            old_dim=old["dimension"],
+        ).single()
         if not rec or not rec["switched"]:
-            raise EmbedderMismatch(f"the active index changed during the re-index (no longer "
-                                          f"{old['identity']!r}); run the re-index again")
+            raise EmbedderMismatch(
+                f"the active index changed during the re-index (no longer {old['identity']!r}); run the re-index again"
+            )
         return True
 
     with engine.driver.session(database=engine.database) as session:
@@ -151,19 +171,29 @@ def _switch(engine: Engine, *, old: dict, identity: str, index: str, prop: str, 
 
 def _drop_retired(engine: Engine, keep: set[str]) -> list[str]:
     dropped = []
-    for rec in _read(engine, "MATCH (v:VectorIndex {state: 'retired'}) RETURN v.identity AS identity, "
-                             "v.index AS index, v.property AS property"):
+    for rec in _read(
+        engine,
+        "MATCH (v:VectorIndex {state: 'retired'}) RETURN v.identity AS identity, "
+        "v.index AS index, v.property AS property",
+    ):
         if rec["identity"] in keep:
             continue
         schema.drop_vector_index(engine.driver, engine.database, rec["index"], rec["property"])
-        _write(engine, "MATCH (v:VectorIndex {identity: $identity, state: 'retired'}) DELETE v",
-               identity=rec["identity"])
+        _write(
+            engine, "MATCH (v:VectorIndex {identity: $identity, state: 'retired'}) DELETE v", identity=rec["identity"]
+        )
         dropped.append(rec["index"])
     return dropped
 
 
-def run_reindex(engine: Engine, *, progress: Callable[[ReindexProgress], None] | None = None,
-                stop_after: int | None = None, drop_old: bool = True, page_size: int | None = None) -> ReindexReport:
+def run_reindex(
+    engine: Engine,
+    *,
+    progress: Callable[[ReindexProgress], None] | None = None,
+    stop_after: int | None = None,
+    drop_old: bool = True,
+    page_size: int | None = None,
+) -> ReindexReport:
     """Re-index every current chunk with the engine's configured embedder, blue/green.
 
     ``stop_after``: stop (as a crash would) after this many pages are written, before the
@@ -179,17 +209,36 @@ def run_reindex(engine: Engine, *, progress: Callable[[ReindexProgress], None] |
     def report(status, *, index, prop, resumed=False, active_chunks=0, present=0, dropped=(), kept=()):
         seconds = time.perf_counter() - started
         return ReindexReport(
-            status=status, previous_identity=active["identity"] if active else None, identity=identity,
-            index=index, property=prop, dimension=dim, resumed=resumed, active_chunks=active_chunks,
-            already_present=present, embedded_chunks=stats["embedded"], cache_hits=stats["cache_hits"],
-            embedding_requests=stats["requests"], seconds=round(seconds, 3),
+            status=status,
+            previous_identity=active["identity"] if active else None,
+            identity=identity,
+            index=index,
+            property=prop,
+            dimension=dim,
+            resumed=resumed,
+            active_chunks=active_chunks,
+            already_present=present,
+            embedded_chunks=stats["embedded"],
+            cache_hits=stats["cache_hits"],
+            embedding_requests=stats["requests"],
+            seconds=round(seconds, 3),
             chunks_per_second=round(stats["embedded"] / seconds, 2) if stats["embedded"] and seconds else None,
-            dropped=tuple(dropped), retired_kept=tuple(kept))
+            dropped=tuple(dropped),
+            retired_kept=tuple(kept),
+        )
 
     def tell(phase: Phase, done: int, total: int) -> None:
         if progress is not None:
-            progress(ReindexProgress(phase=phase, done=done, total=total, cache_hits=stats["cache_hits"],
-                                     embedded=stats["embedded"], seconds=round(time.perf_counter() - started, 3)))
+            progress(
+                ReindexProgress(
+                    phase=phase,
+                    done=done,
+                    total=total,
+                    cache_hits=stats["cache_hits"],
+                    embedded=stats["embedded"],
+                    seconds=round(time.perf_counter() - started, 3),
+                )
+            )
 
     if active is None:
         return report("no_index", index=schema.VECTOR_INDEX, prop=schema.EMBEDDING_PROPERTY)
@@ -197,24 +246,41 @@ def run_reindex(engine: Engine, *, progress: Callable[[ReindexProgress], None] |
         n, present = _counts(engine, active["property"])
         dropped = _drop_retired(engine, keep=set()) if drop_old else []
         tell("done", present, n)
-        return report("already_active", index=active["index"], prop=active["property"], active_chunks=n,
-                      present=present, dropped=dropped)
+        return report(
+            "already_active",
+            index=active["index"],
+            prop=active["property"],
+            active_chunks=n,
+            present=present,
+            dropped=dropped,
+        )
 
     # 1. the new index, named by identity (or the one an earlier run started / a kept retired one)
-    prior = _read(engine, "MATCH (v:VectorIndex {identity: $identity}) RETURN v.index AS index, "
-                          "v.property AS property, v.dimension AS dimension, v.state AS state", identity=identity)
+    prior = _read(
+        engine,
+        "MATCH (v:VectorIndex {identity: $identity}) RETURN v.index AS index, "
+        "v.property AS property, v.dimension AS dimension, v.state AS state",
+        identity=identity,
+    )
     if prior and prior[0]["dimension"] == dim:
         index, prop = prior[0]["index"], prior[0]["property"]
     else:
         index, prop = schema.index_names(identity)
-    _write(engine, "MERGE (v:VectorIndex {identity: $identity}) SET v.index = $index, v.property = $property, "
-                   "v.dimension = $dim, v.state = 'building', v.started_at = coalesce(v.started_at, datetime())",
-           identity=identity, index=index, property=prop, dim=dim)
+    _write(
+        engine,
+        "MERGE (v:VectorIndex {identity: $identity}) SET v.index = $index, v.property = $property, "
+        "v.dimension = $dim, v.state = 'building', v.started_at = coalesce(v.started_at, datetime())",
+        identity=identity,
+        index=index,
+        property=prop,
+        dim=dim,
+    )
     schema.create_vector_index(engine.driver, engine.database, index, prop, dim)
     total, present = _counts(engine, prop)
     resumed = bool(prior) and present > 0
-    log.info("reindex %s -> %s: %d current chunks, %d already in %s", active["identity"], identity, total,
-             present, index)
+    log.info(
+        "reindex %s -> %s: %d current chunks, %d already in %s", active["identity"], identity, total, present, index
+    )
     tell("prepare", present, total)
 
     # 2. embed what lacks the new vector, page by page; 3. switch when nothing does
@@ -226,10 +292,22 @@ def run_reindex(engine: Engine, *, progress: Callable[[ReindexProgress], None] |
             result = embed_batched(
                 [f"{r['heading']}\n{r['text']}" for r in rows],
                 lambda batch: engine.embed_texts(batch, purpose="index", run_id="reindex"),
-                identity=identity, dimension=dim, batch_size=spec.model.batch_size, cache=engine.embedding_cache)
+                identity=identity,
+                dimension=dim,
+                batch_size=spec.model.batch_size,
+                cache=engine.embedding_cache,
+            )
             with engine.driver.session(database=engine.database) as session:
-                session.execute_write(lambda tx: tx.run(_WRITE, property=prop, rows=[
-                    {"chunk_id": r["chunk_id"], "embedding": v} for r, v in zip(rows, result.vectors)]).consume())
+                session.execute_write(
+                    lambda tx: tx.run(
+                        _WRITE,
+                        property=prop,
+                        rows=[
+                            {"chunk_id": r["chunk_id"], "embedding": v}
+                            for r, v in zip(rows, result.vectors, strict=False)
+                        ],
+                    ).consume()
+                )
             stats["cache_hits"] += result.cache_hits
             stats["embedded"] += len(rows)
             stats["requests"] += result.requests
@@ -238,25 +316,42 @@ def run_reindex(engine: Engine, *, progress: Callable[[ReindexProgress], None] |
             tell("embed", done, max(total, done))
             if stop_after is not None and pages >= stop_after:
                 log.warning("reindex stopped after %d pages (stop_after): %s keeps serving", pages, active["index"])
-                return report("interrupted", index=index, prop=prop, resumed=resumed, active_chunks=total,
-                              present=present)
+                return report(
+                    "interrupted", index=index, prop=prop, resumed=resumed, active_chunks=total, present=present
+                )
         schema.run_schema_statement(engine.driver, engine.database, "CALL db.awaitIndexes(300)")
         tell("switch", done, max(total, done))
         if _switch(engine, old=active, identity=identity, index=index, prop=prop, dim=dim):
             break
     else:
-        raise EmbedderMismatch(f"chunks kept being activated during {MAX_CATCH_UP} switch attempts; "
-                                      "run the re-index again when ingestion is quiet")
+        raise EmbedderMismatch(
+            f"chunks kept being activated during {MAX_CATCH_UP} switch attempts; "
+            "run the re-index again when ingestion is quiet"
+        )
     log.info("reindex: %s is active (%s on %s)", identity, index, prop)
 
     # 4. the old index goes, unless kept to switch back
     tell("drop", done, max(total, done))
     dropped = _drop_retired(engine, keep=set()) if drop_old else []
-    kept = [] if drop_old else [r["index"] for r in _read(
-        engine, "MATCH (v:VectorIndex {state: 'retired'}) RETURN v.index AS index ORDER BY index")]
+    kept = (
+        []
+        if drop_old
+        else [
+            r["index"]
+            for r in _read(engine, "MATCH (v:VectorIndex {state: 'retired'}) RETURN v.index AS index ORDER BY index")
+        ]
+    )
     tell("done", done, max(total, done))
-    return report("switched", index=index, prop=prop, resumed=resumed, active_chunks=total, present=present,
-                  dropped=dropped, kept=kept)
+    return report(
+        "switched",
+        index=index,
+        prop=prop,
+        resumed=resumed,
+        active_chunks=total,
+        present=present,
+        dropped=dropped,
+        kept=kept,
+    )
 
 
 def render_text(report: ReindexReport) -> str:
@@ -265,18 +360,20 @@ def render_text(report: ReindexReport) -> str:
         "switched": f"re-index: SWITCHED to {report.identity}",
         "already_active": f"re-index: {report.identity} is already the active index",
         "interrupted": f"re-index: INTERRUPTED before the switch; {report.previous_identity} keeps serving "
-                       "(run it again to continue)",
+        "(run it again to continue)",
         "no_index": "re-index: no chunk index exists yet (chunk_index builds the first one)",
     }[report.status]
-    lines = [head,
-             f"  from           {report.previous_identity or '-'}",
-             f"  to             {report.identity} (dimension {report.dimension})",
-             f"  index          {report.index} on chunk property {report.property}",
-             f"  current chunks {report.active_chunks} ({report.already_present} already indexed"
-             f"{', resumed' if report.resumed else ''})",
-             f"  embedded       {report.embedded_chunks} chunks, {report.cache_hits} from the embedding cache, "
-             f"{report.embedding_requests} requests, {report.seconds:.1f} s"
-             + (f" ({report.chunks_per_second} chunks/s)" if report.chunks_per_second else "")]
+    lines = [
+        head,
+        f"  from           {report.previous_identity or '-'}",
+        f"  to             {report.identity} (dimension {report.dimension})",
+        f"  index          {report.index} on chunk property {report.property}",
+        f"  current chunks {report.active_chunks} ({report.already_present} already indexed"
+        f"{', resumed' if report.resumed else ''})",
+        f"  embedded       {report.embedded_chunks} chunks, {report.cache_hits} from the embedding cache, "
+        f"{report.embedding_requests} requests, {report.seconds:.1f} s"
+        + (f" ({report.chunks_per_second} chunks/s)" if report.chunks_per_second else ""),
+    ]
     if report.dropped:
         lines.append(f"  dropped        {', '.join(report.dropped)}")
     if report.retired_kept:

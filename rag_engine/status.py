@@ -15,7 +15,7 @@ import os
 import sqlite3
 from collections.abc import Mapping
 from contextlib import closing
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -25,8 +25,11 @@ import neo4j
 from rag_engine.config import config_hash, under_root
 from rag_engine.engine import Engine
 
-BLOCKING_CHECKS = {"no_orphan_entities": "orphan_entities", "no_dangling_edges": "dangling_edges",
-                   "no_missing_provenance": "missing_provenance"}
+BLOCKING_CHECKS = {
+    "no_orphan_entities": "orphan_entities",
+    "no_dangling_edges": "dangling_edges",
+    "no_missing_provenance": "missing_provenance",
+}
 """Graph quality checks that fail a run (ERROR, blocking); the graph_quality asset uses the same."""
 WARNING_CHECKS = {"no_stale_versions": "stale_versions"}
 
@@ -41,13 +44,33 @@ RETURN pack, documents, count(c) AS chunks, count(c[$prop]) AS embedded
 
 def quality_checks(report: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The report's checks as rows, blocking first: name, severity, count, passed."""
-    rows = [{"check": name, "severity": "blocking", "count": int(report[field]["count"]),
-             "passed": int(report[field]["count"]) == 0} for name, field in BLOCKING_CHECKS.items()]
-    rows += [{"check": name, "severity": "warning", "count": int(report[field]["count"]),
-              "passed": int(report[field]["count"]) == 0} for name, field in WARNING_CHECKS.items()]
+    rows = [
+        {
+            "check": name,
+            "severity": "blocking",
+            "count": int(report[field]["count"]),
+            "passed": int(report[field]["count"]) == 0,
+        }
+        for name, field in BLOCKING_CHECKS.items()
+    ]
+    rows += [
+        {
+            "check": name,
+            "severity": "warning",
+            "count": int(report[field]["count"]),
+            "passed": int(report[field]["count"]) == 0,
+        }
+        for name, field in WARNING_CHECKS.items()
+    ]
     latest = report.get("latest_run")
-    rows.append({"check": "latest_extraction_run", "severity": "warning", "count": None,
-                 "passed": latest is None or latest.get("status") == "complete"})
+    rows.append(
+        {
+            "check": "latest_extraction_run",
+            "severity": "warning",
+            "count": None,
+            "passed": latest is None or latest.get("status") == "complete",
+        }
+    )
     return rows
 
 
@@ -62,8 +85,9 @@ def _store(engine: Engine) -> dict[str, Any]:
     packs = sorted(engine.packs)
     meta = current_embedder(engine.driver, engine.database)
     prop = meta["property"] if meta else EMBEDDING_PROPERTY  # the active index's vectors (blue/green)
-    records, _, _ = engine.driver.execute_query(_PACK_COUNTS, packs=packs, prop=prop, database_=engine.database,
-                                                routing_=neo4j.RoutingControl.READ)
+    records, _, _ = engine.driver.execute_query(
+        _PACK_COUNTS, packs=packs, prop=prop, database_=engine.database, routing_=neo4j.RoutingControl.READ
+    )
     counts = {r["pack"]: dict(r) for r in records}
     active = engine.embedder_identity
     chunks = sum(c["chunks"] for c in counts.values())
@@ -77,11 +101,23 @@ def _store(engine: Engine) -> dict[str, Any]:
     else:
         state = "ok"
     report = quality_report(engine.driver, engine.database, packs)
-    return {"counts": counts, "index": {"active_identity": active, "index_identity": meta and meta["identity"],
-                                        "dimension": meta and meta["dimension"], "chunks": chunks,
-                                        "embedded": embedded, "state": state},
-            "quality": {"checks": quality_checks(report), "blocking_failures": blocking_failures(report),
-                        "graph_size": report["graph_size"], "latest_run": report["latest_run"]}}
+    return {
+        "counts": counts,
+        "index": {
+            "active_identity": active,
+            "index_identity": meta and meta["identity"],
+            "dimension": meta and meta["dimension"],
+            "chunks": chunks,
+            "embedded": embedded,
+            "state": state,
+        },
+        "quality": {
+            "checks": quality_checks(report),
+            "blocking_failures": blocking_failures(report),
+            "graph_size": report["graph_size"],
+            "latest_run": report["latest_run"],
+        },
+    }
 
 
 def _gate(engine: Engine) -> dict[str, Any] | None:
@@ -94,17 +130,23 @@ def _gate(engine: Engine) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        return {"path": str(path.relative_to(engine.root)) if path.is_relative_to(engine.root) else path.name,
-                "status": "unreadable", "reasons": [str(exc)]}
-    return {"path": str(path.relative_to(engine.root)) if path.is_relative_to(engine.root) else path.name,
-            "status": data.get("status"), "exit_code": data.get("exit_code"),
-            "reasons": list(data.get("reasons") or [])[:5],
-            "at": datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).isoformat(timespec="seconds")}
+        return {
+            "path": str(path.relative_to(engine.root)) if path.is_relative_to(engine.root) else path.name,
+            "status": "unreadable",
+            "reasons": [str(exc)],
+        }
+    return {
+        "path": str(path.relative_to(engine.root)) if path.is_relative_to(engine.root) else path.name,
+        "status": data.get("status"),
+        "exit_code": data.get("exit_code"),
+        "reasons": list(data.get("reasons") or [])[:5],
+        "at": datetime.fromtimestamp(path.stat().st_mtime, UTC).isoformat(timespec="seconds"),
+    }
 
 
 def _spend(engine: Engine) -> dict[str, Any]:
     """Calls and cost per requested model, over the last day and all time; unknown cost stays unknown."""
-    since = datetime.now(timezone.utc) - timedelta(days=1)
+    since = datetime.now(UTC) - timedelta(days=1)
     out: dict[str, dict[str, Any]] = {}
     try:
         records = engine.ledger.records()
@@ -112,11 +154,16 @@ def _spend(engine: Engine) -> dict[str, Any]:
         if "ledger" in engine.__dict__:
             engine.ledger.dispose()
     for rec in records:
-        at = rec.created_at if rec.created_at.tzinfo else rec.created_at.replace(tzinfo=timezone.utc)
-        row = out.setdefault(rec.requested_model, {
-            "model": rec.requested_model, "provider": rec.provider,
-            "day": {"calls": 0, "cost": Decimal(0), "unknown_cost_calls": 0},
-            "all": {"calls": 0, "cost": Decimal(0), "unknown_cost_calls": 0}})
+        at = rec.created_at if rec.created_at.tzinfo else rec.created_at.replace(tzinfo=UTC)
+        row = out.setdefault(
+            rec.requested_model,
+            {
+                "model": rec.requested_model,
+                "provider": rec.provider,
+                "day": {"calls": 0, "cost": Decimal(0), "unknown_cost_calls": 0},
+                "all": {"calls": 0, "cost": Decimal(0), "unknown_cost_calls": 0},
+            },
+        )
         for window in ("all", "day") if at >= since else ("all",):
             w = row[window]
             w["calls"] += 1
@@ -150,8 +197,9 @@ def _automation(env: Mapping[str, str]) -> dict[str, Any] | None:
         if runs.is_file():
             with closing(sqlite3.connect(f"file:{runs}?mode=ro", uri=True, timeout=1)) as db:
                 for run_id, job, status, updated in db.execute(
-                        "SELECT run_id, pipeline_name, status, update_timestamp FROM runs "
-                        "ORDER BY update_timestamp DESC LIMIT 5"):
+                    "SELECT run_id, pipeline_name, status, update_timestamp FROM runs "
+                    "ORDER BY update_timestamp DESC LIMIT 5"
+                ):
                     out["runs"].append({"run_id": run_id[:8], "job": job, "status": status, "updated": str(updated)})
     except (sqlite3.Error, ValueError) as exc:  # another Dagster version's layout: say so, don't fail status
         out["note"] = f"instance storage not readable ({type(exc).__name__})"
@@ -167,9 +215,17 @@ def collect_status(engine: Engine, env: Mapping[str, str] | None = None) -> dict
     packs = []
     for name, pack in sorted(engine.packs.items()):
         c = store["counts"].get(name, {})
-        packs.append({"pack": name, "domain": pack.entry.domain, "extraction": pack.entry.extraction,
-                      "corpus_documents": len(discover(pack)), "documents": c.get("documents", 0),
-                      "chunks": c.get("chunks", 0), "embedded": c.get("embedded", 0)})
+        packs.append(
+            {
+                "pack": name,
+                "domain": pack.entry.domain,
+                "extraction": pack.entry.extraction,
+                "corpus_documents": len(discover(pack)),
+                "documents": c.get("documents", 0),
+                "chunks": c.get("chunks", 0),
+                "embedded": c.get("embedded", 0),
+            }
+        )
     return {
         "config_hash": config_hash(engine.cfg),
         "embedder": store["index"],

@@ -45,15 +45,16 @@ def read_stamps(driver: neo4j.Driver, database: str, pack: str) -> dict[str, dic
             stamps = json.loads(rec["stamps"]) if rec["stamps"] else {}
         except (TypeError, ValueError):  # unreadable stamp: no stamp, the steps run again
             stamps = {}
-        out[rec["key"][len(prefix):]] = stamps if isinstance(stamps, dict) else {}
+        out[rec["key"][len(prefix) :]] = stamps if isinstance(stamps, dict) else {}
     return out
 
 
-def write_stamps(driver: neo4j.Driver, database: str, pack: str,
-                 stamps: Mapping[str, Mapping[str, str]]) -> int:
+def write_stamps(driver: neo4j.Driver, database: str, pack: str, stamps: Mapping[str, Mapping[str, str]]) -> int:
     """Store the stamps of the given partitions (only current versions take them); no call when empty."""
-    rows = [{"key": version_key(pack, key), "stamps": json.dumps(dict(sorted(s.items())), sort_keys=True)}
-            for key, s in stamps.items()]
+    rows = [
+        {"key": version_key(pack, key), "stamps": json.dumps(dict(sorted(s.items())), sort_keys=True)}
+        for key, s in stamps.items()
+    ]
     if not rows:
         return 0
     driver.execute_query(_WRITE, rows=rows, database_=database)
@@ -62,6 +63,7 @@ def write_stamps(driver: neo4j.Driver, database: str, pack: str,
 
 def any_missing(driver: neo4j.Driver, database: str, pack: str, present: list[str]) -> bool:
     """Whether a current document is no longer in the corpus (read-only, so a no-change run writes nothing)."""
-    records, _, _ = driver.execute_query(_MISSING, pack=pack, present=present, database_=database,
-                                         routing_=neo4j.RoutingControl.READ)
+    records, _, _ = driver.execute_query(
+        _MISSING, pack=pack, present=present, database_=database, routing_=neo4j.RoutingControl.READ
+    )
     return bool(records and records[0]["n"])

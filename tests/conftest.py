@@ -66,7 +66,7 @@ def with_artifacts(cfg: EngineConfig, path: Path) -> EngineConfig:
     return cfg.model_copy(update={"storage": storage})
 
 
-@pytest.fixture()
+@pytest.fixture
 def engine(base_config: EngineConfig, tmp_path: Path, neo4j_driver) -> Engine:
     env = {"NEO4J_URI": _neo4j_uri(), "RAG_LEDGER_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}", **_embed_env()}
     eng = Engine(with_artifacts(base_config, tmp_path / "artifacts"), ROOT, env)
@@ -89,7 +89,7 @@ def ingested_engine(base_config: EngineConfig, tmp_path_factory, neo4j_driver) -
     eng.close()
 
 
-@pytest.fixture()
+@pytest.fixture
 def unique() -> str:
     """A prefix that keeps a test's document ids apart from every other test's."""
     return "t" + uuid.uuid4().hex[:10]
@@ -109,7 +109,7 @@ def postgres_url() -> str:
     return url
 
 
-@pytest.fixture()
+@pytest.fixture
 def variant(tmp_path, unique, neo4j_driver):
     """Write a config variant: only a temporary copy of the KB pack, under a unique name."""
     corpus = tmp_path / "corpus"
@@ -118,7 +118,9 @@ def variant(tmp_path, unique, neo4j_driver):
     (corpus / "runbook.md").write_text(RUNBOOK)
     manifest = (ROOT / "packs/company_x_kb/manifest.yaml").read_text()
     base = (ROOT / "config/engine.yaml").read_text()
-    base = base.replace("  - name: legal_regulatory\n    enabled: true", "  - name: legal_regulatory\n    enabled: false")
+    base = base.replace(
+        "  - name: legal_regulatory\n    enabled: true", "  - name: legal_regulatory\n    enabled: false"
+    )
     # roles may only name collections of enabled packs
     base = base.replace("[legal_public, ", "[").replace(", legal_public]", "]").replace("[legal_public]", "[]")
     base = base.replace("  - name: company_x_kb\n", f"  - name: {unique}\n")
@@ -129,7 +131,9 @@ def variant(tmp_path, unique, neo4j_driver):
         mpath = tmp_path / f"manifest-{name}.yaml"
         mpath.write_text(manifest.replace('version: "1.0.0"', f'version: "{manifest_version}"', 1))
         text = base.replace("manifest: packs/company_x_kb/manifest.yaml", f"manifest: {mpath}")
-        text = text.replace('    domain: kb\n    version: "1.0.0"', f'    domain: kb\n    version: "{manifest_version}"')
+        text = text.replace(
+            '    domain: kb\n    version: "1.0.0"', f'    domain: kb\n    version: "{manifest_version}"'
+        )
         cpath = tmp_path / f"engine-{name}.yaml"
         cpath.write_text(edit(text))
         return str(cpath)
@@ -147,11 +151,13 @@ def _drop_test_packs_at_exit():
         with driver.session() as session:
             session.run(
                 "MATCH (n) WHERE (n:Chunk OR n:Document OR n:Entity) AND n.pack =~ '(t[0-9a-f]{10}|seed_[0-9a-f]{8})' "
-                "CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 5000 ROWS").consume()
+                "CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 5000 ROWS"
+            ).consume()
             session.run(
                 "MATCH (n) WHERE (n:DocumentVersion AND n.key =~ '(t[0-9a-f]{10}|seed_[0-9a-f]{8}):.*') "
                 "OR (n:RefKey AND n.key =~ '(t[0-9a-f]{10}|seed_[0-9a-f]{8})\\\\|.*') "
-                "CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 5000 ROWS").consume()
+                "CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 5000 ROWS"
+            ).consume()
         driver.close()
     except (neo4j.exceptions.Neo4jError, neo4j.exceptions.DriverError):  # pragma: no cover - best effort hygiene
         pass

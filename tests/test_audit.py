@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy
 
-from rag_engine.approvals import (DELETE_AUDIT_RECORDS, GRAPH_CLEANUP, Approval, canonical, inputs_hash,
-                                  require)
+from rag_engine.approvals import DELETE_AUDIT_RECORDS, GRAPH_CLEANUP, Approval, canonical, inputs_hash, require
 from rag_engine.audit import AuditRecord, AuditTrail, audit_trail, parse_since
 from rag_engine.engine import Engine
 from rag_engine.errors import ApprovalMismatch, ApprovalRequired, AuditError
@@ -30,6 +29,7 @@ Visitors park in the north garage and register at reception with a photo identit
 
 
 # -- approvals ------------------------------------------------------------------------------
+
 
 def test_inputs_hash_is_canonical():
     assert inputs_hash({"b": [1, 2], "a": {"y": 1, "x": 2}}) == inputs_hash({"a": {"x": 2, "y": 1}, "b": (1, 2)})
@@ -58,12 +58,19 @@ def test_require_refuses_missing_other_action_and_other_inputs(tmp_path):
 
 # -- the trail on both backends ---------------------------------------------------------------
 
+
 def _deletion_round(trail: AuditTrail) -> None:
     """Old records are deleted only with an approval bound to the exact plan; refusals change nothing."""
     session = "s-" + uuid.uuid4().hex[:8]
-    old = datetime.now(timezone.utc) - timedelta(days=400)
-    trail.append(*[AuditRecord(created_at=old, event="query", session_id=session, role="public",
-                               payload={"question": f"old {i}"}) for i in range(3)])
+    old = datetime.now(UTC) - timedelta(days=400)
+    trail.append(
+        *[
+            AuditRecord(
+                created_at=old, event="query", session_id=session, role="public", payload={"question": f"old {i}"}
+            )
+            for i in range(3)
+        ]
+    )
     trail.append(AuditRecord(event="query", session_id=session, role="public", payload={"question": "new"}))
     plan = trail.deletion_plan(365)
     assert plan["records"] >= 3
@@ -81,8 +88,12 @@ def _deletion_round(trail: AuditTrail) -> None:
     assert done["deleted"] == plan["records"]
     assert [r.payload["question"] for r in trail.records(session_id=session)] == ["new"]
     assert trail.records(event="audit_records_deleted")[-1].actor == "jane"
-    assert [r.event for r in trail.records(since=datetime.now(timezone.utc) - timedelta(minutes=5))][-4:] == [
-        "approval_refused", "approval_refused", "approval_granted", "audit_records_deleted"]
+    assert [r.event for r in trail.records(since=datetime.now(UTC) - timedelta(minutes=5))][-4:] == [
+        "approval_refused",
+        "approval_refused",
+        "approval_granted",
+        "audit_records_deleted",
+    ]
 
 
 def test_audit_trail_sqlite(tmp_path):
@@ -105,26 +116,35 @@ def test_audit_trail_postgres(postgres_url):
 
 
 def test_parse_since():
-    now = datetime(2025, 6, 10, 12, tzinfo=timezone.utc)
+    now = datetime(2025, 6, 10, 12, tzinfo=UTC)
     assert parse_since("2d", now) == now - timedelta(days=2)
-    assert parse_since("2025-06-01", now) == datetime(2025, 6, 1, tzinfo=timezone.utc)
+    assert parse_since("2025-06-01", now) == datetime(2025, 6, 1, tzinfo=UTC)
     with pytest.raises(AuditError):
         parse_since("yesterday", now)
 
 
 # -- the query path --------------------------------------------------------------------------
 
-@pytest.fixture()
+
+@pytest.fixture
 def kb_engine(base_config, tmp_path, unique, neo4j_driver):
     """A throwaway KB pack (four chunks), its own ledger: the query path end to end."""
     from rag_engine.ingest import ingest_pack
     from tests.conftest import _embed_env, _neo4j_uri
 
     cfg = with_artifacts(base_config, tmp_path / "artifacts")
-    env = {"NEO4J_URI": _neo4j_uri(), "RAG_LEDGER_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}",
-           "OPENAI_API_KEY": SENTINEL, **_embed_env()}
-    pack = temp_pack(Engine(cfg, ROOT, env, packs=[]), unique, tmp_path / "corpus",
-                     {"policy.md": POLICY, "runbook.md": RUNBOOK, "faq.md": PUBLIC_FAQ})
+    env = {
+        "NEO4J_URI": _neo4j_uri(),
+        "RAG_LEDGER_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}",
+        "OPENAI_API_KEY": SENTINEL,
+        **_embed_env(),
+    }
+    pack = temp_pack(
+        Engine(cfg, ROOT, env, packs=[]),
+        unique,
+        tmp_path / "corpus",
+        {"policy.md": POLICY, "runbook.md": RUNBOOK, "faq.md": PUBLIC_FAQ},
+    )
     eng = Engine(cfg, ROOT, env, packs=[pack])
     ingest_pack(eng, pack, extract=False)
     yield eng
@@ -135,8 +155,14 @@ def test_query_session_blocked_collection_and_fallback_are_audited(kb_engine):
     from rag_engine.query import run_query
 
     session = "sess-" + uuid.uuid4().hex[:6]
-    out = run_query(kb_engine, "Report a lost laptop within what time?", "employee", session_id=session,
-                    collections=["kb_internal", "adgm_public"], local_inference=False)
+    out = run_query(
+        kb_engine,
+        "Report a lost laptop within what time?",
+        "employee",
+        session_id=session,
+        collections=["kb_internal", "adgm_public"],
+        local_inference=False,
+    )
     run_query(kb_engine, "Where do visitors park?", "public", session_id=session, local_inference=False)
     trail = audit_trail(kb_engine)
     records = trail.records(session_id=session)
@@ -150,7 +176,7 @@ def test_query_session_blocked_collection_and_fallback_are_audited(kb_engine):
     assert all(c["sources"] for c in first["candidates"]) and first["retrieved_at"]
     assert first["cited"] == list(out.answer.citations) and first["answer"]["method"] == "extractive"
     assert first["run_id"] == f"session:{session}" and isinstance(first["model_calls"], list)
-    public = [r for r in records if r.event == "query" and r.role == "public"][0].payload
+    public = next(r for r in records if r.event == "query" and r.role == "public").payload
     assert public["question"] == "Where do visitors park?"
     assert {r.query_id for r in records if r.role == "employee"} == {records[0].query_id}
     blob = json.dumps([r.model_dump(mode="json") for r in trail.records()])
@@ -162,8 +188,9 @@ def test_graph_cleanup_refuses_missing_and_mismatched_approval_before_any_change
     from rag_engine.graph.cleanup import CleanupNotApproved, cleanup_inputs, run_cleanup
 
     eng = kb_engine
-    eng.driver.execute_query("UNWIND range(1, 3) AS i CREATE (:Entity {entity_id: $p + '-orphan-' + i, pack: $p})",
-                             p=unique)
+    eng.driver.execute_query(
+        "UNWIND range(1, 3) AS i CREATE (:Entity {entity_id: $p + '-orphan-' + i, pack: $p})", p=unique
+    )
 
     def nodes() -> int:
         rows, _, _ = eng.driver.execute_query("MATCH (n {pack: $p}) RETURN count(n) AS n", p=unique)
@@ -174,8 +201,12 @@ def test_graph_cleanup_refuses_missing_and_mismatched_approval_before_any_change
     assert plan["plan"]["orphan_entities"] == 3
     with pytest.raises(CleanupNotApproved):
         run_cleanup(eng.driver, eng.database, [unique], None, run_id="t", audit=trail)
-    stale = Approval(approved_by="jane", reason="orphans", action=GRAPH_CLEANUP,
-                     inputs_hash=inputs_hash({**plan, "plan": {**plan["plan"], "orphan_entities": 2}}))
+    stale = Approval(
+        approved_by="jane",
+        reason="orphans",
+        action=GRAPH_CLEANUP,
+        inputs_hash=inputs_hash({**plan, "plan": {**plan["plan"], "orphan_entities": 2}}),
+    )
     with pytest.raises(ApprovalMismatch):
         run_cleanup(eng.driver, eng.database, [unique], stale, run_id="t", audit=trail)
     assert nodes() == before
@@ -184,7 +215,10 @@ def test_graph_cleanup_refuses_missing_and_mismatched_approval_before_any_change
     assert done["removed"]["orphan_entities"] == 3 and nodes() == before - 3
     assert done["inputs_hash"] == inputs_hash(plan)
     assert [r.event for r in trail.records() if r.event.startswith("approval")] == [
-        "approval_refused", "approval_refused", "approval_granted"]
+        "approval_refused",
+        "approval_refused",
+        "approval_granted",
+    ]
 
 
 def test_cli_audit_lists_and_filters(kb_engine, monkeypatch, tmp_path):
@@ -204,6 +238,16 @@ def test_cli_audit_lists_and_filters(kb_engine, monkeypatch, tmp_path):
     assert res.exit_code == 2 and json.loads(res.stdout)["error"]["type"] == "AuditError"
     res = rag("audit", "purge", "--dry-run", "--json", env=env)
     assert res.exit_code == 0 and len(json.loads(res.stdout)["inputs_hash"]) == 64
-    res = rag("audit", "purge", "--approved-by", "jane", "--reason", "retention", "--inputs-hash", "cd" * 32,
-              "--json", env=env)
+    res = rag(
+        "audit",
+        "purge",
+        "--approved-by",
+        "jane",
+        "--reason",
+        "retention",
+        "--inputs-hash",
+        "cd" * 32,
+        "--json",
+        env=env,
+    )
     assert res.exit_code == 2 and json.loads(res.stdout)["error"]["type"] == "ApprovalMismatch"

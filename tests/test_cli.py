@@ -43,8 +43,17 @@ def test_every_command_and_option_has_help():
                 continue
             assert (getattr(param, "help", None) or "").strip(), f"{' '.join(path)} {param.name} has no help"
         seen.append(" ".join(path))
-    assert {"query", "ingest", "status", "quality", "cleanup", "feedback", "costs", "config check",
-            "packs smoke"} <= set(seen)
+    assert {
+        "query",
+        "ingest",
+        "status",
+        "quality",
+        "cleanup",
+        "feedback",
+        "costs",
+        "config check",
+        "packs smoke",
+    } <= set(seen)
     for path, cmd in _commands(root):  # --json on every leaf command
         if not hasattr(cmd, "list_commands"):
             assert any("--json" in p.opts for p in cmd.params), f"{' '.join(path)} lacks --json"
@@ -73,8 +82,16 @@ def test_neo4j_down_is_one_line_and_exit_2():
     assert res.exit_code == 2 and json.loads(res.stdout)["error"]["type"] == "StoreUnavailable"
 
 
-@pytest.mark.parametrize("args", [("config", "check", "--json"), ("packs", "smoke", "--json"), ("costs", "--json"),
-                                  ("quality", "--json"), ("status", "--json")])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("config", "check", "--json"),
+        ("packs", "smoke", "--json"),
+        ("costs", "--json"),
+        ("quality", "--json"),
+        ("status", "--json"),
+    ],
+)
 def test_json_mode_prints_one_json_document(args, neo4j_driver):
     res = rag(*args)
     assert res.exit_code in (0, 1), res.stderr  # quality may fail a check on a shared store
@@ -131,8 +148,9 @@ def test_a_no_change_reingest_skips_every_step_and_writes_nothing(engine, tmp_pa
 
     writes = _Writes(monkeypatch)
     again = ingest_pack(engine, pack, extract=False, skip_unchanged=True)
-    assert all(not r.done and not r.failed and len(r.unchanged) == 2 for r in again.values()), \
-        {k: (len(r.done), len(r.unchanged)) for k, r in again.items()}
+    assert all(not r.done and not r.failed and len(r.unchanged) == 2 for r in again.values()), {
+        k: (len(r.done), len(r.unchanged)) for k, r in again.items()
+    }
     assert writes.updates == []
 
     # one changed document: its steps run, the other's only where the pack-wide graph step needs it

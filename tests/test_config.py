@@ -84,8 +84,9 @@ def test_config_hash_is_stable_and_ignores_environment_values(tmp_path, monkeypa
 
 def test_config_hash_redacts_credentials_embedded_in_endpoints(tmp_path):
     plain = load_config(_write(tmp_path, BASE))
-    leaky = BASE.replace("endpoint: http://127.0.0.1:8080/v1",
-                         f"endpoint: http://user:{SENTINEL}@127.0.0.1:8080/v1?key={SENTINEL}")
+    leaky = BASE.replace(
+        "endpoint: http://127.0.0.1:8080/v1", f"endpoint: http://user:{SENTINEL}@127.0.0.1:8080/v1?key={SENTINEL}"
+    )
     leaky_cfg = load_config(_write(tmp_path, leaky))
     assert config_hash(leaky_cfg) == config_hash(plain)
 

@@ -36,8 +36,14 @@ BIG = ContextBudgetsConfig(system=1000, documents=10_000, conversation=1000, too
 
 
 def cand(chunk_id: str, text: str = "Some text.", **kw) -> Candidate:
-    fields = dict(anchor=f"a-{chunk_id}", doc_id="doc1", heading="", collection="public", score=1.0,
-                  sources=("lexical",))
+    fields = {
+        "anchor": f"a-{chunk_id}",
+        "doc_id": "doc1",
+        "heading": "",
+        "collection": "public",
+        "score": 1.0,
+        "sources": ("lexical",),
+    }
     fields.update(kw)
     return Candidate(chunk_id=chunk_id, text=text, **fields)
 
@@ -56,8 +62,9 @@ def test_approx_tokens_is_chars_over_four_rounded_up() -> None:
 def test_documents_fill_in_candidate_order_whole_chunks_only() -> None:
     small1, big, small2 = cand("c1", "Alpha. " * 10), cand("c2", "Beta " * 400), cand("c3", "Gamma. " * 10)
     budget = doc_tokens(1, small1) + doc_tokens(2, small2) + 5
-    ctx = assemble_context([small1, big, small2], budgets=BIG.model_copy(update={"documents": budget}),
-                           system_prompt="")
+    ctx = assemble_context(
+        [small1, big, small2], budgets=BIG.model_copy(update={"documents": budget}), system_prompt=""
+    )
     assert [d.chunk_id for d in ctx.documents] == ["c1", "c3"]
     assert [d.number for d in ctx.documents] == [1, 2]
     assert [d.text for d in ctx.documents] == [small1.text, small2.text]  # never cut mid-chunk
@@ -72,8 +79,9 @@ def test_each_category_has_its_own_budget_and_overflow_is_ordered() -> None:
     turns = [{"role": "user", "content": f"turn {i} " + "x" * 36} for i in range(4)]  # "user: " prefix: 13 tokens each
     tools = [{"name": "lookup", "parameters": {"q": "string"}}, {"name": "huge", "description": "y" * 400}]
     budgets = ContextBudgetsConfig(system=5, documents=10_000, conversation=26, tools=30)
-    ctx = assemble_context([cand("c1"), cand("c1"), cand("c2")], budgets=budgets, system_prompt="s" * 40,
-                           conversation=turns, tools=tools)
+    ctx = assemble_context(
+        [cand("c1"), cand("c1"), cand("c2")], budgets=budgets, system_prompt="s" * 40, conversation=turns, tools=tools
+    )
     # system too long for its 5 tokens; the large documents budget does not rescue it
     assert ctx.system == () and ctx.system_text == ""
     # the two newest turns fit; the older ones overflow, so the kept history has no gap
@@ -92,8 +100,13 @@ def test_each_category_has_its_own_budget_and_overflow_is_ordered() -> None:
 
 def test_nothing_is_dropped_silently_even_with_zero_budgets() -> None:
     zero = ContextBudgetsConfig(system=0, documents=0, conversation=0, tools=0)
-    ctx = assemble_context([cand("c1"), cand("c2")], budgets=zero, system_prompt="be brief",
-                           conversation=[{"role": "user", "content": "hi"}], tools=[{"name": "t"}])
+    ctx = assemble_context(
+        [cand("c1"), cand("c2")],
+        budgets=zero,
+        system_prompt="be brief",
+        conversation=[{"role": "user", "content": "hi"}],
+        tools=[{"name": "t"}],
+    )
     assert (ctx.system, ctx.documents, ctx.conversation, ctx.tools) == ((), (), (), ())
     assert [o.item_id for o in ctx.overflow] == ["system", "c1", "c2", "conversation[0]", "tools[0]:t"]
     assert ctx.cited_ids == frozenset()
@@ -140,13 +153,30 @@ def make_client(server: FakeOpenAI, tmp_path: Path) -> Iterator[Callable[..., Mo
     ledger = UsageLedger(f"sqlite:///{tmp_path / 'usage.sqlite'}")
 
     def _make(capabilities: tuple[str, ...] = ("generation", "structured_output")) -> ModelClient:
-        provider = ProviderConfig(name="local_llm", kind="openai_compatible", endpoint=server.base_url,
-                                  timeout_s=2.0, max_retries=0, backoff_base_s=0.01)
-        model = ModelConfig(name="gen", provider="local_llm", role="generation", served_model="local-gen",
-                            capabilities=capabilities, pricing_ref="gen-price")
-        return build_client(ModelSpec(model=model, provider=provider), ledger=ledger,
-                            pricing=load_pricing(tmp_path / "pricing.yaml"), env={}, root=tmp_path,
-                            limiter=RateLimiter())
+        provider = ProviderConfig(
+            name="local_llm",
+            kind="openai_compatible",
+            endpoint=server.base_url,
+            timeout_s=2.0,
+            max_retries=0,
+            backoff_base_s=0.01,
+        )
+        model = ModelConfig(
+            name="gen",
+            provider="local_llm",
+            role="generation",
+            served_model="local-gen",
+            capabilities=capabilities,
+            pricing_ref="gen-price",
+        )
+        return build_client(
+            ModelSpec(model=model, provider=provider),
+            ledger=ledger,
+            pricing=load_pricing(tmp_path / "pricing.yaml"),
+            env={},
+            root=tmp_path,
+            limiter=RateLimiter(),
+        )
 
     yield _make
     ledger.dispose()
@@ -191,8 +221,9 @@ def test_model_saying_insufficient_is_respected(server, make_client) -> None:
 
 
 def test_empty_context_is_insufficient_without_any_model_call(server, make_client) -> None:
-    empty = assemble_context([cand("c1", "x" * 400)], budgets=BIG.model_copy(update={"documents": 10}),
-                             system_prompt="sys")
+    empty = assemble_context(
+        [cand("c1", "x" * 400)], budgets=BIG.model_copy(update={"documents": 10}), system_prompt="sys"
+    )
     assert empty.documents == () and empty.overflow[0].item_id == "c1"
     ans = answer_question(make_client(), "q", empty)
     assert ans.insufficient_evidence and ans.reason == "empty_context" and ans.text == INSUFFICIENT
@@ -211,8 +242,9 @@ def test_tolerant_parsing_when_the_model_lacks_structured_output(server, make_cl
 def test_extractive_fallback_cites_only_context_ids(server, make_client) -> None:
     too_big = cand("big", "Huge. " * 500)
     top = cand("c1", "The notice period is 30 days. It starts on receipt. Further text follows here.")
-    ctx = assemble_context([too_big, top, cand("c2")], budgets=BIG.model_copy(update={"documents": 100}),
-                           system_prompt="")
+    ctx = assemble_context(
+        [too_big, top, cand("c2")], budgets=BIG.model_copy(update={"documents": 100}), system_prompt=""
+    )
     assert "big" not in ctx.cited_ids
     ans = extractive_answer(ctx)
     assert ans.citations == ("c1",) and ans.method == "extractive" and not ans.insufficient_evidence

@@ -32,11 +32,15 @@ class Automation:
     def tick(self, defs: dg.Definitions) -> tuple[list[str], bool]:
         """Evaluate once and execute what was requested for the pack: (steps run in order,
         eval_report requested)."""
-        result = dg.evaluate_automation_conditions(defs=defs, instance=self.instance, cursor=self.cursor,
-                                                   asset_selection=self.selection())
+        result = dg.evaluate_automation_conditions(
+            defs=defs, instance=self.instance, cursor=self.cursor, asset_selection=self.selection()
+        )
         self.cursor = result.cursor
-        keys = [k for k in defs.resolve_asset_graph().get_all_asset_keys()
-                if k.path[0] == self.pack and result.get_num_requested(k)]
+        keys = [
+            k
+            for k in defs.resolve_asset_graph().get_all_asset_keys()
+            if k.path[0] == self.pack and result.get_num_requested(k)
+        ]
         wants_eval = result.get_num_requested(EVAL) > 0
         if not keys:
             return [], wants_eval
@@ -44,8 +48,12 @@ class Automation:
         order = list(self.instance.get_dynamic_partitions(self.parts))
         ordered = [p for p in order if p in partitions]
         job = defs.resolve_implicit_global_asset_job_def().get_subset(asset_selection=set(keys))
-        run = job.execute_in_process(instance=self.instance, resources=None, raise_on_error=False,
-                                     tags={RANGE[0]: ordered[0], RANGE[1]: ordered[-1]})
+        run = job.execute_in_process(
+            instance=self.instance,
+            resources=None,
+            raise_on_error=False,
+            tags={RANGE[0]: ordered[0], RANGE[1]: ordered[-1]},
+        )
         assert run.success, [e.message for e in run.all_events if e.is_failure]
         steps: list[str] = []
         for event in run.get_asset_materialization_events():
@@ -98,12 +106,14 @@ def test_rollout_rules_free_changes_flow_through_in_order(variant, unique):
     base = build_definitions(variant("base"))
     auto = Automation(unique)
     steps = _ingest_new_documents(auto, base)
-    assert steps == ["source_documents", "chunks", "references", "chunk_index", "llm_extraction", "graph_writes"] \
-        or (steps[:2] == ["source_documents", "chunks"] and steps[-1] == "graph_writes" and len(steps) == 6)
+    assert steps == ["source_documents", "chunks", "references", "chunk_index", "llm_extraction", "graph_writes"] or (
+        steps[:2] == ["source_documents", "chunks"] and steps[-1] == "graph_writes" and len(steps) == 6
+    )
 
     # traversal policy: a graph rebuild, then the eval; no model call at all
-    traversal = build_definitions(variant("traversal", edit=lambda s: s.replace('policy_version: "1"',
-                                                                                'policy_version: "2"')))
+    traversal = build_definitions(
+        variant("traversal", edit=lambda s: s.replace('policy_version: "1"', 'policy_version: "2"'))
+    )
     before = _calls(traversal)
     steps, wants_eval = auto.tick(traversal)
     assert steps == ["graph_writes"]
@@ -112,8 +122,11 @@ def test_rollout_rules_free_changes_flow_through_in_order(variant, unique):
 
     # pack rules (manifest version): the stale assets, then every dependent, in dependency order;
     # the demo extraction model is a local replay (free), so it runs by itself too
-    bumped = build_definitions(variant("bumped", manifest_version="1.0.1",
-                                       edit=lambda s: s.replace('policy_version: "1"', 'policy_version: "2"')))
+    bumped = build_definitions(
+        variant(
+            "bumped", manifest_version="1.0.1", edit=lambda s: s.replace('policy_version: "1"', 'policy_version: "2"')
+        )
+    )
     steps, wants_eval = auto.tick(bumped)
     assert steps[0] == "chunks" and steps[-1] == "graph_writes"
     assert set(steps) == {"chunks", "references", "chunk_index", "llm_extraction", "graph_writes"}
@@ -126,7 +139,11 @@ def test_paid_work_waits_for_approval_above_the_cost_limit(variant, unique):
     steps = _ingest_new_documents_paid(auto, priced)
     # new documents: free steps run; extraction (priced) waits, and so does the graph built on it
     assert steps == ["source_documents", "chunks", "references", "chunk_index"] or set(steps) == {
-        "source_documents", "chunks", "references", "chunk_index"}
+        "source_documents",
+        "chunks",
+        "references",
+        "chunk_index",
+    }
     assert auto.tick(priced) == ([], False)  # still awaiting approval: nothing runs, no eval
 
     # the operator raises the limit (or materializes llm_extraction): the paid step runs, then the graph

@@ -42,8 +42,14 @@ def test_dagster_cli_validates_the_workspace(tmp_path):
     exe = str(dagster) if dagster.exists() else shutil.which("dagster")
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
     (tmp_path / "dagster.yaml").write_text((ROOT / "config" / "dagster.yaml").read_text())
-    out = subprocess.run([exe, "definitions", "validate", "-w", "workspace.yaml"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [exe, "definitions", "validate", "-w", "workspace.yaml"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Validation successful" in out.stdout + out.stderr
 
@@ -54,8 +60,7 @@ def test_domain_packs_asset_reports_packs():
     assert result.success
     meta = result.asset_materializations_for_node("domain_packs")[0].metadata
     assert meta["pack_count"].value == 3
-    assert meta["domains"].value == {"legal_regulatory": "legal", "company_x_kb": "kb",
-                                     "adgm_rulebooks": "regulatory"}
+    assert meta["domains"].value == {"legal_regulatory": "legal", "company_x_kb": "kb", "adgm_rulebooks": "regulatory"}
     (check,) = result.get_asset_check_evaluations()
     assert check.check_name == "packs_loaded" and check.passed
 
@@ -110,34 +115,78 @@ def test_snapshot_of_specs_jobs_schedules_and_sensors():
         if key.path[0] not in ("company_x_kb", "eval_report", "graph_quality", "domain_packs", "usage_costs"):
             continue
         snap[key.to_user_string()] = (
-            node.group_name, sorted(k.to_user_string() for k in node.parent_keys), tuple(node.owners),
-            node.tags.get("cost"), node.automation_condition.get_label() if node.automation_condition else None)
+            node.group_name,
+            sorted(k.to_user_string() for k in node.parent_keys),
+            tuple(node.owners),
+            node.tags.get("cost"),
+            node.automation_condition.get_label() if node.automation_condition else None,
+        )
     assert snap == {
-        "company_x_kb/chunk_index": ("kb", ["company_x_kb/chunks"], ("team:rag-platform",), "free",
-                                     "free: eager + code version"),
-        "company_x_kb/chunks": ("kb", ["company_x_kb/source_documents"], ("team:rag-platform",), "free",
-                                "free: eager + code version"),
-        "company_x_kb/graph_writes": ("kb", ["company_x_kb/chunk_index", "company_x_kb/llm_extraction",
-                                             "company_x_kb/references"], ("team:rag-platform",), "free",
-                                      "free: eager + code version, after approved extraction"),
-        "company_x_kb/llm_extraction": ("kb", ["company_x_kb/chunks"], ("team:rag-platform",), "free",
-                                        "paid: eager + code version, under cost limit"),
-        "company_x_kb/references": ("kb", ["company_x_kb/chunks"], ("team:rag-platform",), "free",
-                                    "free: eager + code version"),
+        "company_x_kb/chunk_index": (
+            "kb",
+            ["company_x_kb/chunks"],
+            ("team:rag-platform",),
+            "free",
+            "free: eager + code version",
+        ),
+        "company_x_kb/chunks": (
+            "kb",
+            ["company_x_kb/source_documents"],
+            ("team:rag-platform",),
+            "free",
+            "free: eager + code version",
+        ),
+        "company_x_kb/graph_writes": (
+            "kb",
+            ["company_x_kb/chunk_index", "company_x_kb/llm_extraction", "company_x_kb/references"],
+            ("team:rag-platform",),
+            "free",
+            "free: eager + code version, after approved extraction",
+        ),
+        "company_x_kb/llm_extraction": (
+            "kb",
+            ["company_x_kb/chunks"],
+            ("team:rag-platform",),
+            "free",
+            "paid: eager + code version, under cost limit",
+        ),
+        "company_x_kb/references": (
+            "kb",
+            ["company_x_kb/chunks"],
+            ("team:rag-platform",),
+            "free",
+            "free: eager + code version",
+        ),
         "company_x_kb/source_documents": ("kb", [], ("team:rag-platform",), "free", "free: eager + code version"),
         "domain_packs": ("platform", [], ("team:rag-platform",), "free", None),
-        "eval_report": ("platform", [f"{p}/{s}" for p in ("adgm_rulebooks", "company_x_kb", "legal_regulatory")
-                                     for s in ("chunk_index", "graph_writes")], ("team:rag-platform",), "free",
-                        "paid: after index/graph changes, under cost limit"),
+        "eval_report": (
+            "platform",
+            [
+                f"{p}/{s}"
+                for p in ("adgm_rulebooks", "company_x_kb", "legal_regulatory")
+                for s in ("chunk_index", "graph_writes")
+            ],
+            ("team:rag-platform",),
+            "free",
+            "paid: after index/graph changes, under cost limit",
+        ),
         "graph_quality": ("platform", [], ("team:rag-platform",), "free", "nightly 03:00 UTC"),
         "usage_costs": ("platform", [], ("team:rag-platform",), "free", "on_cron(0 * * * *, UTC)"),
     }
     assert sorted(j.name for j in defs.jobs if not j.name.startswith("__")) == [
-        "adgm_rulebooks__ingest", "company_x_kb__ingest", "graph_cleanup", "graph_quality_checks",
-        "legal_regulatory__ingest", "provider_swap_dry_run"]
+        "adgm_rulebooks__ingest",
+        "company_x_kb__ingest",
+        "graph_cleanup",
+        "graph_quality_checks",
+        "legal_regulatory__ingest",
+        "provider_swap_dry_run",
+    ]
     assert [(s.name, s.cron_schedule) for s in defs.schedules] == [("nightly_graph_quality", "0 3 * * *")]
     assert sorted((s.name, s.default_status.value) for s in defs.sensors) == [
-        ("adgm_rulebooks__new_document_versions", "RUNNING"), ("company_x_kb__new_document_versions", "RUNNING"),
-        ("legal_regulatory__new_document_versions", "RUNNING"), ("rag_automation", "RUNNING")]
+        ("adgm_rulebooks__new_document_versions", "RUNNING"),
+        ("company_x_kb__new_document_versions", "RUNNING"),
+        ("legal_regulatory__new_document_versions", "RUNNING"),
+        ("rag_automation", "RUNNING"),
+    ]
     assert graph.get(dg.AssetKey("graph_quality")).freshness_policy is not None
     assert graph.get(dg.AssetKey("eval_report")).freshness_policy is not None

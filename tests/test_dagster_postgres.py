@@ -24,8 +24,11 @@ def test_run_is_stored_in_postgres(tmp_path, postgres_url, monkeypatch):
     engine = sqlalchemy.create_engine(postgres_url)
     with engine.connect() as conn:
         status = conn.execute(sqlalchemy.text("SELECT status FROM runs WHERE run_id = :r"), {"r": run_id}).scalar()
-        events = conn.execute(sqlalchemy.text(
-            "SELECT count(*) FROM event_logs WHERE run_id = :r AND dagster_event_type = 'ASSET_MATERIALIZATION'"),
-            {"r": run_id}).scalar()
+        events = conn.execute(
+            sqlalchemy.text(
+                "SELECT count(*) FROM event_logs WHERE run_id = :r AND dagster_event_type = 'ASSET_MATERIALIZATION'"
+            ),
+            {"r": run_id},
+        ).scalar()
     assert status == "SUCCESS"
     assert events == 1

@@ -55,13 +55,22 @@ def _pack(demo_engine, name):
 
 # -- (1) heuristic output passes the same validation as a model's ------------------------------
 
+
 def test_every_chunk_validates_with_zero_rejections(demo_engine, chunks):
     assert {p.name for p, _ in chunks} == {"legal_regulatory", "company_x_kb"}
     totals = {"entities": 0, "relationships": 0}
     for pack, chunk in chunks:
         raw = heuristic_extraction(pack.name, pack.manifest, chunk)
-        validated = validate(raw, chunk, pack.manifest, EntityResolver(pack.name, pack.manifest.aliases),
-                             demo_engine.cfg.graph, run_id="test", model="fixture", prompt=prompt_hash(pack.manifest))
+        validated = validate(
+            raw,
+            chunk,
+            pack.manifest,
+            EntityResolver(pack.name, pack.manifest.aliases),
+            demo_engine.cfg.graph,
+            run_id="test",
+            model="fixture",
+            prompt=prompt_hash(pack.manifest),
+        )
         assert validated.rejected == {}, (chunk.chunk_id, validated.rejected)
         assert len(validated.entities) == len(raw.entities)  # no two names resolve to one entity
         assert len(validated.relationships) == len(raw.relationships)
@@ -90,7 +99,9 @@ def test_legal_rules_on_real_chunks(demo_engine, chunks):
 
 def test_kb_rules_on_real_chunks(demo_engine, chunks):
     kb = _pack(demo_engine, "company_x_kb")
-    raw = heuristic_extraction(kb.name, kb.manifest, _chunk(chunks, kb.name, "pol-001-information-security#roles-and-responsibilities"))
+    raw = heuristic_extraction(
+        kb.name, kb.manifest, _chunk(chunks, kb.name, "pol-001-information-security#roles-and-responsibilities")
+    )
     rels = {(r.source, r.type, r.target) for r in raw.relationships}
     assert ("CISO", "owns", "Information Security Policy") in rels  # "The CISO owns this policy"
     assert all(r.type in kb.manifest.relationship_types for r in raw.relationships)
@@ -100,24 +111,29 @@ def test_kb_rules_on_real_chunks(demo_engine, chunks):
 def test_heuristic_is_deterministic_and_cue_words_need_their_entities(demo_engine, chunks):
     legal = _pack(demo_engine, "legal_regulatory")
     pack, chunk = next((p, c) for p, c in chunks if p.name == legal.name)
-    assert heuristic_extraction(pack.name, pack.manifest, chunk) == heuristic_extraction(pack.name, pack.manifest, chunk)
+    assert heuristic_extraction(pack.name, pack.manifest, chunk) == heuristic_extraction(
+        pack.name, pack.manifest, chunk
+    )
     # "supervisory" inside an entity name is not a supervision cue; "monitor" in the sentence is
     plain = chunk.model_copy(update={"text": "The supervisory authority and the controller met."})
     assert {r.type for r in heuristic_extraction(pack.name, pack.manifest, plain).relationships} == {"refers_to"}
     cued = chunk.model_copy(update={"text": "The supervisory authority shall monitor the processor."})
     rels = heuristic_extraction(pack.name, pack.manifest, cued).relationships
     assert [(r.source, r.type, r.target, r.confidence) for r in rels] == [
-        ("supervisory authority", "supervises", "processor", 0.85)]
+        ("supervisory authority", "supervises", "processor", 0.85)
+    ]
 
 
 # -- (2) the committed cassette answers every current chunk -----------------------------------
+
 
 def test_committed_cassette_covers_every_current_chunk(demo_engine, committed, chunks):
     cassette = Cassette(committed)
     missing = builder.missing_chunks(demo_engine, cassette)
     assert missing == [], (
         f"{len(missing)} chunk(s) have no cassette entry (corpus edited without a rebuild?): "
-        "run python -m evals.cassettes.build_demo_cassette")
+        "run python -m evals.cassettes.build_demo_cassette"
+    )
     assert len(cassette) == len(chunks)
     assert builder.main(["--check"]) == 0
 
@@ -145,6 +161,7 @@ def test_replay_client_answers_a_real_extraction_request(demo_engine, chunks):
 def test_rebuild_gives_the_same_keys(demo_engine, committed, tmp_path):
     rebuilt = tmp_path / "rebuilt.jsonl"
     stats = builder.build(demo_engine, rebuilt)
+
     def keys(path: Path) -> list[str]:
         return [json.loads(line)["key"] for line in path.read_text(encoding="utf-8").splitlines()]
 
@@ -155,6 +172,7 @@ def test_rebuild_gives_the_same_keys(demo_engine, committed, tmp_path):
 
 
 # -- (3) every entry is labelled as fixture data ----------------------------------------------
+
 
 def test_every_entry_is_labelled_fixture(committed):
     entries = [json.loads(line) for line in committed.read_text(encoding="utf-8").splitlines() if line.strip()]

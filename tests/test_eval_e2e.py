@@ -28,20 +28,21 @@ clears it depends on the embedder; the floor has its own test here and in test_g
 def _worse(engine: Engine) -> Engine:
     """A deliberately worse retrieval config: one lexical and one dense hit, no graph, no expansion."""
     cfg = engine.cfg
-    retrieval = cfg.retrieval.model_copy(update={"lexical_k": 1, "dense_k": 1, "final_k": 1,
-                                                 "reference_expansion_k": 0})
+    retrieval = cfg.retrieval.model_copy(
+        update={"lexical_k": 1, "dense_k": 1, "final_k": 1, "reference_expansion_k": 0}
+    )
     traversal = cfg.traversal.model_copy(update={"max_candidates": 0})
     return Engine(cfg.model_copy(update={"retrieval": retrieval, "traversal": traversal}), engine.root, engine.env)
 
 
-def _gate(report: Path, baseline: Path | None, out: Path, accept: Path | None = None,
-          config: str = "config/engine.yaml") -> subprocess.CompletedProcess:
+def _gate(
+    report: Path, baseline: Path | None, out: Path, accept: Path | None = None, config: str = "config/engine.yaml"
+) -> subprocess.CompletedProcess:
     if config == "config/engine.yaml" and baseline is not None:
         no_floor = out.parent / "engine-no-floor.yaml"
         no_floor.write_text(NO_FLOOR.sub("  bm25_margin: null", (ROOT / config).read_text()))
         config = str(no_floor)
-    cmd = [sys.executable, "-m", "evals.gates", "--config", config, "--report", str(report),
-           "--output", str(out)]
+    cmd = [sys.executable, "-m", "evals.gates", "--config", config, "--report", str(report), "--output", str(out)]
     if baseline is not None:
         cmd += ["--baseline-report", str(baseline)]
     if accept:
@@ -77,7 +78,7 @@ def test_report_carries_identity_and_metrics(reports, ingested_engine):
 
 
 def test_worse_config_fails_the_gate_and_a_matching_acceptance_passes_it(reports, tmp_path):
-    base, good, bad = reports
+    _base, good, bad = reports
     same = _gate(good, good, tmp_path / "same.json")
     assert same.returncode == 0, same.stdout + same.stderr
     failed = _gate(bad, good, tmp_path / "gate.json")
@@ -86,8 +87,16 @@ def test_worse_config_fails_the_gate_and_a_matching_acceptance_passes_it(reports
     assert gate["status"] == "regression" and any(m["regressed"] for m in gate["metrics"].values())
 
     acceptance = tmp_path / "accept.yaml"
-    acceptance.write_text(yaml.safe_dump({"baseline_sha256": report_sha256(good), "candidate_sha256": report_sha256(bad),
-                                          "reason": "test: trading recall for latency", "accepted_by": "qa"}))
+    acceptance.write_text(
+        yaml.safe_dump(
+            {
+                "baseline_sha256": report_sha256(good),
+                "candidate_sha256": report_sha256(bad),
+                "reason": "test: trading recall for latency",
+                "accepted_by": "qa",
+            }
+        )
+    )
     accepted = _gate(bad, good, tmp_path / "accepted.json", acceptance)
     assert accepted.returncode == 0, accepted.stdout
     assert yaml.safe_load((tmp_path / "accepted.json").read_text())["status"] == "accepted"
@@ -111,14 +120,20 @@ def test_mismatched_golden_pack_is_incomparable(reports, tmp_path):
 def test_dagster_eval_gate_blocks_on_regression(reports, ingested_engine, tmp_path):
     _, good, _ = reports
     text = NO_FLOOR.sub("  bm25_margin: null", (ROOT / "config/engine.yaml").read_text())
-    text = text.replace("  seed: 7\n", f"  seed: 7\n  baseline: {good}\n  reports_dir: {tmp_path / 'reports'}\n"
-                                         f"  acceptances_dir: {tmp_path / 'acceptances'}\n")
+    text = text.replace(
+        "  seed: 7\n",
+        f"  seed: 7\n  baseline: {good}\n  reports_dir: {tmp_path / 'reports'}\n"
+        f"  acceptances_dir: {tmp_path / 'acceptances'}\n",
+    )
     passing = tmp_path / "engine-pass.yaml"
     passing.write_text(text)
     worse = tmp_path / "engine-worse.yaml"
-    worse.write_text(text.replace("  lexical_k: 20\n  dense_k: 20\n", "  lexical_k: 1\n  dense_k: 1\n")
-                     .replace("  final_k: 10\n", "  final_k: 1\n").replace("  max_candidates: 5\n", "  max_candidates: 0\n")
-                     .replace("  reference_expansion_k: 5\n", "  reference_expansion_k: 0\n"))
+    worse.write_text(
+        text.replace("  lexical_k: 20\n  dense_k: 20\n", "  lexical_k: 1\n  dense_k: 1\n")
+        .replace("  final_k: 10\n", "  final_k: 1\n")
+        .replace("  max_candidates: 5\n", "  max_candidates: 0\n")
+        .replace("  reference_expansion_k: 5\n", "  reference_expansion_k: 0\n")
+    )
     instance = dg.DagsterInstance.ephemeral()
     for path, ok in ((passing, True), (worse, False)):
         defs = build_definitions(str(path))
@@ -157,8 +172,12 @@ def test_floor_gate_on_the_candidate_alone_matches_the_systems_table(reports, tm
     margin = load_config(ROOT / "config/engine.yaml").evals.bm25_margin
     if margin is None:
         pytest.skip("the shipped config turns the BM25 floor off")
-    below = [(pack, m) for pack, t in sorted(report.systems.items()) for m in ("ndcg@10", "map@10")
-             if t.engine.get(m) < t.bm25.get(m) - margin]
+    below = [
+        (pack, m)
+        for pack, t in sorted(report.systems.items())
+        for m in ("ndcg@10", "map@10")
+        if t.engine.get(m) < t.bm25.get(m) - margin
+    ]
     proc = _gate(good, None, tmp_path / "floor.json")
     assert proc.returncode == (1 if below else 0), proc.stdout + proc.stderr
     result = yaml.safe_load((tmp_path / "floor.json").read_text())
@@ -169,8 +188,9 @@ def test_ablation_changes_the_engine_only(reports, ingested_engine):
     _, good, _ = reports
     full = load_report(good)
     path = next(ROOT / p for p in ingested_engine.cfg.evals.golden if "company_x_kb" in p)
-    lexical = run_eval(ingested_engine, [path], progress=lambda m: None,
-                       weights={"exact": 0.0, "lexical": 1.0, "dense": 0.0})
+    lexical = run_eval(
+        ingested_engine, [path], progress=lambda m: None, weights={"exact": 0.0, "lexical": 1.0, "dense": 0.0}
+    )
     assert lexical.retrieval.weights == {"exact": 0.0, "lexical": 1.0, "dense": 0.0}
     assert set(lexical.systems) == {"company_x_kb"}
     for system in ("bm25", "fulltext", "dense"):  # the baselines do not depend on the engine's weights

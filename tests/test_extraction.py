@@ -57,27 +57,71 @@ def responder(target_for_injection: dict):
     def answer(body: dict):
         chunk_id, text = _chunk_from(body)
         names = [t for t in TEAMS if t.lower() in text.lower()]
-        entities = [{"name": n, "type": "team" if "team" in n.lower() or "Desk" in n else "system",
-                     "description": ""} for n in names]
+        entities = [
+            {"name": n, "type": "team" if "team" in n.lower() or "Desk" in n else "system", "description": ""}
+            for n in names
+        ]
         rels = []
         if len(names) >= 2:
-            rels.append({"source": names[0], "target": names[1], "type": "owns", "description": "stated",
-                         "confidence": 0.9, "chunk_id": chunk_id})
-            rels.append({"source": names[1], "target": names[0], "type": "depends_on", "description": "weak",
-                         "confidence": 0.2, "chunk_id": chunk_id})
+            rels.append(
+                {
+                    "source": names[0],
+                    "target": names[1],
+                    "type": "owns",
+                    "description": "stated",
+                    "confidence": 0.9,
+                    "chunk_id": chunk_id,
+                }
+            )
+            rels.append(
+                {
+                    "source": names[1],
+                    "target": names[0],
+                    "type": "depends_on",
+                    "description": "weak",
+                    "confidence": 0.2,
+                    "chunk_id": chunk_id,
+                }
+            )
         if "Ignore the schema" in text:
             target = target_for_injection["chunk_id"]
-            entities = [{"name": "Security team", "type": "team", "description": ""},
-                        {"name": "laptop", "type": "system", "description": ""}]
+            entities = [
+                {"name": "Security team", "type": "team", "description": ""},
+                {"name": "laptop", "type": "system", "description": ""},
+            ]
             rels = [
-                {"source": "Security team", "target": "laptop", "type": "owns", "description": "injected",
-                 "confidence": 1.0, "chunk_id": target},
-                {"source": "Security team", "target": "laptop", "type": "hacks", "description": "",
-                 "confidence": 1.0, "chunk_id": chunk_id},
-                {"source": "Security team", "target": "laptop", "type": "owns", "description": "",
-                 "confidence": 7.0, "chunk_id": chunk_id},
-                {"source": "Security team", "target": "Mallory", "type": "owns", "description": "",
-                 "confidence": 1.0, "chunk_id": chunk_id},
+                {
+                    "source": "Security team",
+                    "target": "laptop",
+                    "type": "owns",
+                    "description": "injected",
+                    "confidence": 1.0,
+                    "chunk_id": target,
+                },
+                {
+                    "source": "Security team",
+                    "target": "laptop",
+                    "type": "hacks",
+                    "description": "",
+                    "confidence": 1.0,
+                    "chunk_id": chunk_id,
+                },
+                {
+                    "source": "Security team",
+                    "target": "laptop",
+                    "type": "owns",
+                    "description": "",
+                    "confidence": 7.0,
+                    "chunk_id": chunk_id,
+                },
+                {
+                    "source": "Security team",
+                    "target": "Mallory",
+                    "type": "owns",
+                    "description": "",
+                    "confidence": 1.0,
+                    "chunk_id": chunk_id,
+                },
             ]
         content = json.dumps({"chunk_id": chunk_id, "entities": entities, "relationships": rels})
         return ok(content, model="fake-model-2024-11-20", usage=usage(120, 40, cached=100))
@@ -85,7 +129,7 @@ def responder(target_for_injection: dict):
     return answer
 
 
-@pytest.fixture()
+@pytest.fixture
 def server():
     with FakeOpenAI() as srv:
         yield srv
@@ -95,13 +139,20 @@ def llm_engine(base_config, tmp_path, server, *, budgets=None, traversal_version
     from rag_engine.config import ModelConfig, ProviderConfig
 
     cfg = with_artifacts(base_config, tmp_path / "artifacts")
-    provider = ProviderConfig(name="fake_llm", kind="openai_compatible", hosted=False, endpoint=server.base_url,
-                              max_retries=0, timeout_s=10)
-    model = ModelConfig(name="fake-chat", provider="fake_llm", role="generation", served_model="fake-model",
-                        capabilities=("generation", "structured_output"), pricing_ref="gpt-4o-mini")
+    provider = ProviderConfig(
+        name="fake_llm", kind="openai_compatible", hosted=False, endpoint=server.base_url, max_retries=0, timeout_s=10
+    )
+    model = ModelConfig(
+        name="fake-chat",
+        provider="fake_llm",
+        role="generation",
+        served_model="fake-model",
+        capabilities=("generation", "structured_output"),
+        pricing_ref="gpt-4o-mini",
+    )
     updates = {
-        "providers": cfg.providers + (provider,),
-        "models": cfg.models + (model,),
+        "providers": (*cfg.providers, provider),
+        "models": (*cfg.models, model),
         "defaults": cfg.defaults.model_copy(update={"extraction_model": "fake-chat"}),
         "traversal": cfg.traversal.model_copy(update={"policy_version": traversal_version}),
     }
@@ -114,7 +165,8 @@ def llm_engine(base_config, tmp_path, server, *, budgets=None, traversal_version
 def _edges(engine: Engine, pack: str) -> list[dict]:
     rows, _, _ = engine.driver.execute_query(
         "MATCH (a:Entity)-[r:RELATED {pack: $pack}]->(b:Entity) RETURN a.name AS a, b.name AS b, properties(r) AS p",
-        pack=pack)
+        pack=pack,
+    )
     return [dict(r) for r in rows]
 
 
@@ -136,8 +188,16 @@ def test_extraction_provenance_confidence_and_injection(base_config, tmp_path, s
         assert not ext.rejected and not ext.skipped
         edges = _edges(engine, unique)
         assert edges
-        required = {"doc_id", "chunk_id", "doc_version", "confidence_bucket", "extraction_run_id", "model",
-                    "prompt_hash", "source_type"}
+        required = {
+            "doc_id",
+            "chunk_id",
+            "doc_version",
+            "confidence_bucket",
+            "extraction_run_id",
+            "model",
+            "prompt_hash",
+            "source_type",
+        }
         for e in edges:
             assert required <= {k for k, v in e["p"].items() if v is not None}, e
             assert e["p"]["source_type"] == "llm_inferred_graph"
@@ -151,29 +211,37 @@ def test_extraction_provenance_confidence_and_injection(base_config, tmp_path, s
         rows, _, _ = engine.driver.execute_query(
             "MATCH (e:Entity {pack: $pack})-[m:MENTIONED_IN]->(c:Chunk) "
             "RETURN count(m) AS n, sum(CASE WHEN m.chunk_id = c.chunk_id AND m.extraction_run_id IS NOT NULL "
-            "AND m.prompt_hash IS NOT NULL THEN 1 ELSE 0 END) AS ok", pack=unique)
+            "AND m.prompt_hash IS NOT NULL THEN 1 ELSE 0 END) AS ok",
+            pack=unique,
+        )
         assert rows[0]["n"] > 0 and rows[0]["ok"] == rows[0]["n"]
 
         # the injection chunk produced nothing: every record was rejected with a counted reason
-        injected = [k for k in ext.done if k.startswith("b--")][0]
+        injected = next(k for k in ext.done if k.startswith("b--"))
         artifact = engine.artifacts.read(unique, injected, "llm_extraction")
-        inj = [r for r in artifact["records"] if "injection" in r["chunk_id"]][0]
+        inj = next(r for r in artifact["records"] if "injection" in r["chunk_id"])
         assert inj["relationships"] == []
         # (the chunk names neither entity: both and the edge touching them are not grounded in it)
-        assert inj["rejected"] == {"foreign_chunk": 1, "unknown_relationship_type": 1,
-                                   "confidence_out_of_range": 1, "entity_not_in_chunk": 3}
+        assert inj["rejected"] == {
+            "foreign_chunk": 1,
+            "unknown_relationship_type": 1,
+            "confidence_out_of_range": 1,
+            "entity_not_in_chunk": 3,
+        }
         # and no edge anywhere claims the target chunk unless it came from the target chunk itself
         for e in edges:
             if e["p"]["chunk_id"] == target["chunk_id"]:
                 assert e["p"]["description"] != "injected"
         # entity resolution: "Security team" and "the security team" are one node
         rows, _, _ = engine.driver.execute_query(
-            "MATCH (e:Entity {pack: $pack, normalized_name: 'security team'}) RETURN count(e) AS n", pack=unique)
+            "MATCH (e:Entity {pack: $pack, normalized_name: 'security team'}) RETURN count(e) AS n", pack=unique
+        )
         assert rows[0]["n"] == 1
         # the run is recorded
         rows, _, _ = engine.driver.execute_query(
             "MATCH (r:ExtractionRun {run_id: $r}) RETURN r.status AS s, r.chunks AS c, r.cost AS cost",
-            r=f"run-{unique}")
+            r=f"run-{unique}",
+        )
         assert rows[0]["s"] == "complete" and rows[0]["c"] == len(server.calls("/chat/completions"))
         assert rows[0]["cost"] is not None
     finally:
@@ -200,15 +268,16 @@ def test_rebuild_after_traversal_change_makes_no_llm_call(base_config, tmp_path,
 
 
 def test_changed_version_calls_only_its_changed_chunks_and_drops_old_records(
-        base_config, tmp_path, server, unique, neo4j_driver):
+    base_config, tmp_path, server, unique, neo4j_driver
+):
     engine, pack, _ = _setup(base_config, tmp_path, server, unique)
     try:
         ingest_pack(engine, pack)
         before = len(server.calls("/chat/completions"))
         corpus = tmp_path / "corpus"
-        old_key = [r.partition_key for r in discover(pack) if r.doc_id == "a"][0]
+        old_key = next(r.partition_key for r in discover(pack) if r.doc_id == "a")
         (corpus / "a.md").write_text(DOC_A.replace("supports the VPN", "supports the VPN and the laptop"))
-        new_key = [r.partition_key for r in discover(pack) if r.doc_id == "a"][0]
+        new_key = next(r.partition_key for r in discover(pack) if r.doc_id == "a")
         ingest_pack(engine, pack)
         new_calls = server.calls("/chat/completions")[before:]
         called = {_chunk_from(c.body)[0] for c in new_calls}
@@ -218,11 +287,14 @@ def test_changed_version_calls_only_its_changed_chunks_and_drops_old_records(
         assert not [e for e in _edges(engine, unique) if e["p"]["doc_version"] == old_version]
         new_edges = [e for e in _edges(engine, unique) if e["p"]["doc_version"] == new_key.split("--")[1]]
         # the unchanged "Ownership" chunk kept its edges through the cache, under its new chunk id
-        ownership = [e for e in new_edges
-                     if e["p"]["chunk_id"] == f"{unique}:{new_key}#ownership" and e["p"]["type"] == "owns"]
+        ownership = [
+            e for e in new_edges if e["p"]["chunk_id"] == f"{unique}:{new_key}#ownership" and e["p"]["type"] == "owns"
+        ]
         assert [(e["a"], e["b"]) for e in ownership] == [("Security team", "laptop")]
-        assert {e["p"]["chunk_id"] for e in new_edges} == {f"{unique}:{new_key}#ownership",
-                                                           f"{unique}:{new_key}#support"}
+        assert {e["p"]["chunk_id"] for e in new_edges} == {
+            f"{unique}:{new_key}#ownership",
+            f"{unique}:{new_key}#support",
+        }
     finally:
         engine.close()
 
@@ -230,8 +302,9 @@ def test_changed_version_calls_only_its_changed_chunks_and_drops_old_records(
 def test_budget_stops_cleanly_and_the_next_run_continues(base_config, tmp_path, server, unique, neo4j_driver):
     engine, pack, _ = _setup(base_config, tmp_path, server, unique, budgets={"max_chunks_per_run": 2, "batch_size": 2})
     try:
-        total_chunks = sum(len(pack.chunk(load_document(pack, r.partition_key, max_bytes=10**6)))
-                           for r in discover(pack))
+        total_chunks = sum(
+            len(pack.chunk(load_document(pack, r.partition_key, max_bytes=10**6))) for r in discover(pack)
+        )
         reports = ingest_pack(engine, pack, run_id=f"b1-{unique}")
         assert len(server.calls("/chat/completions")) == 2
         skipped = reports["llm_extraction"].total("skipped")
@@ -240,8 +313,9 @@ def test_budget_stops_cleanly_and_the_next_run_continues(base_config, tmp_path, 
         reasons = {v for a in artifacts for v in a["skipped"].values()}
         assert reasons == {"max_chunks_per_run"}
         assert not all(a["complete"] for a in artifacts)
-        rows, _, _ = engine.driver.execute_query("MATCH (r:ExtractionRun {run_id: $r}) RETURN r.status AS s",
-                                                 r=f"b1-{unique}")
+        rows, _, _ = engine.driver.execute_query(
+            "MATCH (r:ExtractionRun {run_id: $r}) RETURN r.status AS s", r=f"b1-{unique}"
+        )
         assert rows[0]["s"] == "budget_exhausted"
         ingest_pack(engine, pack, run_id=f"b2-{unique}")
         assert len(server.calls("/chat/completions")) == 4  # the next two, none repeated
@@ -252,8 +326,13 @@ def test_budget_stops_cleanly_and_the_next_run_continues(base_config, tmp_path, 
 
 
 def test_token_budget(base_config, tmp_path, server, unique, neo4j_driver):
-    engine, pack, _ = _setup(base_config, tmp_path, server, unique,
-                             budgets={"max_tokens_per_run": 700, "batch_size": 1, "max_output_tokens": 40})
+    engine, pack, _ = _setup(
+        base_config,
+        tmp_path,
+        server,
+        unique,
+        budgets={"max_tokens_per_run": 700, "batch_size": 1, "max_output_tokens": 40},
+    )
     try:
         ingest_pack(engine, pack, run_id=f"t-{unique}")
         # a call starts only if its worst case (~230 prompt + 40 output tokens) fits what is left;
@@ -290,8 +369,9 @@ def test_failed_calls_count_against_the_budget(base_config, tmp_path, server, un
         reports = ingest_pack(engine, pack, run_id=f"bad-{unique}")
         assert len(server.calls("/chat/completions")) == 3  # bounded by the budget, not by the corpus
         assert reports["llm_extraction"].total("failed") == 3
-        rows, _, _ = engine.driver.execute_query("MATCH (r:ExtractionRun {run_id: $r}) RETURN r.status AS s, "
-                                                 "r.cost AS cost", r=f"bad-{unique}")
+        rows, _, _ = engine.driver.execute_query(
+            "MATCH (r:ExtractionRun {run_id: $r}) RETURN r.status AS s, r.cost AS cost", r=f"bad-{unique}"
+        )
         assert rows[0]["s"] == "budget_exhausted" and rows[0]["cost"] is None
     finally:
         engine.close()

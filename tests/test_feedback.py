@@ -45,10 +45,13 @@ def graph(neo4j_driver: neo4j.Driver, unique: str):
     neo4j_driver.execute_query(_SETUP, p=unique, database_=DB)
     yield unique
     neo4j_driver.execute_query(
-        "MATCH (n) WHERE n.entity_id STARTS WITH $p OR n.chunk_id STARTS WITH $p DETACH DELETE n", p=unique,
-        database_=DB)
-    neo4j_driver.execute_query("MATCH (o:Observation) WHERE o.actor STARTS WITH $p DETACH DELETE o", p=unique,
-                               database_=DB)
+        "MATCH (n) WHERE n.entity_id STARTS WITH $p OR n.chunk_id STARTS WITH $p DETACH DELETE n",
+        p=unique,
+        database_=DB,
+    )
+    neo4j_driver.execute_query(
+        "MATCH (o:Observation) WHERE o.actor STARTS WITH $p DETACH DELETE o", p=unique, database_=DB
+    )
 
 
 def snapshot(driver: neo4j.Driver, prefix: str) -> list[str]:
@@ -61,7 +64,10 @@ def observations(driver: neo4j.Driver, actor: str) -> list[dict]:
         "MATCH (o:Observation {actor: $actor}) "
         "OPTIONAL MATCH (o)-[:OBSERVES]->(e:Entity) WITH o, collect(e.entity_id) AS entities "
         "OPTIONAL MATCH (o)-[:ABOUT_CHUNK]->(c:Chunk) "
-        "RETURN properties(o) AS o, entities, collect(c.chunk_id) AS chunks", actor=actor, database_=DB)
+        "RETURN properties(o) AS o, entities, collect(c.chunk_id) AS chunks",
+        actor=actor,
+        database_=DB,
+    )
     return [r.data() for r in records]
 
 
@@ -77,8 +83,15 @@ def test_harmful_feedback_adds_an_observation_and_changes_no_fact(neo4j_driver, 
     assert sum('"rel": "RELATED"' in row for row in before) == 2
     assert sum('"rel": "REFERENCES"' in row for row in before) == 1
 
-    obs = record_feedback(neo4j_driver, DB, path=path(graph), verdict="harmful", note="wrong amendment",
-                          actor=f"{graph}-analyst", query="what amends clause 7?")
+    obs = record_feedback(
+        neo4j_driver,
+        DB,
+        path=path(graph),
+        verdict="harmful",
+        note="wrong amendment",
+        actor=f"{graph}-analyst",
+        query="what amends clause 7?",
+    )
 
     assert snapshot(neo4j_driver, graph) == before  # nodes, edges and every property intact
     assert (obs.verdict, obs.entities, obs.chunks) == ("harmful", 3, 2)
@@ -101,12 +114,16 @@ def test_invalid_verdict_is_rejected_and_nothing_is_written(neo4j_driver, graph)
     assert snapshot(neo4j_driver, graph) == before
 
 
-@pytest.mark.parametrize("bad", [
-    lambda p: [{"source_id": f"{p}-e1", "target_id": f"{p}-nope", "type": "AMENDS", "chunk_id": f"{p}-ch1"}],
-    lambda p: [{"source_id": f"{p}-e1", "target_id": f"{p}-e2", "type": "AMENDS", "chunk_id": f"{p}-gone"}],
-    lambda p: [{"source_id": f"{p}-e1", "type": "AMENDS"}],
-    lambda p: [],
-], ids=["unknown-entity", "unknown-chunk", "incomplete-hop", "empty"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        lambda p: [{"source_id": f"{p}-e1", "target_id": f"{p}-nope", "type": "AMENDS", "chunk_id": f"{p}-ch1"}],
+        lambda p: [{"source_id": f"{p}-e1", "target_id": f"{p}-e2", "type": "AMENDS", "chunk_id": f"{p}-gone"}],
+        lambda p: [{"source_id": f"{p}-e1", "type": "AMENDS"}],
+        lambda p: [],
+    ],
+    ids=["unknown-entity", "unknown-chunk", "incomplete-hop", "empty"],
+)
 def test_paths_the_graph_does_not_hold_are_rejected(neo4j_driver, graph, bad) -> None:
     with pytest.raises(FeedbackError):
         record_feedback(neo4j_driver, DB, path=bad(graph), verdict="useful", actor=f"{graph}-y", query="q")
@@ -117,9 +134,12 @@ def test_path_id_round_trip_and_summary(neo4j_driver, graph) -> None:
     hops = path(graph)
     pid = encode_path_id(hops)
     assert [h.model_dump() for h in decode_path_id(pid)] == [
-        {k: h[k] for k in ("source_id", "target_id", "type", "chunk_id")} for h in hops]
-    aliased = [{"source": h["source_id"], "target": h["target_id"], "type": h["type"],
-                "evidence_chunk_id": h["chunk_id"]} for h in hops]
+        {k: h[k] for k in ("source_id", "target_id", "type", "chunk_id")} for h in hops
+    ]
+    aliased = [
+        {"source": h["source_id"], "target": h["target_id"], "type": h["type"], "evidence_chunk_id": h["chunk_id"]}
+        for h in hops
+    ]
     assert encode_path_id(aliased) == pid
 
     first = record_feedback(neo4j_driver, DB, path_id=pid, verdict="useful", actor=f"{graph}-a", query="q")
@@ -140,8 +160,11 @@ def test_path_id_round_trip_and_summary(neo4j_driver, graph) -> None:
 
 def test_module_cypher_only_creates() -> None:
     """The guarantee in the docstring, checked on the statements themselves."""
-    statements = [v for k, v in vars(feedback).items() if k.startswith("_") and isinstance(v, str)
-                  and re.search(r"\b(MATCH|CREATE)\b", v)]
+    statements = [
+        v
+        for k, v in vars(feedback).items()
+        if k.startswith("_") and isinstance(v, str) and re.search(r"\b(MATCH|CREATE)\b", v)
+    ]
     assert len(statements) >= 5
     for stmt in statements:
         assert not re.search(r"\b(DELETE|DETACH|REMOVE|SET|MERGE|LOAD|CALL)\b", stmt, re.IGNORECASE), stmt

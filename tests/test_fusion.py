@@ -83,8 +83,9 @@ def test_dense_default_weight_comes_from_the_active_embedder(base_config):
 
     engine = Engine(base_config, ROOT, {})
     assert engine.leg_weights["lexical"] == 1.0
-    hashed = base_config.model_copy(update={"defaults": base_config.defaults.model_copy(
-        update={"embedding_model": "hash-embed-384"})})
+    hashed = base_config.model_copy(
+        update={"defaults": base_config.defaults.model_copy(update={"embedding_model": "hash-embed-384"})}
+    )
     assert Engine(hashed, ROOT, {}).leg_weights["dense"] == 0.0
     pinned = hashed.model_copy(update={"retrieval": hashed.retrieval.model_copy(update={"weights": {"dense": 0.8}})})
     assert Engine(pinned, ROOT, {}).leg_weights["dense"] == 0.8

@@ -8,16 +8,30 @@ from evals.report import EvalReport
 from rag_engine.config import EvalsConfig
 from tests.test_gates import make_report, run_gate
 
-CFG = EvalsConfig(gate_metrics=("ndcg@10", "recall@5", "cost_per_query", "tokens_per_query", "latency_ratio"),
-                  max_drop=0.02, bootstrap_samples=500, min_queries=20, bm25_margin=None,
-                  cost_tolerance=0.10, tokens_tolerance=0.10, latency_ratio_tolerance=0.5)
+CFG = EvalsConfig(
+    gate_metrics=("ndcg@10", "recall@5", "cost_per_query", "tokens_per_query", "latency_ratio"),
+    max_drop=0.02,
+    bootstrap_samples=500,
+    min_queries=20,
+    bm25_margin=None,
+    cost_tolerance=0.10,
+    tokens_tolerance=0.10,
+    latency_ratio_tolerance=0.5,
+)
 DEMO = {"provider": "demo_replay", "model": "gpt-4o-mini-2024-07-18"}
 HOSTED = {"provider": "openai", "model": "gpt-4o-mini"}
 
 
-def with_queries(report: EvalReport, *, cost: str = "0.0001", tokens: int = 100, latency: float = 100.0,
-                 control: float = 10.0, configured: dict | None = None,
-                 generation: dict | None = None) -> EvalReport:
+def with_queries(
+    report: EvalReport,
+    *,
+    cost: str = "0.0001",
+    tokens: int = 100,
+    latency: float = 100.0,
+    control: float = 10.0,
+    configured: dict | None = None,
+    generation: dict | None = None,
+) -> EvalReport:
     data = report.to_json()
     for q in data["queries"]:
         q.update(cost_usd=cost, tokens=tokens, latency_ms=latency, control_latency_ms=control)
@@ -29,15 +43,25 @@ def with_queries(report: EvalReport, *, cost: str = "0.0001", tokens: int = 100,
 
 
 def judge(candidate: EvalReport, baseline: EvalReport, configured: dict | None = None, acceptance=None):
-    return evaluate_gate(candidate, baseline, CFG, candidate_sha="c" * 64, baseline_sha="b" * 64,
-                         acceptance=acceptance, configured_generation=configured)
+    return evaluate_gate(
+        candidate,
+        baseline,
+        CFG,
+        candidate_sha="c" * 64,
+        baseline_sha="b" * 64,
+        acceptance=acceptance,
+        configured_generation=configured,
+    )
 
 
 def test_same_cost_tokens_latency_pass():
     r = judge(with_queries(make_report()), with_queries(make_report()))
     assert r.status == "pass", r.reasons
-    assert {k: v.judged for k, v in r.resources.items()} == {"cost_per_query": True, "tokens_per_query": True,
-                                                              "latency_ratio": True}
+    assert {k: v.judged for k, v in r.resources.items()} == {
+        "cost_per_query": True,
+        "tokens_per_query": True,
+        "latency_ratio": True,
+    }
 
 
 def test_cost_regression_beyond_tolerance_fails_and_an_acceptance_can_waive_it():
@@ -46,9 +70,16 @@ def test_cost_regression_beyond_tolerance_fails_and_an_acceptance_can_waive_it()
     assert any(x.startswith("regression: cost_per_query") for x in r.reasons), r.reasons
     within = judge(with_queries(make_report(), cost="0.000105"), with_queries(make_report(), cost="0.0001"))
     assert within.status == "pass"
-    accepted = judge(with_queries(make_report(), cost="0.0050"), with_queries(make_report(), cost="0.0001"),
-                     acceptance={"baseline_sha256": "b" * 64, "candidate_sha256": "c" * 64,
-                                 "reason": "the hosted model is worth it", "accepted_by": "jane"})
+    accepted = judge(
+        with_queries(make_report(), cost="0.0050"),
+        with_queries(make_report(), cost="0.0001"),
+        acceptance={
+            "baseline_sha256": "b" * 64,
+            "candidate_sha256": "c" * 64,
+            "reason": "the hosted model is worth it",
+            "accepted_by": "jane",
+        },
+    )
     assert accepted.status == "accepted"
 
 
@@ -101,8 +132,9 @@ def test_model_change_evaluated_with_the_model_passes_when_the_metrics_do():
 
 
 def test_gate_output_carries_audit_metadata(repo_root, tmp_path):
-    code, out, stdout = run_gate(repo_root, tmp_path, with_queries(make_report(), cost="0.5"),
-                                 with_queries(make_report()))
+    code, out, stdout = run_gate(
+        repo_root, tmp_path, with_queries(make_report(), cost="0.5"), with_queries(make_report())
+    )
     assert code == 1
     audit = out["audit"]
     assert audit["generation"] == {"provider": "demo_replay", "model": "gpt-4o-mini-2024-07-18"}
@@ -123,11 +155,12 @@ def test_eval_code_version_follows_generation_model_embedder_and_prompts(engine,
         cfg = engine.cfg.model_copy(update={"defaults": defaults.model_copy(update=change)})
         other = Engine(cfg, engine.root, engine.env)
         assert (code_version.eval_code_version(other) != base) == bool(change)
-    gen = [m for m in engine.cfg.models if m.role == "generation" and m.name != defaults.generation_model][0]
+    gen = next(m for m in engine.cfg.models if m.role == "generation" and m.name != defaults.generation_model)
     provider = engine.cfg.provider(gen.provider).model_copy(update={"enabled": True, "credential_env": None})
     providers = tuple(provider if p.name == gen.provider else p for p in engine.cfg.providers)
-    cfg = engine.cfg.model_copy(update={"providers": providers,
-                                        "defaults": defaults.model_copy(update={"generation_model": gen.name})})
+    cfg = engine.cfg.model_copy(
+        update={"providers": providers, "defaults": defaults.model_copy(update={"generation_model": gen.name})}
+    )
     assert code_version.eval_code_version(Engine(cfg, engine.root, engine.env)) != base
     monkeypatch.setattr("rag_engine.retrieval.answer.INSTRUCTIONS", "Answer briefly.")
     assert code_version.eval_code_version(engine) != base

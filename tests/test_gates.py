@@ -71,10 +71,20 @@ def make_report(
         rank = None if insufficient else rank_of(i)
         ranked = _ranked(i, rank)
         qid, pack = f"{id_prefix}{i:03d}", pack_of(i)
-        queries.append(score_query(
-            id=qid, pack=pack, question=f"question {i}?", gold=gold,
-            expect_insufficient=insufficient, ranked=ranked, cited=gold if rank is not None else [],
-            answered_insufficient=insufficient, latency_ms=100.0 + i, cost_usd="0.0001"))
+        queries.append(
+            score_query(
+                id=qid,
+                pack=pack,
+                question=f"question {i}?",
+                gold=gold,
+                expect_insufficient=insufficient,
+                ranked=ranked,
+                cited=gold if rank is not None else [],
+                answered_insufficient=insufficient,
+                latency_ms=100.0 + i,
+                cost_usd="0.0001",
+            )
+        )
         bm25 = _ranked(i, None if insufficient else bm25_rank_of(i))
         rankings[qid] = {"bm25": bm25, "fulltext": bm25, "dense": []}
         per = rows.setdefault(pack, {"engine": [], "bm25": [], "fulltext": [], "dense": []})
@@ -82,27 +92,35 @@ def make_report(
             per[system].append((r, gold, insufficient))
     v2 = {}
     if schema == SCHEMA:
-        v2 = {"retrieval": {"weights": {"exact": 1.0, "lexical": 1.0, "dense": 1.0}, "k": None},
-              "systems": {pack: {s: system_metrics(r) for s, r in per.items()} for pack, per in rows.items()},
-              "rankings": rankings}
+        v2 = {
+            "retrieval": {"weights": {"exact": 1.0, "lexical": 1.0, "dense": 1.0}, "k": None},
+            "systems": {pack: {s: system_metrics(r) for s, r in per.items()} for pack, per in rows.items()},
+            "rankings": rankings,
+        }
     else:
         queries = [q.model_copy(update={"map_at_10": None}) for q in queries]
     metrics = aggregate(queries)
     if schema != SCHEMA:
         del metrics["map@10"]
-    return EvalReport.model_validate({
-        **v2,
-        "schema": schema,
-        "created_at": created_at,
-        "config_hash": "0123456789abcdef",
-        "golden": {"paths": ["packs/legal_regulatory/golden/queries.yaml"], "hash": golden_hash},
-        "generation": {"provider": "demo_replay", "model": "demo-chat"},
-        "embedder": {"provider": "local_hash", "model": "hash-embed-384", "dimension": 384,
-                     "identity": embedder_identity},
-        "reindex": reindex,
-        "metrics": metrics,
-        "queries": queries,
-    })
+    return EvalReport.model_validate(
+        {
+            **v2,
+            "schema": schema,
+            "created_at": created_at,
+            "config_hash": "0123456789abcdef",
+            "golden": {"paths": ["packs/legal_regulatory/golden/queries.yaml"], "hash": golden_hash},
+            "generation": {"provider": "demo_replay", "model": "demo-chat"},
+            "embedder": {
+                "provider": "local_hash",
+                "model": "hash-embed-384",
+                "dimension": 384,
+                "identity": embedder_identity,
+            },
+            "reindex": reindex,
+            "metrics": metrics,
+            "queries": queries,
+        }
+    )
 
 
 def worse(i: int) -> int | None:
@@ -115,12 +133,27 @@ def real_evals(repo_root: Path) -> EvalsConfig:
     return load_config(repo_root / "config" / "engine.yaml").evals
 
 
-def run_gate(repo_root: Path, tmp_path: Path, candidate: EvalReport, baseline: EvalReport | None,
-             accept: dict | str | None = None, accept_suffix: str = ".yaml") -> tuple[int, dict, str]:
+def run_gate(
+    repo_root: Path,
+    tmp_path: Path,
+    candidate: EvalReport,
+    baseline: EvalReport | None,
+    accept: dict | str | None = None,
+    accept_suffix: str = ".yaml",
+) -> tuple[int, dict, str]:
     cand = dump_report(candidate, tmp_path / "candidate.json")
     out = tmp_path / "out" / "gate.json"
-    args = [sys.executable, "-m", "evals.gates", "--config", "config/engine.yaml",
-            "--report", str(cand), "--output", str(out)]
+    args = [
+        sys.executable,
+        "-m",
+        "evals.gates",
+        "--config",
+        "config/engine.yaml",
+        "--report",
+        str(cand),
+        "--output",
+        str(out),
+    ]
     if baseline is not None:
         args += ["--baseline-report", str(dump_report(baseline, tmp_path / "baseline.json"))]
     if accept is not None:
@@ -137,10 +170,17 @@ def run_gate(repo_root: Path, tmp_path: Path, candidate: EvalReport, baseline: E
     return proc.returncode, json.loads(out.read_text()), proc.stdout
 
 
-def gate(candidate: EvalReport, baseline: EvalReport | None, cfg: EvalsConfig = CFG, acceptance: dict | None = None,
-         candidate_sha: str = "c" * 64, baseline_sha: str = "b" * 64):
-    return evaluate_gate(candidate, baseline, cfg, candidate_sha=candidate_sha, baseline_sha=baseline_sha,
-                         acceptance=acceptance)
+def gate(
+    candidate: EvalReport,
+    baseline: EvalReport | None,
+    cfg: EvalsConfig = CFG,
+    acceptance: dict | None = None,
+    candidate_sha: str = "c" * 64,
+    baseline_sha: str = "b" * 64,
+):
+    return evaluate_gate(
+        candidate, baseline, cfg, candidate_sha=candidate_sha, baseline_sha=baseline_sha, acceptance=acceptance
+    )
 
 
 # -- via the real CLI ----------------------------------------------------------------------
@@ -177,9 +217,13 @@ def test_matching_acceptance_accepts_the_regression(repo_root, tmp_path, suffix)
     candidate, baseline = make_report(rank_of=worse), make_report()
     cand_sha = hashlib.sha256(dump_report(candidate, tmp_path / "c.json").read_bytes()).hexdigest()
     base_sha = hashlib.sha256(dump_report(baseline, tmp_path / "b.json").read_bytes()).hexdigest()
-    accept = {"baseline_sha256": base_sha, "candidate_sha256": cand_sha,
-              "reason": "smaller chunks trade ranking for context size", "accepted_by": "jane.doe",
-              "date": "2025-06-01"}
+    accept = {
+        "baseline_sha256": base_sha,
+        "candidate_sha256": cand_sha,
+        "reason": "smaller chunks trade ranking for context size",
+        "accepted_by": "jane.doe",
+        "date": "2025-06-01",
+    }
     code, out, _ = run_gate(repo_root, tmp_path, candidate, baseline, accept, accept_suffix=suffix)
     assert code == 0 and out["status"] == "accepted"
     assert out["metrics"]["ndcg@10"]["regressed"] is True  # accepted, not hidden
@@ -237,9 +281,25 @@ def test_unreadable_input_is_incomparable_and_still_writes_output(repo_root, tmp
     bad = tmp_path / "bad.json"
     bad.write_text('{"schema": "rag-eval-report/1", "queries": ')
     out = tmp_path / "gate.json"
-    proc = subprocess.run([sys.executable, "-m", "evals.gates", "--config", "config/engine.yaml",
-                           "--report", str(bad), "--baseline-report", str(good), "--output", str(out)],
-                          cwd=repo_root, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "evals.gates",
+            "--config",
+            "config/engine.yaml",
+            "--report",
+            str(bad),
+            "--baseline-report",
+            str(good),
+            "--output",
+            str(out),
+        ],
+        cwd=repo_root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     result = json.loads(out.read_text())
     assert result["status"] == "incomparable"
@@ -257,10 +317,13 @@ def test_embedder_change_fails_unless_reindexed(repo_root, tmp_path):
     assert code == 0 and out["status"] == "pass"
 
 
-@pytest.mark.parametrize("reindex", [
-    {"embedder_identity": EMBED_B, "complete": False},  # started, not finished
-    {"embedder_identity": EMBED_A, "complete": True},   # complete, but with the old embedder
-])
+@pytest.mark.parametrize(
+    "reindex",
+    [
+        {"embedder_identity": EMBED_B, "complete": False},  # started, not finished
+        {"embedder_identity": EMBED_A, "complete": True},  # complete, but with the old embedder
+    ],
+)
 def test_partial_or_foreign_reindex_does_not_cover_embedder_change(reindex):
     result = gate(make_report(embedder_identity=EMBED_B, reindex=reindex), make_report())
     assert result.exit_code == 1
@@ -330,7 +393,7 @@ def test_bootstrap_is_deterministic_per_seed():
 def test_pairing_ignores_report_order_and_nulls():
     base = make_report()
     shuffled = base.model_copy(update={"queries": tuple(reversed(base.queries))})
-    c, b = paired_values(shuffled, base, "ndcg@10")
+    c, _b = paired_values(shuffled, base, "ndcg@10")
     assert c.size == N_QUERIES - len(INSUFFICIENT)  # expected-insufficient queries have no value
     assert gate(shuffled, base).to_json()["metrics"] == gate(base, base).to_json()["metrics"]
 
@@ -345,7 +408,7 @@ def test_changed_gold_under_same_ids_is_incomparable():
     base = make_report()
     q0 = base.queries[0]
     changed = q0.model_copy(update={"gold": ("doc0#elsewhere",)})
-    candidate = base.model_copy(update={"queries": (changed,) + base.queries[1:]})
+    candidate = base.model_copy(update={"queries": (changed, *base.queries[1:])})
     result = gate(candidate, base)
     assert result.status == "incomparable" and any("golden_content_mismatch" in r for r in result.reasons)
 
@@ -354,12 +417,27 @@ def test_result_round_trips_through_json(tmp_path):
     result = gate(make_report(rank_of=worse), make_report())
     data = result.to_json()
     assert data["schema"] == "rag-eval-gate/2"
-    assert set(data) >= {"status", "exit_code", "reasons", "metrics", "floor", "baseline_sha256",
-                         "candidate_sha256", "acceptance"}
+    assert set(data) >= {
+        "status",
+        "exit_code",
+        "reasons",
+        "metrics",
+        "floor",
+        "baseline_sha256",
+        "candidate_sha256",
+        "acceptance",
+    }
     assert set(data["floor"]["legal_regulatory"]["map@10"]) == {"engine", "bm25", "delta", "margin", "failed"}
     assert data["policy"]["bm25_margin"] == CFG.bm25_margin
-    assert set(data["metrics"]["ndcg@10"]) == {"baseline_mean", "candidate_mean", "mean_delta", "ci_low",
-                                               "ci_high", "n", "regressed"}
+    assert set(data["metrics"]["ndcg@10"]) == {
+        "baseline_mean",
+        "candidate_mean",
+        "mean_delta",
+        "ci_low",
+        "ci_high",
+        "n",
+        "regressed",
+    }
     assert result.regressed_metrics == ("ndcg@10", "map@10", "mrr@10")
     path = dump_report(make_report(), tmp_path / "r.json")
     assert load_report(path) == make_report()
@@ -374,8 +452,7 @@ def two_packs(i: int) -> str:
 
 def test_engine_below_bm25_fails_the_floor_without_a_baseline(repo_root, tmp_path):
     # BM25 finds every gold at rank 1; the engine at rank 4 on 2 of 3 queries, on one pack only
-    candidate = make_report(rank_of=lambda i: worse(i) if i % 2 else 1, bm25_rank_of=always_first,
-                            pack_of=two_packs)
+    candidate = make_report(rank_of=lambda i: worse(i) if i % 2 else 1, bm25_rank_of=always_first, pack_of=two_packs)
     code, out, stdout = run_gate(repo_root, tmp_path, candidate, None)
     assert code == 1 and out["status"] == "regression" and out["baseline_sha256"] is None
     assert out["metrics"] == {}
@@ -408,8 +485,10 @@ def test_floor_margin_is_per_metric():
     assert within.floor["legal_regulatory"]["map@10"].delta == pytest.approx(-0.5 / 26)
     split = gate(candidate, None, margin(0.015))
     assert split.status == "regression" and split.floor_failures == (("legal_regulatory", "map@10"),)
-    assert gate(candidate, None, margin(0.0)).floor_failures == (("legal_regulatory", "ndcg@10"),
-                                                                  ("legal_regulatory", "map@10"))
+    assert gate(candidate, None, margin(0.0)).floor_failures == (
+        ("legal_regulatory", "ndcg@10"),
+        ("legal_regulatory", "map@10"),
+    )
     off = gate(candidate, None, margin(None))
     assert off.status == "incomparable" and off.floor == {}
     assert any(r.startswith("nothing_to_judge") for r in off.reasons)
@@ -422,8 +501,11 @@ def test_floor_applies_beside_the_baseline_comparison_and_cannot_be_accepted():
     assert gate(candidate, make_report()).status == "pass"
     below = make_report(rank_of=worse, bm25_rank_of=always_first)
     base = make_report(rank_of=worse)
-    result = gate(below, base, acceptance={"baseline_sha256": "b" * 64, "candidate_sha256": "c" * 64,
-                                           "reason": "r", "accepted_by": "me"})
+    result = gate(
+        below,
+        base,
+        acceptance={"baseline_sha256": "b" * 64, "candidate_sha256": "c" * 64, "reason": "r", "accepted_by": "me"},
+    )
     assert not any(m.regressed for m in result.metrics.values())  # no regression against the baseline
     assert result.status == "regression" and result.exit_code == 1
     assert result.acceptance.matched and not result.acceptance.applied
@@ -445,5 +527,7 @@ def test_schema_1_baseline_lacks_map_and_says_so():
     result = gate(make_report(), make_report(schema=SCHEMA_V1))
     assert result.status == "incomparable"
     (reason,) = result.reasons
-    assert reason.startswith("too_few_queries: map@10 has 0 paired values") and "baseline report has no map@10" in reason
+    assert (
+        reason.startswith("too_few_queries: map@10 has 0 paired values") and "baseline report has no map@10" in reason
+    )
     assert result.floor["legal_regulatory"]["ndcg@10"].failed is False  # the floor is still shown

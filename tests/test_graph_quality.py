@@ -15,45 +15,77 @@ from rag_engine.graph.quality import quality_report
 def _seed_valid_and_broken(engine, pack: str) -> None:
     rows, _, _ = engine.driver.execute_query(
         "MATCH (c:Chunk {pack: $p, active: true}) RETURN c.chunk_id AS id, c.doc_id AS doc, c.doc_version AS v "
-        "ORDER BY id LIMIT 1", p=pack)
+        "ORDER BY id LIMIT 1",
+        p=pack,
+    )
     chunk = rows[0]
 
     def prov(chunk_id):
-        return {"doc_id": chunk["doc"], "chunk_id": chunk_id, "doc_version": chunk["v"], "confidence_bucket": "high",
-                "extraction_run_id": "quality-test", "model": "fixture", "prompt_hash": "p",
-                "source_type": "llm_inferred_graph"}
+        return {
+            "doc_id": chunk["doc"],
+            "chunk_id": chunk_id,
+            "doc_version": chunk["v"],
+            "confidence_bucket": "high",
+            "extraction_run_id": "quality-test",
+            "model": "fixture",
+            "prompt_hash": "p",
+            "source_type": "llm_inferred_graph",
+        }
 
     def ent(eid, name, chunk_id):
-        return {"entity_id": eid, "name": name, "normalized_name": name.lower(), "type": "team", "description": "",
-                "provenance": prov(chunk_id)}
+        return {
+            "entity_id": eid,
+            "name": name,
+            "normalized_name": name.lower(),
+            "type": "team",
+            "description": "",
+            "provenance": prov(chunk_id),
+        }
 
-    valid = {"entities": [ent(f"{pack}-a", "Alpha team", chunk["id"]), ent(f"{pack}-b", "Beta team", chunk["id"])],
-             "relationships": [{"source_id": f"{pack}-a", "target_id": f"{pack}-b", "type": "owns", "description": "",
-                                "confidence": 0.9, "retrieval_eligible": True, "provenance": prov(chunk["id"])}]}
+    valid = {
+        "entities": [ent(f"{pack}-a", "Alpha team", chunk["id"]), ent(f"{pack}-b", "Beta team", chunk["id"])],
+        "relationships": [
+            {
+                "source_id": f"{pack}-a",
+                "target_id": f"{pack}-b",
+                "type": "owns",
+                "description": "",
+                "confidence": 0.9,
+                "retrieval_eligible": True,
+                "provenance": prov(chunk["id"]),
+            }
+        ],
+    }
     writer.write_inferred(engine.driver, engine.database, pack=pack, doc_id=chunk["doc"], records=[valid])
     # broken: an orphan entity, and an edge whose evidence chunk does not exist
     engine.driver.execute_query(
         "CREATE (:Entity {entity_id: $p + '-orphan', name: 'Ghost', normalized_name: 'ghost', type: 'team', pack: $p})",
-        p=pack)
+        p=pack,
+    )
     engine.driver.execute_query(
         "MATCH (a:Entity {entity_id: $p + '-a'}), (b:Entity {entity_id: $p + '-b'}) "
         "CREATE (a)-[:RELATED {type: 'depends_on', chunk_id: 'gone--000000000000#x', pack: $p, confidence: 0.8, "
         "retrieval_eligible: true, doc_id: 'gone', doc_version: '0', confidence_bucket: 'high', "
         "extraction_run_id: 'old', model: 'fixture', prompt_hash: 'p', source_type: 'llm_inferred_graph'}]->(b)",
-        p=pack)
+        p=pack,
+    )
 
 
 def _facts(engine, pack: str) -> dict:
     rows, _, _ = engine.driver.execute_query(
         "MATCH (c:Chunk {pack: $p, active: true}) WITH count(c) AS chunks "
         "OPTIONAL MATCH (:Entity)-[r:RELATED {pack: $p, chunk_id: $valid_chunk}]->(:Entity) "
-        "RETURN chunks, count(r) AS valid_edges", p=pack, valid_chunk=_valid_chunk(engine, pack))
+        "RETURN chunks, count(r) AS valid_edges",
+        p=pack,
+        valid_chunk=_valid_chunk(engine, pack),
+    )
     return dict(rows[0])
 
 
 def _valid_chunk(engine, pack):
     rows, _, _ = engine.driver.execute_query(
-        "MATCH (c:Chunk {pack: $p, active: true}) RETURN c.chunk_id AS id ORDER BY id LIMIT 1", p=pack)
+        "MATCH (c:Chunk {pack: $p, active: true}) RETURN c.chunk_id AS id ORDER BY id LIMIT 1", p=pack
+    )
     return rows[0]["id"]
 
 
@@ -80,8 +112,16 @@ def test_checks_fail_on_orphans_and_dangling_edges_and_pass_after_approved_clean
     assert not refused.success
     assert quality_report(engine.driver, engine.database, [unique])["orphan_entities"]["count"] == 1  # nothing deleted
 
-    approved = cleanup.execute_in_process(instance=instance, run_config={"ops": {"cleanup_stale_paths": {"config": {
-        "approved_by": "reviewer@example.org", "reason": "test: seeded orphan and dangling edge"}}}})
+    approved = cleanup.execute_in_process(
+        instance=instance,
+        run_config={
+            "ops": {
+                "cleanup_stale_paths": {
+                    "config": {"approved_by": "reviewer@example.org", "reason": "test: seeded orphan and dangling edge"}
+                }
+            }
+        },
+    )
     assert approved.success
     removed = approved.output_for_node("cleanup_stale_paths")["removed"]
     assert removed["orphan_entities"] == 1 and removed["dangling_inferred_edges"] == 1, removed

@@ -9,6 +9,7 @@ from rag_engine.errors import DocumentError
 from rag_engine.ingest import ingest_pack
 from tests.support.packs import POLICY, RUNBOOK, graph_counts, temp_pack
 
+
 def test_reingest_is_idempotent(engine, unique, tmp_path):
     pack = temp_pack(engine, unique, tmp_path / "corpus", {"policy.md": POLICY, "runbook.md": RUNBOOK})
     first = ingest_pack(engine, pack)
@@ -36,18 +37,24 @@ def test_new_version_supersedes_old_and_unchanged_file_adds_nothing(engine, uniq
 
     rows, _, _ = engine.driver.execute_query(
         "MATCH (v:DocumentVersion {doc_id: 'policy'})<-[:HAS_VERSION]-(:Document {pack: $pack}) "
-        "RETURN v.key AS key, v.status AS status", pack=unique)
-    assert {r["key"]: r["status"] for r in rows} == {f"{unique}:{before['policy']}": "superseded",
-                                                      f"{unique}:{after['policy']}": "current"}
+        "RETURN v.key AS key, v.status AS status",
+        pack=unique,
+    )
+    assert {r["key"]: r["status"] for r in rows} == {
+        f"{unique}:{before['policy']}": "superseded",
+        f"{unique}:{after['policy']}": "current",
+    }
     rows, _, _ = engine.driver.execute_query(
-        "MATCH (c:Chunk {pack: $pack, doc_id: 'policy'}) RETURN c.doc_version AS v, c.active AS active", pack=unique)
+        "MATCH (c:Chunk {pack: $pack, doc_id: 'policy'}) RETURN c.doc_version AS v, c.active AS active", pack=unique
+    )
     old_v, new_v = before["policy"].split("--")[1], after["policy"].split("--")[1]
     assert {r["active"] for r in rows if r["v"] == old_v} == {False}
     assert {r["active"] for r in rows if r["v"] == new_v} == {True}
     # references into the superseded chunks are gone; the runbook now cites the new version
     rows, _, _ = engine.driver.execute_query(
         "MATCH (s:Chunk {pack: $pack})-[:REFERENCES]->(t:Chunk) RETURN DISTINCT t.doc_version AS v, t.active AS a",
-        pack=unique)
+        pack=unique,
+    )
     assert all(r["a"] for r in rows) and old_v not in {r["v"] for r in rows}
 
 
@@ -93,7 +100,8 @@ def test_gdpr_references_resolve(ingested_engine, capsys):
         OPTIONAL MATCH (k)<-[:ANSWERS_TO]-(t:Chunk {active: true}) WHERE t <> s
         WITH r, k, count(t) > 0 AS resolved
         RETURN resolved, count(*) AS n, collect(DISTINCT k.key)[..5] AS sample
-        """)
+        """
+    )
     by = {r["resolved"]: r for r in rows}
     resolved, unresolved = by[True]["n"], by.get(False, {"n": 0})["n"]
     with capsys.disabled():
@@ -102,11 +110,13 @@ def test_gdpr_references_resolve(ingested_engine, capsys):
     assert resolved > 2 * unresolved
     rows, _, _ = ingested_engine.driver.execute_query(
         "MATCH (s:Chunk {pack: 'legal_regulatory'})-[:CITES]->(k:RefKey {key: 'legal_regulatory|directive:95/46/ec'}) "
-        "OPTIONAL MATCH (k)<-[:ANSWERS_TO]-(t) RETURN count(DISTINCT s) AS citing, count(t) AS targets")
+        "OPTIONAL MATCH (k)<-[:ANSWERS_TO]-(t) RETURN count(DISTINCT s) AS citing, count(t) AS targets"
+    )
     assert rows[0]["citing"] > 0 and rows[0]["targets"] == 0  # kept, counted, unresolvable in this corpus
     rows, _, _ = ingested_engine.driver.execute_query(
         "MATCH (s:Chunk {active: true})-[e:REFERENCES]->(t:Chunk {active: true}) "
-        "WHERE e.raw CONTAINS 'Article 23(1)' RETURN DISTINCT t.anchor AS anchor")
+        "WHERE e.raw CONTAINS 'Article 23(1)' RETURN DISTINCT t.anchor AS anchor"
+    )
     assert {r["anchor"] for r in rows} & {"gdpr-ch03#art23-p1"}
 
 
@@ -121,13 +131,16 @@ def test_removed_document_is_withdrawn_from_retrieval(engine, unique, tmp_path):
     rows, _, _ = engine.driver.execute_query(
         "MATCH (d:Document {pack: $p, doc_id: 'runbook'})-[:HAS_VERSION]->(v) "
         "OPTIONAL MATCH (c:Chunk {pack: $p, doc_id: 'runbook', active: true}) RETURN v.status AS s, count(c) AS n",
-        p=unique)
+        p=unique,
+    )
     assert rows[0]["s"] == "withdrawn" and rows[0]["n"] == 0
     rows, _, _ = engine.driver.execute_query(
-        "MATCH (:Chunk {pack: $p})-[:REFERENCES]->(t:Chunk {doc_id: 'runbook'}) RETURN count(*) AS n", p=unique)
+        "MATCH (:Chunk {pack: $p})-[:REFERENCES]->(t:Chunk {doc_id: 'runbook'}) RETURN count(*) AS n", p=unique
+    )
     assert rows[0]["n"] == 0
-    eng = type(engine)(engine.cfg.model_copy(update={"roles": {"r": ("kb_internal",)}}), engine.root, engine.env,
-                       packs=[pack])
+    eng = type(engine)(
+        engine.cfg.model_copy(update={"roles": {"r": ("kb_internal",)}}), engine.root, engine.env, packs=[pack]
+    )
     try:
         result = retrieve(eng, "Lock the device remotely and rotate credentials", "r", k=50)
     finally:
@@ -140,15 +153,40 @@ def test_changed_rules_on_the_same_chunk_drop_old_reference_keys(engine, unique)
     from rag_engine.packs import SourceDocument, make_chunk
     from rag_engine.retrieval import store_reads
 
-    doc = SourceDocument(pack=unique, doc_id="d", version="v1", title="t", text="x", collection="kb_internal",
-                         language="en", source_path="x")
+    doc = SourceDocument(
+        pack=unique,
+        doc_id="d",
+        version="v1",
+        title="t",
+        text="x",
+        collection="kb_internal",
+        language="en",
+        source_path="x",
+    )
     for keys in (("policy:pol-111",), ("policy:pol-222",)):  # same chunk id, the rules now give another key
-        writer.write_document_version(engine.driver, engine.database, pack=unique, doc_id="d", version="v1",
-                                      title="t", collection="kb_internal", content_hash="h", source_path="x",
-                                      chunks=[make_chunk(doc, 0, "a", "A", "text", keys)])
+        writer.write_document_version(
+            engine.driver,
+            engine.database,
+            pack=unique,
+            doc_id="d",
+            version="v1",
+            title="t",
+            collection="kb_internal",
+            content_hash="h",
+            source_path="x",
+            chunks=[make_chunk(doc, 0, "a", "A", "text", keys)],
+        )
         writer.activate_version(engine.driver, engine.database, pack=unique, doc_id="d", version="v1")
-    hits = lambda key: store_reads.by_keys(engine.driver, engine.database, [f"{unique}|{key}"],  # noqa: E731
-                                           ("kb_internal",), 5)[0]
+
+    def hits(key):
+        return store_reads.by_keys(
+            engine.driver,
+            engine.database,
+            [f"{unique}|{key}"],
+            ("kb_internal",),
+            5,
+        )[0]
+
     assert hits("policy:pol-111") == [] and len(hits("policy:pol-222")) == 1
 
 
@@ -183,7 +221,8 @@ def test_old_version_keeps_answering_until_the_new_one_is_indexed(engine, unique
 
     def active_versions():
         rows, _, _ = engine.driver.execute_query(
-            "MATCH (c:Chunk {pack: $p, active: true}) RETURN DISTINCT c.doc_version AS v", p=unique)
+            "MATCH (c:Chunk {pack: $p, active: true}) RETURN DISTINCT c.doc_version AS v", p=unique
+        )
         return {r["v"] for r in rows}
 
     before = active_versions()

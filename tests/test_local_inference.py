@@ -35,20 +35,37 @@ def make_client(server: FakeOpenAI, tmp_path: Path) -> Iterator[Callable[..., Mo
     ledger = UsageLedger(f"sqlite:///{tmp_path / 'usage.sqlite'}")
 
     def _make(capabilities: tuple[str, ...] = LOCAL_CAPS) -> ModelClient:
-        provider = ProviderConfig(name="local_llm", kind="openai_compatible", endpoint=server.base_url,
-                                  timeout_s=2.0, max_retries=0, backoff_base_s=0.01)
-        model = ModelConfig(name="local", provider="local_llm", role="generation", served_model="qwen-local",
-                            capabilities=capabilities)
-        return build_client(ModelSpec(model=model, provider=provider), ledger=ledger, env={}, root=tmp_path,
-                            limiter=RateLimiter())
+        provider = ProviderConfig(
+            name="local_llm",
+            kind="openai_compatible",
+            endpoint=server.base_url,
+            timeout_s=2.0,
+            max_retries=0,
+            backoff_base_s=0.01,
+        )
+        model = ModelConfig(
+            name="local", provider="local_llm", role="generation", served_model="qwen-local", capabilities=capabilities
+        )
+        return build_client(
+            ModelSpec(model=model, provider=provider), ledger=ledger, env={}, root=tmp_path, limiter=RateLimiter()
+        )
 
     yield _make
     ledger.dispose()
 
 
 def cand(chunk_id: str, *, exact: bool = False) -> Candidate:
-    return Candidate(chunk_id=chunk_id, anchor=chunk_id, doc_id="d", heading="", text=f"text of {chunk_id}",
-                     collection="public", score=1.0, sources=("lexical",), exact=exact)
+    return Candidate(
+        chunk_id=chunk_id,
+        anchor=chunk_id,
+        doc_id="d",
+        heading="",
+        text=f"text of {chunk_id}",
+        collection="public",
+        score=1.0,
+        sources=("lexical",),
+        exact=exact,
+    )
 
 
 def order(*ids: str) -> Reply:
@@ -62,8 +79,9 @@ def test_expansion_adds_distinct_phrasings(server, make_client) -> None:
     server.enqueue(ok(json.dumps({"queries": ["Notice period", "termination notice", "TERMINATION NOTICE", " "]})))
     events: list[dict] = []
     assert expand_query(make_client(), "notice period", events=events) == "notice period termination notice"
-    assert events == [{"event": "local_inference_applied", "step": "query_expansion",
-                       "model": "local_llm/qwen-local", "added": 1}]
+    assert events == [
+        {"event": "local_inference_applied", "step": "query_expansion", "model": "local_llm/qwen-local", "added": 1}
+    ]
     [call] = server.calls("/chat/completions")
     assert "notice period" in call.body["messages"][0]["content"]
     assert call.body["response_format"]["type"] == "json_schema"
@@ -98,31 +116,41 @@ def test_tolerant_parsing_without_structured_output(server, make_client) -> None
 # -- degradation --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("reply, error_type", [
-    (server_error(500), "ProviderError"),
-    (invalid_json(), "ProviderResponseInvalid"),
-    (ok("I cannot help with that."), "ProviderResponseInvalid"),
-    (ok(json.dumps({"queries": []})), "ProviderResponseInvalid"),
-])
+@pytest.mark.parametrize(
+    ("reply", "error_type"),
+    [
+        (server_error(500), "ProviderError"),
+        (invalid_json(), "ProviderResponseInvalid"),
+        (ok("I cannot help with that."), "ProviderResponseInvalid"),
+        (ok(json.dumps({"queries": []})), "ProviderResponseInvalid"),
+    ],
+)
 def test_expansion_failures_degrade_to_the_original_query(server, make_client, reply, error_type) -> None:
     server.enqueue(reply)
     events: list[dict] = []
     assert expand_query(make_client(), "notice period", events=events) == "notice period"
     assert len(server.calls("/chat/completions")) == 1  # max_retries=0: one attempt, then degrade
     [event] = events
-    assert (event["event"], event["step"], event["error_type"]) == ("local_inference_degraded", "query_expansion",
-                                                                    error_type)
+    assert (event["event"], event["step"], event["error_type"]) == (
+        "local_inference_degraded",
+        "query_expansion",
+        error_type,
+    )
 
 
-@pytest.mark.parametrize("reply, error_type", [
-    (server_error(500), "ProviderError"),
-    (invalid_json(), "ProviderResponseInvalid"),
-    (ok('{"order": "a,b,c"}'), "ProviderResponseInvalid"),
-    (order("a", "b", "c", "zz"), "ProviderResponseInvalid"),  # unknown id
-    (order("a", "b"), "ProviderResponseInvalid"),  # missing id
-    (order("a", "b", "b", "c"), "ProviderResponseInvalid"),  # duplicated id
-    (order("a", "b", "zz"), "ProviderResponseInvalid"),  # right length, wrong ids
-], ids=["http500", "invalid-json-body", "wrong-schema", "unknown", "missing", "duplicated", "swapped"])
+@pytest.mark.parametrize(
+    ("reply", "error_type"),
+    [
+        (server_error(500), "ProviderError"),
+        (invalid_json(), "ProviderResponseInvalid"),
+        (ok('{"order": "a,b,c"}'), "ProviderResponseInvalid"),
+        (order("a", "b", "c", "zz"), "ProviderResponseInvalid"),  # unknown id
+        (order("a", "b"), "ProviderResponseInvalid"),  # missing id
+        (order("a", "b", "b", "c"), "ProviderResponseInvalid"),  # duplicated id
+        (order("a", "b", "zz"), "ProviderResponseInvalid"),  # right length, wrong ids
+    ],
+    ids=["http500", "invalid-json-body", "wrong-schema", "unknown", "missing", "duplicated", "swapped"],
+)
 def test_rerank_failures_degrade_to_the_original_order(server, make_client, reply, error_type) -> None:
     given = [cand("c"), cand("b"), cand("a")]
     server.enqueue(reply)
@@ -143,19 +171,24 @@ def test_duplicate_candidates_degrade_without_a_call(server, make_client) -> Non
 # -- skipping -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("capabilities, reason", [
-    (None, "no_model_configured"),
-    (("generation", "structured_output"), None),
-    (("query_expansion", "rerank"), "missing_capability:generation"),
-])
+@pytest.mark.parametrize(
+    ("capabilities", "reason"),
+    [
+        (None, "no_model_configured"),
+        (("generation", "structured_output"), None),
+        (("query_expansion", "rerank"), "missing_capability:generation"),
+    ],
+)
 def test_missing_capability_skips_without_any_request(server, make_client, capabilities, reason) -> None:
     client = None if capabilities is None else make_client(capabilities=capabilities)
     given = [cand("a"), cand("b")]
     events: list[dict] = []
     assert expand_query(client, "notice period", events=events) == "notice period"
     assert rerank(client, "q", given, events=events) == given
-    assert [(e["event"], e["step"]) for e in events] == [("local_inference_skipped", "query_expansion"),
-                                                         ("local_inference_skipped", "rerank")]
+    assert [(e["event"], e["step"]) for e in events] == [
+        ("local_inference_skipped", "query_expansion"),
+        ("local_inference_skipped", "rerank"),
+    ]
     expected = [reason, reason] if reason else ["missing_capability:query_expansion", "missing_capability:rerank"]
     assert [e["reason"] for e in events] == expected
     assert server.requests == []

@@ -94,21 +94,51 @@ def test_citation_hit_and_insufficient_correct():
 
 
 def test_score_query_nulls_ranking_metrics_for_expected_insufficient():
-    q = score_query(id="q1", pack="p", question="?", gold=[], expect_insufficient=True, ranked=["a", "b"],
-                    cited=[], answered_insufficient=True, latency_ms=3.0, cost_usd=None)
+    q = score_query(
+        id="q1",
+        pack="p",
+        question="?",
+        gold=[],
+        expect_insufficient=True,
+        ranked=["a", "b"],
+        cited=[],
+        answered_insufficient=True,
+        latency_ms=3.0,
+        cost_usd=None,
+    )
     assert q.value("ndcg@10") is None and q.value("recall@5") is None and q.value("citation_hit_rate") is None
     assert q.value("map@10") is None
     assert q.value("insufficient_evidence_accuracy") == 1.0
     with pytest.raises(EvalInputError, match="no gold"):
-        score_query(id="q2", pack="p", question="?", gold=[], expect_insufficient=False, ranked=[],
-                    cited=[], answered_insufficient=False, latency_ms=1.0, cost_usd=None)
+        score_query(
+            id="q2",
+            pack="p",
+            question="?",
+            gold=[],
+            expect_insufficient=False,
+            ranked=[],
+            cited=[],
+            answered_insufficient=False,
+            latency_ms=1.0,
+            cost_usd=None,
+        )
 
 
 def test_score_query_keeps_top_10_and_scores():
     ranked = [f"x{i}" for i in range(12)]
     ranked[2] = "g"
-    q = score_query(id="q", pack="p", question="?", gold=["g"], expect_insufficient=False, ranked=ranked,
-                    cited=["g"], answered_insufficient=False, latency_ms=1.0, cost_usd="0.001")
+    q = score_query(
+        id="q",
+        pack="p",
+        question="?",
+        gold=["g"],
+        expect_insufficient=False,
+        ranked=ranked,
+        cited=["g"],
+        answered_insufficient=False,
+        latency_ms=1.0,
+        cost_usd="0.001",
+    )
     assert len(q.ranked) == 10
     assert (q.value("recall@1"), q.value("recall@5"), q.value("mrr@10")) == (0.0, 1.0, pytest.approx(1 / 3))
     assert q.value("map@10") == pytest.approx(1 / 3)
@@ -120,14 +150,27 @@ def _q(i: int, *, rank: int | None, latency: float, cost: str | None, insufficie
     ranked = [f"other{j}" for j in range(10)]
     if rank is not None and not insufficient:
         ranked[rank - 1] = gold[0]
-    return score_query(id=f"q{i}", pack="p", question=f"question {i}", gold=gold, expect_insufficient=insufficient,
-                       ranked=ranked, cited=gold if rank else [], answered_insufficient=insufficient,
-                       latency_ms=latency, cost_usd=cost)
+    return score_query(
+        id=f"q{i}",
+        pack="p",
+        question=f"question {i}",
+        gold=gold,
+        expect_insufficient=insufficient,
+        ranked=ranked,
+        cited=gold if rank else [],
+        answered_insufficient=insufficient,
+        latency_ms=latency,
+        cost_usd=cost,
+    )
 
 
 def test_aggregate_means_over_non_null_percentiles_and_exact_cost():
-    qs = [_q(1, rank=1, latency=10, cost="0.001"), _q(2, rank=2, latency=20, cost="0.002"),
-          _q(3, rank=None, latency=30, cost="0.0005"), _q(4, rank=None, latency=40, cost="0", insufficient=True)]
+    qs = [
+        _q(1, rank=1, latency=10, cost="0.001"),
+        _q(2, rank=2, latency=20, cost="0.002"),
+        _q(3, rank=None, latency=30, cost="0.0005"),
+        _q(4, rank=None, latency=40, cost="0", insufficient=True),
+    ]
     m = aggregate(qs)
     assert m["recall@1"] == pytest.approx(1 / 3)  # q4 has no value; it is not a zero
     assert m["mrr@10"] == pytest.approx((1 + 0.5 + 0) / 3)
@@ -207,13 +250,16 @@ def test_report_round_trip_keeps_json_key_names(tmp_path):
         report.metrics.queries = 9  # type: ignore[misc]
 
 
-@pytest.mark.parametrize("content, match", [
-    (None, "not found"),
-    ("{not json", "not valid JSON"),
-    ('["a list"]', "must be a JSON object"),
-    ('{"schema": "something-else/2"}', "schema is 'something-else/2'"),
-    ('{"schema": "rag-eval-report/3"}', "schema is 'rag-eval-report/3'"),
-])
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        (None, "not found"),
+        ("{not json", "not valid JSON"),
+        ('["a list"]', "must be a JSON object"),
+        ('{"schema": "something-else/2"}', "schema is 'something-else/2'"),
+        ('{"schema": "rag-eval-report/3"}', "schema is 'rag-eval-report/3'"),
+    ],
+)
 def test_load_report_clear_errors(tmp_path, content, match):
     path = tmp_path / "r.json"
     if content is not None:
@@ -309,7 +355,8 @@ def test_bm25_tokenization_is_documented_behaviour():
     from evals.bm25_baseline import tokenize
 
     assert tokenize(["What does Article 17(1) of the GDPR-compliant Policy say?"]) == [
-        ["what", "does", "article", "17", "gdpr", "compliant", "policy", "say"]]  # lowercase, "of"/"the" out, "1" too short
+        ["what", "does", "article", "17", "gdpr", "compliant", "policy", "say"]
+    ]  # lowercase, "of"/"the" out, "1" too short
     assert tokenize(["The and of to"]) == [[]]
     assert tokenize([]) == []
 
@@ -317,7 +364,7 @@ def test_bm25_tokenization_is_documented_behaviour():
 def test_bm25_ranks_by_lucene_score_with_ties_by_anchor():
     import math
 
-    from evals.bm25_baseline import B, K1, BM25Index, Chunk
+    from evals.bm25_baseline import K1, B, BM25Index, Chunk
 
     chunks = [
         Chunk("c#1", "Other", "nothing here"),
@@ -357,18 +404,28 @@ def test_leg_weights_from_legs_and_weights_flags():
     assert leg_weights(configured, legs="lexical,dense") == {"exact": 0.0, "lexical": 1.0, "dense": 0.7}
     assert leg_weights(configured, weights="lexical=1,dense=0.5") == {"exact": 1.0, "lexical": 1.0, "dense": 0.5}
     assert leg_weights(configured, legs="dense", weights="dense=2") == {"exact": 0.0, "lexical": 0.0, "dense": 2.0}
-    for bad in ({"legs": "lexical,bm25"}, {"legs": ""}, {"weights": "dense"}, {"weights": "dense=-1"},
-                {"weights": "dense=nan"}, {"weights": "graph=1"}, {"legs": "exact", "weights": "exact=0"}):
+    for bad in (
+        {"legs": "lexical,bm25"},
+        {"legs": ""},
+        {"weights": "dense"},
+        {"weights": "dense=-1"},
+        {"weights": "dense=nan"},
+        {"weights": "graph=1"},
+        {"legs": "exact", "weights": "exact=0"},
+    ):
         with pytest.raises(EvalInputError):
             leg_weights(configured, **bad)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--pack", "no_such_pack"], "no golden file for it"),
-    (["--legs", "lexical,bm25"], "unknown: ['bm25']"),
-    (["--weights", "dense=-1"], "finite weights >= 0"),
-    (["--k", "0"], "--k must be between 1"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--pack", "no_such_pack"], "no golden file for it"),
+        (["--legs", "lexical,bm25"], "unknown: ['bm25']"),
+        (["--weights", "dense=-1"], "finite weights >= 0"),
+        (["--k", "0"], "--k must be between 1"),
+    ],
+)
 def test_runner_rejects_bad_flags_before_any_query(tmp_path, capsys, args, message):
     from evals.runner import main
 

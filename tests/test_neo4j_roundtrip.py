@@ -7,8 +7,9 @@ from rag_engine.graph import schema
 
 def test_write_read_round_trip(neo4j_driver, unique):
     neo4j_driver.execute_query("CREATE (:Probe {id: $id, n: 42})", id=unique)
-    records, _, _ = neo4j_driver.execute_query("MATCH (p:Probe {id: $id}) RETURN p.n AS n", id=unique,
-                                                routing_=neo4j.RoutingControl.READ)
+    records, _, _ = neo4j_driver.execute_query(
+        "MATCH (p:Probe {id: $id}) RETURN p.n AS n", id=unique, routing_=neo4j.RoutingControl.READ
+    )
     assert [r["n"] for r in records] == [42]
     neo4j_driver.execute_query("MATCH (p:Probe {id: $id}) DELETE p", id=unique)
 

@@ -78,15 +78,23 @@ def test_unknown_pack_is_bad_input(base_config: EngineConfig) -> None:
 def test_golden_anchor_that_does_not_exist(base_config: EngineConfig, tmp_path: Path) -> None:
     name = f"lint_{uuid.uuid4().hex[:8]}"
     dangling = POLICY.replace("id: POL-900", "id: POL-901").replace("See RB-77", "See RB-78")
-    pack = temp_pack(Engine(base_config, ROOT), name, tmp_path / "corpus",
-                     {"pol-900.md": POLICY, "rb-77.md": RUNBOOK, "pol-901.md": dangling})
-    fixtures = _golden(tmp_path / "golden", name, """\
+    pack = temp_pack(
+        Engine(base_config, ROOT),
+        name,
+        tmp_path / "corpus",
+        {"pol-900.md": POLICY, "rb-77.md": RUNBOOK, "pol-901.md": dangling},
+    )
+    fixtures = _golden(
+        tmp_path / "golden",
+        name,
+        """\
   - {id: q1, question: "How fast must a lost laptop be reported?", gold: [pol-900#lost-devices], role: employee}
   - {id: q2, question: "Where is the moon policy?", gold: [pol-900#the-moon], role: employee}
   - {id: q3, question: "Is the laptop encrypted?", gold: [], role: employee, insufficient_evidence: false}
   - {id: q4, question: "What is the tax rate?", gold: [], role: employee, insufficient_evidence: true}
   - {id: q5, question: "Lost laptops?", gold: [pol-900#lost-devices], role: public}
-""")
+""",
+    )
     entry = pack.entry.model_copy(update={"fixtures": str(fixtures)})
     report = lint_packs(_only(base_config, entry), ROOT)
     errors = {(f.code, f.where) for f in report.findings if f.severity == "error"}
@@ -99,8 +107,15 @@ def test_golden_anchor_that_does_not_exist(base_config: EngineConfig, tmp_path: 
     assert "FAIL (3 errors, 1 warnings)" in render_text(report)
 
 
-def _tiny_pack(base_config: EngineConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, text: str,
-               extra_import: str = "", **update: object) -> EngineConfig:
+def _tiny_pack(
+    base_config: EngineConfig,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    text: str,
+    extra_import: str = "",
+    **update: object,
+) -> EngineConfig:
     module = f"lint_tiny_{uuid.uuid4().hex[:8]}"
     (tmp_path / f"{module}.py").write_text(TINY_PACK.format(extra=extra_import), encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -108,51 +123,72 @@ def _tiny_pack(base_config: EngineConfig, tmp_path: Path, monkeypatch: pytest.Mo
     corpus.mkdir()
     (corpus / "handbook.md").write_text(text, encoding="utf-8")
     fixtures = _golden(tmp_path / "golden", module, "  - {id: q1, question: 'Scope?', gold: [handbook#Scope]}\n")
-    entry = base_config.pack("company_x_kb").model_copy(update={
-        "name": module, "module": module, "corpus": str(corpus), "fixtures": str(fixtures), **update})
+    entry = base_config.pack("company_x_kb").model_copy(
+        update={"name": module, "module": module, "corpus": str(corpus), "fixtures": str(fixtures), **update}
+    )
     return _only(base_config, entry)
 
 
 def test_duplicate_local_id(base_config: EngineConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    cfg = _tiny_pack(base_config, tmp_path, monkeypatch,
-                     text="# Handbook\n## Scope\nAll staff.\n## Part 4/Schedule 1\nFees.\n## Scope\nAgain.\n")
+    cfg = _tiny_pack(
+        base_config,
+        tmp_path,
+        monkeypatch,
+        text="# Handbook\n## Scope\nAll staff.\n## Part 4/Schedule 1\nFees.\n## Scope\nAgain.\n",
+    )
     report = lint_packs(cfg, ROOT)
     assert [(f.code, f.where) for f in report.findings] == [("duplicate_local_id", "handbook#Scope")]
     assert report.exit_code == 1 and report.packs[0].chunks == 3
 
 
-def test_pack_module_importing_something_else(base_config: EngineConfig, tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    cfg = _tiny_pack(base_config, tmp_path, monkeypatch, text="# Handbook\n## Scope\nAll staff.\n",
-                     extra_import="import neo4j\nfrom rag_engine import yaml_safe\n"
-                                  "from rag_engine.config import PackEntry")
+def test_pack_module_importing_something_else(
+    base_config: EngineConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = _tiny_pack(
+        base_config,
+        tmp_path,
+        monkeypatch,
+        text="# Handbook\n## Scope\nAll staff.\n",
+        extra_import="import neo4j\nfrom rag_engine import yaml_safe\nfrom rag_engine.config import PackEntry",
+    )
     report = lint_packs(cfg, ROOT)
     forbidden = [f for f in report.findings if f.code == "forbidden_import"]
     assert [f.message.split(";")[0] for f in forbidden] == [
-        "imports neo4j", "imports rag_engine.yaml_safe", "imports rag_engine.config"]
+        "imports neo4j",
+        "imports rag_engine.yaml_safe",
+        "imports rag_engine.config",
+    ]
     assert all(f.severity == "error" and f.where.split(":")[1] in {"2", "3", "4"} for f in forbidden)
     assert _codes(report) == {"forbidden_import"} and report.exit_code == 1
 
 
-def test_extraction_needs_declared_types(base_config: EngineConfig, tmp_path: Path,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_extraction_needs_declared_types(
+    base_config: EngineConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     manifest = (ROOT / "packs/company_x_kb/manifest.yaml").read_text(encoding="utf-8")
     path = tmp_path / "manifest.yaml"
-    path.write_text(manifest.replace("relationship_types: [owns, approves, escalates_to, depends_on, supersedes, "
-                                     "applies_to]", "relationship_types: []"), encoding="utf-8")
+    path.write_text(
+        manifest.replace(
+            "relationship_types: [owns, approves, escalates_to, depends_on, supersedes, applies_to]",
+            "relationship_types: []",
+        ),
+        encoding="utf-8",
+    )
     cfg = _tiny_pack(base_config, tmp_path, monkeypatch, text="# Handbook\n## Scope\nAll staff.\n", manifest=str(path))
     assert _codes(lint_packs(cfg, ROOT)) == {"extraction_types"}
     off = cfg.model_copy(update={"packs": (cfg.packs[0].model_copy(update={"extraction": False}),)})
     assert lint_packs(off, ROOT).findings == ()
 
 
-def test_collection_no_role_reads_is_a_warning(base_config: EngineConfig, tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_collection_no_role_reads_is_a_warning(
+    base_config: EngineConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cfg = _tiny_pack(base_config, tmp_path, monkeypatch, text="# Handbook\n## Scope\nAll staff.\n")
     cfg = cfg.model_copy(update={"roles": {"public": ("kb_public",)}})
     report = lint_packs(cfg, ROOT)
     assert [(f.severity, f.code, f.where) for f in report.findings] == [
-        ("warning", "unreadable_collection", "kb_internal")]
+        ("warning", "unreadable_collection", "kb_internal")
+    ]
     assert report.exit_code == 0
 
 

@@ -40,8 +40,7 @@ def test_seed_comparison_json(seed_world):
     assert top["anchor"] == "secrets#storage"
     assert top["path_score"] == pytest.approx(seed_comparison.TARGET_EDGE)  # one hop, no bonus
     neg = out["negative_control"]
-    assert neg == {**neg, "confidence": 0.2, "retrieval_eligible": False, "stored": True,
-                   "retrieved_via_graph": False}
+    assert neg == {**neg, "confidence": 0.2, "retrieval_eligible": False, "stored": True, "retrieved_via_graph": False}
 
 
 def _plan(engine: Engine, pack, question: str, **planner):
@@ -49,15 +48,21 @@ def _plan(engine: Engine, pack, question: str, **planner):
     return plan(engine.driver, engine.database, question, [pack], cfg, engine.cfg.traversal, ("kb_internal",))
 
 
-@pytest.mark.parametrize("question, overrides, reason", [
-    ("Project Falcon?", {}, "simple_question"),
-    ("What is the travel expense limit for contractors?", {}, "missing_graph_entities"),
-    ("Does Project Falcon use the Vault cluster or the Holiday calendar?", {"max_ambiguous_matches": 2},
-     "ambiguous_entity_match"),
-    ("Tell me about the Project Falcon rebuild timeline", {}, "single_entity_query"),
-    ("Which team does the Holiday calendar depend on?", {}, "low_confidence_match"),
-    ("Which system does Project Falcon depend on?", {}, "traverse"),
-])
+@pytest.mark.parametrize(
+    ("question", "overrides", "reason"),
+    [
+        ("Project Falcon?", {}, "simple_question"),
+        ("What is the travel expense limit for contractors?", {}, "missing_graph_entities"),
+        (
+            "Does Project Falcon use the Vault cluster or the Holiday calendar?",
+            {"max_ambiguous_matches": 2},
+            "ambiguous_entity_match",
+        ),
+        ("Tell me about the Project Falcon rebuild timeline", {}, "single_entity_query"),
+        ("Which team does the Holiday calendar depend on?", {}, "low_confidence_match"),
+        ("Which system does Project Falcon depend on?", {}, "traverse"),
+    ],
+)
 def test_planner_reasons(seed_world, question, overrides, reason):
     engine, pack, _ = seed_world
     decision = _plan(engine, pack, question, **overrides)
@@ -67,8 +72,9 @@ def test_planner_reasons(seed_world, question, overrides, reason):
 
 def test_planner_reason_is_in_the_query_trace(seed_world):
     engine, pack, _ = seed_world
-    eng = Engine(engine.cfg.model_copy(update={"roles": {"employee": ("kb_internal",)}}), engine.root, engine.env,
-                 packs=[pack])
+    eng = Engine(
+        engine.cfg.model_copy(update={"roles": {"employee": ("kb_internal",)}}), engine.root, engine.env, packs=[pack]
+    )
     try:
         result = retrieve(eng, "Tell me about the Project Falcon rebuild timeline", "employee")
     finally:
@@ -81,17 +87,21 @@ def test_planner_reason_is_in_the_query_trace(seed_world):
 def test_relationship_bonus_is_added_to_the_path_score(seed_world):
     engine, _, _ = seed_world
     rows, _, _ = engine.driver.execute_query(
-        "MATCH (e:Entity {normalized_name: 'project falcon', pack: $p}) RETURN e.entity_id AS id",
-        p=seed_world[1].name)
+        "MATCH (e:Entity {normalized_name: 'project falcon', pack: $p}) RETURN e.entity_id AS id", p=seed_world[1].name
+    )
     cfg = engine.cfg.traversal.model_copy(update={"relationship_bonus": {"depends_on": 0.1}})
     paths = traverse(engine.driver, engine.database, [(rows[0]["id"], "Project Falcon")], cfg, ("kb_internal",))
     best = paths[0]
     assert best.hops[0].type == "depends_on"
     assert best.path_score == pytest.approx(0.83 / 1 + 0.1)
     two_hop = [p for p in paths if len(p.hops) == 2]
-    assert two_hop and all(p.path_score == pytest.approx(
-        sum(h.confidence for h in p.hops) / 2 / 2 + sum(0.1 if h.type == "depends_on" else 0 for h in p.hops) / 2)
-        for p in two_hop)
+    assert two_hop and all(
+        p.path_score
+        == pytest.approx(
+            sum(h.confidence for h in p.hops) / 2 / 2 + sum(0.1 if h.type == "depends_on" else 0 for h in p.hops) / 2
+        )
+        for p in two_hop
+    )
     assert score_path(best.hops, {})[2] == pytest.approx(0.83)
 
 
@@ -99,34 +109,80 @@ def test_dense_graph_never_exceeds_the_caps(engine, unique, tmp_path):
     sections = "\n".join(f"## Part {i}\nThe hub service talks to spoke {i}.\n" for i in range(12))
     pack = temp_pack(engine, unique, tmp_path / "corpus", {"hub.md": f"---\nid: POL-990\n---\n# Hub\n{sections}"})
     ingest_pack(engine, pack, extract=False)
-    rows, _, _ = engine.driver.execute_query("MATCH (c:Chunk {pack: $p}) RETURN c.chunk_id AS id, c.doc_version AS v "
-                                             "ORDER BY id", p=unique)
+    rows, _, _ = engine.driver.execute_query(
+        "MATCH (c:Chunk {pack: $p}) RETURN c.chunk_id AS id, c.doc_version AS v ORDER BY id", p=unique
+    )
     chunk_ids = [r["id"] for r in rows]
     resolver = EntityResolver(unique, {})
     hub = resolver.entity_id("hub service")
 
     def prov(chunk_id, conf):
-        return {"doc_id": "hub", "chunk_id": chunk_id, "doc_version": rows[0]["v"], "confidence_bucket": "high",
-                "extraction_run_id": "dense", "model": "fixture", "prompt_hash": "p",
-                "source_type": "llm_inferred_graph"}
+        return {
+            "doc_id": "hub",
+            "chunk_id": chunk_id,
+            "doc_version": rows[0]["v"],
+            "confidence_bucket": "high",
+            "extraction_run_id": "dense",
+            "model": "fixture",
+            "prompt_hash": "p",
+            "source_type": "llm_inferred_graph",
+        }
 
     records = []
     for i in range(300):  # 300 eligible edges from one hub, and each spoke links on to another
         chunk_id = chunk_ids[i % len(chunk_ids)]
         spoke = resolver.entity_id(f"spoke {i}")
         far = resolver.entity_id(f"far {i}")
-        records.append({"entities": [
-            {"entity_id": hub, "name": "hub service", "normalized_name": "hub service", "type": "system",
-             "description": "", "provenance": prov(chunk_id, 1.0)},
-            {"entity_id": spoke, "name": f"spoke {i}", "normalized_name": f"spoke {i}", "type": "system",
-             "description": "", "provenance": prov(chunk_id, 1.0)},
-            {"entity_id": far, "name": f"far {i}", "normalized_name": f"far {i}", "type": "system",
-             "description": "", "provenance": prov(chunk_id, 1.0)}],
-            "relationships": [
-                {"source_id": hub, "target_id": spoke, "type": "depends_on", "description": "",
-                 "confidence": 0.6 + (i % 40) / 100, "retrieval_eligible": True, "provenance": prov(chunk_id, 0.9)},
-                {"source_id": spoke, "target_id": far, "type": "depends_on", "description": "",
-                 "confidence": 0.9, "retrieval_eligible": True, "provenance": prov(chunk_id, 0.9)}]})
+        records.append(
+            {
+                "entities": [
+                    {
+                        "entity_id": hub,
+                        "name": "hub service",
+                        "normalized_name": "hub service",
+                        "type": "system",
+                        "description": "",
+                        "provenance": prov(chunk_id, 1.0),
+                    },
+                    {
+                        "entity_id": spoke,
+                        "name": f"spoke {i}",
+                        "normalized_name": f"spoke {i}",
+                        "type": "system",
+                        "description": "",
+                        "provenance": prov(chunk_id, 1.0),
+                    },
+                    {
+                        "entity_id": far,
+                        "name": f"far {i}",
+                        "normalized_name": f"far {i}",
+                        "type": "system",
+                        "description": "",
+                        "provenance": prov(chunk_id, 1.0),
+                    },
+                ],
+                "relationships": [
+                    {
+                        "source_id": hub,
+                        "target_id": spoke,
+                        "type": "depends_on",
+                        "description": "",
+                        "confidence": 0.6 + (i % 40) / 100,
+                        "retrieval_eligible": True,
+                        "provenance": prov(chunk_id, 0.9),
+                    },
+                    {
+                        "source_id": spoke,
+                        "target_id": far,
+                        "type": "depends_on",
+                        "description": "",
+                        "confidence": 0.9,
+                        "retrieval_eligible": True,
+                        "provenance": prov(chunk_id, 0.9),
+                    },
+                ],
+            }
+        )
     writer.write_inferred(engine.driver, engine.database, pack=unique, doc_id="hub", records=records)
     cfg = engine.cfg.traversal.model_copy(update={"max_paths": 7, "per_seed_limit": 3, "max_candidates": 2})
     paths = traverse(engine.driver, engine.database, [(hub, "hub service")], cfg, ("kb_internal",))
@@ -150,15 +206,22 @@ def test_graph_path_never_crosses_into_a_forbidden_collection(seed_world):
     engine, pack, _ = seed_world
     question = "Which system does Project Falcon depend on?"
     assert _plan(engine, pack, question).reason == "traverse"
-    public = plan(engine.driver, engine.database, question, [pack], engine.cfg.planner, engine.cfg.traversal,
-                  ("kb_public",))
+    public = plan(
+        engine.driver, engine.database, question, [pack], engine.cfg.planner, engine.cfg.traversal, ("kb_public",)
+    )
     assert public.reason == "missing_graph_entities" and not public.seeds
     rows, _, _ = engine.driver.execute_query(
-        "MATCH (e:Entity {normalized_name: 'project falcon', pack: $p}) RETURN e.entity_id AS id", p=pack.name)
-    assert traverse(engine.driver, engine.database, [(rows[0]["id"], "Project Falcon")], engine.cfg.traversal,
-                    ("kb_public",)) == []
-    eng = Engine(engine.cfg.model_copy(update={"roles": {"outsider": ("kb_public",)}}), engine.root, engine.env,
-                 packs=[pack])
+        "MATCH (e:Entity {normalized_name: 'project falcon', pack: $p}) RETURN e.entity_id AS id", p=pack.name
+    )
+    assert (
+        traverse(
+            engine.driver, engine.database, [(rows[0]["id"], "Project Falcon")], engine.cfg.traversal, ("kb_public",)
+        )
+        == []
+    )
+    eng = Engine(
+        engine.cfg.model_copy(update={"roles": {"outsider": ("kb_public",)}}), engine.root, engine.env, packs=[pack]
+    )
     try:
         result = retrieve(eng, question, "outsider")
     finally:

@@ -40,8 +40,12 @@ def test_relational_question_traverses_and_shows_paths(ingested_engine):
 
 
 def test_exact_reference_stays_above_graph_candidates(ingested_engine):
-    out = run_query(ingested_engine, "Which supervisory authority supervises the controller under Article 55(1)?",
-                    "legal_analyst", generate=False)
+    out = run_query(
+        ingested_engine,
+        "Which supervisory authority supervises the controller under Article 55(1)?",
+        "legal_analyst",
+        generate=False,
+    )
     # not a lookup (more than the reference is asked), so the exact hit is one fused leg: near
     # the top, and never below a graph candidate
     top = [c.anchor for c in out.retrieval.candidates[:3] if c.exact]
@@ -58,12 +62,20 @@ def test_feedback_is_stored_and_changes_no_fact(ingested_engine):
     def facts():
         rows, _, _ = ingested_engine.driver.execute_query(
             "MATCH ()-[r:RELATED]->() WITH count(r) AS rel MATCH ()-[e:REFERENCES]->() "
-            "WITH rel, count(e) AS refs MATCH (c:Chunk {active: true}) RETURN rel, refs, count(c) AS chunks")
+            "WITH rel, count(e) AS refs MATCH (c:Chunk {active: true}) RETURN rel, refs, count(c) AS chunks"
+        )
         return dict(rows[0])
 
     before = facts()
-    obs = record_feedback(ingested_engine.driver, ingested_engine.database, path=cand.path, verdict="harmful",
-                          note="wrong authority", actor="reviewer@example.org", query=RELATIONAL)
+    obs = record_feedback(
+        ingested_engine.driver,
+        ingested_engine.database,
+        path=cand.path,
+        verdict="harmful",
+        note="wrong authority",
+        actor="reviewer@example.org",
+        query=RELATIONAL,
+    )
     assert obs.verdict == "harmful"
     assert facts() == before
     again = run_query(ingested_engine, RELATIONAL, "legal_analyst", generate=False)

@@ -30,7 +30,9 @@ def test_shipped_config_passes(base_config):
     assert reg.generation.name == "demo-chat"
     # the default embedder is e5 on the local server; its identity carries the query/passage scheme
     assert reg.embedding.identity == "local_embed/multilingual-e5-small-q4:384;input_type=query|passage"
-    fallback = _with(base_config, defaults=base_config.defaults.model_copy(update={"embedding_model": "hash-embed-384"}))
+    fallback = _with(
+        base_config, defaults=base_config.defaults.model_copy(update={"embedding_model": "hash-embed-384"})
+    )
     assert ProviderRegistry(fallback, env={}).embedding.identity == "local_hash/feature-hash-v1:384"
 
 
@@ -51,8 +53,9 @@ def test_local_provider_without_endpoint(base_config):
 
 
 def test_unknown_provider_reference(base_config):
-    models = tuple(m.model_copy(update={"provider": "ghost"}) if m.name == "local-chat" else m
-                   for m in base_config.models)
+    models = tuple(
+        m.model_copy(update={"provider": "ghost"}) if m.name == "local-chat" else m for m in base_config.models
+    )
     with pytest.raises(UnknownProviderReference, match="ghost"):
         ProviderRegistry(_with(base_config, models=models), env={})
 

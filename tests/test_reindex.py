@@ -30,13 +30,32 @@ QUESTION = "How fast must a lost laptop be reported?"
 
 def _engine(cfg: EngineConfig, tmp_path: Path, embedder: str) -> Engine:
     cfg = with_artifacts(cfg, tmp_path / "artifacts")
-    storage = cfg.storage.model_copy(update={"artifacts_dir": str(tmp_path / "artifacts"),
-                                             "embedding_cache": str(tmp_path / "embedding_cache.sqlite")})
-    models = cfg.models + (ModelConfig(name="hash-embed-256", provider="local_hash", role="embedding",
-                                       served_model="feature-hash-v1", dimension=256, context_limit=100000,
-                                       capabilities=("embeddings",), batch_size=2),)
-    cfg = cfg.model_copy(update={"storage": storage, "models": models,
-                                 "defaults": cfg.defaults.model_copy(update={"embedding_model": embedder})})
+    storage = cfg.storage.model_copy(
+        update={
+            "artifacts_dir": str(tmp_path / "artifacts"),
+            "embedding_cache": str(tmp_path / "embedding_cache.sqlite"),
+        }
+    )
+    models = (
+        *cfg.models,
+        ModelConfig(
+            name="hash-embed-256",
+            provider="local_hash",
+            role="embedding",
+            served_model="feature-hash-v1",
+            dimension=256,
+            context_limit=100000,
+            capabilities=("embeddings",),
+            batch_size=2,
+        ),
+    )
+    cfg = cfg.model_copy(
+        update={
+            "storage": storage,
+            "models": models,
+            "defaults": cfg.defaults.model_copy(update={"embedding_model": embedder}),
+        }
+    )
     env = {"NEO4J_URI": _neo4j_uri(), "RAG_LEDGER_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}", **_embed_env()}
     return Engine(cfg, ROOT, env)
 
@@ -77,7 +96,7 @@ def test_blue_green_reindex_serves_throughout_and_resumes(base_config, tmp_path,
             while not stop.is_set():
                 try:
                     answers.append(_dense_hits(a))
-                except BaseException as exc:  # noqa: BLE001 - recorded and asserted below
+                except BaseException as exc:
                     errors.append(exc)
                     return
 
@@ -118,8 +137,9 @@ def test_blue_green_reindex_serves_throughout_and_resumes(base_config, tmp_path,
     assert schema.current_embedder(a.driver, a.database)["identity"] == a.embedder_identity
     assert _dense_hits(a) > 0
     assert reindex_info(a) == {"embedder_identity": a.embedder_identity, "complete": True}
-    left = neo4j_driver.execute_query(f"MATCH (c:Chunk) WHERE c.{done.property} IS NOT NULL RETURN count(c) AS n",
-                                      database_=a.database).records[0]["n"]
+    left = neo4j_driver.execute_query(
+        f"MATCH (c:Chunk) WHERE c.{done.property} IS NOT NULL RETURN count(c) AS n", database_=a.database
+    ).records[0]["n"]
     assert left == 0
     assert run_reindex(a).status == "already_active"
     a.close()

@@ -64,8 +64,12 @@ def test_semantic_question_finds_the_article(ingested_engine):
 
 
 def test_reference_expansion_adds_cited_chunks(ingested_engine):
-    result = retrieve(ingested_engine, "restrictions of the rights of data subjects by Union or Member State law",
-                      "legal_analyst", k=5)
+    result = retrieve(
+        ingested_engine,
+        "restrictions of the rights of data subjects by Union or Member State law",
+        "legal_analyst",
+        k=5,
+    )
     expanded = result.expansions
     assert expanded, [c.anchor for c in result.candidates]
     assert all(c.via and "<-" in c.via and c.sources == ("reference",) for c in expanded)
@@ -89,8 +93,7 @@ def test_query_with_another_embedder_demands_reindex(ingested_engine, tmp_path):
 def test_query_path_sessions_are_read_only(ingested_engine):
     with pytest.raises(neo4j.exceptions.ClientError):
         store_reads.read(ingested_engine.driver, ingested_engine.database, "CREATE (:Intruder {x: 1})")
-    rows = store_reads.read(ingested_engine.driver, ingested_engine.database,
-                            "MATCH (n:Intruder) RETURN count(n) AS n")
+    rows = store_reads.read(ingested_engine.driver, ingested_engine.database, "MATCH (n:Intruder) RETURN count(n) AS n")
     assert rows == [{"n": 0}]
 
 
@@ -119,11 +122,14 @@ def test_small_collection_still_gets_k_dense_hits(ingested_engine):
     vec = ingested_engine.embed_texts(["right to erasure of personal data"], purpose="test")[0]
     rows = store_reads.vector(ingested_engine.driver, ingested_engine.database, vec, ("kb_public",), 20)
     total, _, _ = ingested_engine.driver.execute_query(
-        "MATCH (c:Chunk {active: true, collection: 'kb_public'}) RETURN count(c) AS n")
+        "MATCH (c:Chunk {active: true, collection: 'kb_public'}) RETURN count(c) AS n"
+    )
     assert len(rows) == min(20, total[0]["n"]) and all(r["collection"] == "kb_public" for r in rows)
 
 
-@pytest.mark.parametrize("question", ["Is it?", "???", "AND [", "Что такое персональные данные?", "個人データとは何ですか"])
+@pytest.mark.parametrize(
+    "question", ["Is it?", "???", "AND [", "Что такое персональные данные?", "個人データとは何ですか"]
+)
 def test_questions_without_indexable_words_skip_the_dense_leg(ingested_engine, question):
     result = retrieve(ingested_engine, question, "legal_analyst")
     dense = next(s for s in result.trace if s["step"] == "dense")

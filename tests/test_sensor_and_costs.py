@@ -46,7 +46,9 @@ def test_sensor_adds_versions_requests_one_run_and_supersedes(variant, unique, t
     cont = _evaluate(defs, instance, unique)
     (req,) = cont.run_requests
     assert set(req.asset_selection) == {dg.AssetKey([unique, "llm_extraction"]), dg.AssetKey([unique, "graph_writes"])}
-    assert req.tags["dagster/asset_partition_range_start"] == policy_key == req.tags["dagster/asset_partition_range_end"]
+    assert (
+        req.tags["dagster/asset_partition_range_start"] == policy_key == req.tags["dagster/asset_partition_range_end"]
+    )
     engine.artifacts.write(unique, policy_key, "llm_extraction_status", {"skipped": 0, "failed": 0})
     assert isinstance(_evaluate(defs, instance, unique), dg.SkipReason)
 
@@ -62,11 +64,33 @@ def test_usage_costs_asset_summarises_the_ledger():
     defs = build_definitions()
     engine = defs.resources["rag"].engine()
     before = len(engine.ledger.records())
-    engine.ledger.record(UsageRecord(run_id="costs-test", purpose="test", provider="openai", requested_model="m",
-                                     reported_model="m-1", input_tokens=1000, cached_input_tokens=200,
-                                     output_tokens=100, status="ok", pricing_version="v", cost=Decimal("0.0015")))
-    engine.ledger.record(UsageRecord(run_id="costs-test", purpose="test", provider="local", requested_model="x",
-                                     input_tokens=10, output_tokens=1, status="ok", cost=None))
+    engine.ledger.record(
+        UsageRecord(
+            run_id="costs-test",
+            purpose="test",
+            provider="openai",
+            requested_model="m",
+            reported_model="m-1",
+            input_tokens=1000,
+            cached_input_tokens=200,
+            output_tokens=100,
+            status="ok",
+            pricing_version="v",
+            cost=Decimal("0.0015"),
+        )
+    )
+    engine.ledger.record(
+        UsageRecord(
+            run_id="costs-test",
+            purpose="test",
+            provider="local",
+            requested_model="x",
+            input_tokens=10,
+            output_tokens=1,
+            status="ok",
+            cost=None,
+        )
+    )
     result = dg.materialize([defs.resolve_assets_def("usage_costs")])
     meta = result.asset_materializations_for_node("usage_costs")[0].metadata
     assert meta["calls"].value == before + 2

@@ -44,17 +44,22 @@ def test_rule_changes_mark_exactly_the_right_assets_stale(variant, unique):
     # another extraction model: re-extraction only
     def other_model(text: str) -> str:
         text = text.replace("  extraction_model: demo-chat", "  extraction_model: local-chat")
-        return text.replace("    kind: openai_compatible\n    hosted: false\n    enabled: false",
-                            "    kind: openai_compatible\n    hosted: false\n    enabled: true")
+        return text.replace(
+            "    kind: openai_compatible\n    hosted: false\n    enabled: false",
+            "    kind: openai_compatible\n    hosted: false\n    enabled: true",
+        )
 
     model = build_definitions(variant("model", edit=other_model))
     assert _stale(model, instance, unique, keys) == {"llm_extraction"}
 
     # traversal policy / target resolution: graph rebuild only
-    traversal = build_definitions(variant("traversal", edit=lambda s: s.replace('policy_version: "1"', 'policy_version: "2"')))
+    traversal = build_definitions(
+        variant("traversal", edit=lambda s: s.replace('policy_version: "1"', 'policy_version: "2"'))
+    )
     assert _stale(traversal, instance, unique, keys) == {"graph_writes"}
-    target = build_definitions(variant("target", edit=lambda s: s.replace('target_resolution_version: "1"',
-                                                                          'target_resolution_version: "2"')))
+    target = build_definitions(
+        variant("target", edit=lambda s: s.replace('target_resolution_version: "1"', 'target_resolution_version: "2"'))
+    )
     assert _stale(target, instance, unique, keys) == {"graph_writes"}
 
     # embedder identity: the chunk index only (a full re-index)
@@ -62,10 +67,11 @@ def test_rule_changes_mark_exactly_the_right_assets_stale(variant, unique):
     assert _stale(embedder, instance, unique, keys) == {"chunk_index"}
 
     # re-extracting under the bumped rules propagates: the index and graph built on it go stale
-    job = bumped.resolve_implicit_global_asset_job_def().get_subset(
-        asset_selection={dg.AssetKey([unique, "chunks"])})
-    rerun = job.execute_in_process(instance=instance, tags={"dagster/asset_partition_range_start": keys[0],
-                                                            "dagster/asset_partition_range_end": keys[-1]})
+    job = bumped.resolve_implicit_global_asset_job_def().get_subset(asset_selection={dg.AssetKey([unique, "chunks"])})
+    rerun = job.execute_in_process(
+        instance=instance,
+        tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]},
+    )
     assert rerun.success
     assert _stale(bumped, instance, unique, keys) == {"references", "llm_extraction", "chunk_index"}
 

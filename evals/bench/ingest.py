@@ -18,12 +18,17 @@ from rag_engine.graph import schema, writer
 
 def _cleanup(engine: Engine, pack: str) -> None:
     with engine.driver.session(database=engine.database) as session:  # IN TRANSACTIONS needs an implicit tx
-        session.run("MATCH (n) WHERE (n:Chunk OR n:Document) AND n.pack = $pack "
-                    "CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 2000 ROWS", pack=pack).consume()
-    engine.driver.execute_query("MATCH (v:DocumentVersion) WHERE v.key STARTS WITH $p DETACH DELETE v",
-                                p=pack + ":", database_=engine.database)
-    engine.driver.execute_query("MATCH (k:RefKey) WHERE k.key STARTS WITH $p DETACH DELETE k",
-                                p=pack + "|", database_=engine.database)
+        session.run(
+            "MATCH (n) WHERE (n:Chunk OR n:Document) AND n.pack = $pack "
+            "CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 2000 ROWS",
+            pack=pack,
+        ).consume()
+    engine.driver.execute_query(
+        "MATCH (v:DocumentVersion) WHERE v.key STARTS WITH $p DETACH DELETE v", p=pack + ":", database_=engine.database
+    )
+    engine.driver.execute_query(
+        "MATCH (k:RefKey) WHERE k.key STARTS WITH $p DETACH DELETE k", p=pack + "|", database_=engine.database
+    )
 
 
 def main() -> None:
@@ -49,16 +54,34 @@ def main() -> None:
             for d, chunks in chunked:
                 if mode == "batched":
                     writer.write_document_version(
-                        engine.driver, engine.database, pack=bench_pack, doc_id=d.doc_id, version=d.version,
-                        title=d.title, collection=d.collection, content_hash=d.version, source_path=d.source_path,
-                        chunks=chunks, batch_size=engine.cfg.storage.neo4j.write_batch_size)
+                        engine.driver,
+                        engine.database,
+                        pack=bench_pack,
+                        doc_id=d.doc_id,
+                        version=d.version,
+                        title=d.title,
+                        collection=d.collection,
+                        content_hash=d.version,
+                        source_path=d.source_path,
+                        chunks=chunks,
+                        batch_size=engine.cfg.storage.neo4j.write_batch_size,
+                    )
                 else:
                     writer.write_document_version(  # the version node alone, then one transaction per chunk
-                        engine.driver, engine.database, pack=bench_pack, doc_id=d.doc_id, version=d.version,
-                        title=d.title, collection=d.collection, content_hash=d.version, source_path=d.source_path,
-                        chunks=[])
-                    writer.write_chunks_per_row(engine.driver, engine.database, pack=bench_pack,
-                                                key=f"{d.doc_id}--{d.version}", chunks=chunks)
+                        engine.driver,
+                        engine.database,
+                        pack=bench_pack,
+                        doc_id=d.doc_id,
+                        version=d.version,
+                        title=d.title,
+                        collection=d.collection,
+                        content_hash=d.version,
+                        source_path=d.source_path,
+                        chunks=[],
+                    )
+                    writer.write_chunks_per_row(
+                        engine.driver, engine.database, pack=bench_pack, key=f"{d.doc_id}--{d.version}", chunks=chunks
+                    )
             rates[mode].append(total / (time.perf_counter() - started))
             _cleanup(engine, bench_pack)
     b, p = statistics.median(rates["batched"]), statistics.median(rates["per_row"])

@@ -43,19 +43,42 @@ def grow(engine: Engine, pack: str, pool: list[str], start: int, stop: int, rng:
     """Add chunks start..stop (in documents of DOC_CHUNKS); returns seconds spent writing."""
     spent = 0.0
     for first in range(start, stop, DOC_CHUNKS):
-        doc = SourceDocument(pack=pack, doc_id=f"bench-{first // DOC_CHUNKS:05d}", version="v1", title="bench",
-                             text="", collection="legal_public", language="en", source_path="synthetic")
-        chunks = [make_chunk(doc, i, f"c{first + i}", f"Synthetic {first + i}",
-                             " ".join(rng.sample(pool, rng.randint(2, 4))))
-                  for i in range(min(DOC_CHUNKS, stop - first))]
+        doc = SourceDocument(
+            pack=pack,
+            doc_id=f"bench-{first // DOC_CHUNKS:05d}",
+            version="v1",
+            title="bench",
+            text="",
+            collection="legal_public",
+            language="en",
+            source_path="synthetic",
+        )
+        chunks = [
+            make_chunk(doc, i, f"c{first + i}", f"Synthetic {first + i}", " ".join(rng.sample(pool, rng.randint(2, 4))))
+            for i in range(min(DOC_CHUNKS, stop - first))
+        ]
         vectors = engine.embed_texts([f"{c.heading}\n{c.text}" for c in chunks], purpose="bench")
         t0 = time.perf_counter()
-        writer.write_document_version(engine.driver, engine.database, pack=pack, doc_id=doc.doc_id, version="v1",
-                                      title="bench", collection="legal_public", content_hash="bench",
-                                      source_path="synthetic", chunks=chunks, batch_size=1000)
-        writer.write_embeddings(engine.driver, engine.database, identity=engine.embedder_identity,
-                                rows=[{"chunk_id": c.chunk_id, "embedding": v} for c, v in zip(chunks, vectors)],
-                                batch_size=1000)
+        writer.write_document_version(
+            engine.driver,
+            engine.database,
+            pack=pack,
+            doc_id=doc.doc_id,
+            version="v1",
+            title="bench",
+            collection="legal_public",
+            content_hash="bench",
+            source_path="synthetic",
+            chunks=chunks,
+            batch_size=1000,
+        )
+        writer.write_embeddings(
+            engine.driver,
+            engine.database,
+            identity=engine.embedder_identity,
+            rows=[{"chunk_id": c.chunk_id, "embedding": v} for c, v in zip(chunks, vectors, strict=False)],
+            batch_size=1000,
+        )
         writer.activate_version(engine.driver, engine.database, pack=pack, doc_id=doc.doc_id, version="v1")
         spent += time.perf_counter() - t0
     with engine.driver.session(database=engine.database) as s:
@@ -65,8 +88,11 @@ def grow(engine: Engine, pack: str, pool: list[str], start: int, stop: int, rng:
 
 def cleanup(engine: Engine, pack: str) -> None:
     with engine.driver.session(database=engine.database) as s:
-        s.run("MATCH (n) WHERE (n:Chunk OR n:Document) AND n.pack = $p "
-              "CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 5000 ROWS", p=pack).consume()
+        s.run(
+            "MATCH (n) WHERE (n:Chunk OR n:Document) AND n.pack = $p "
+            "CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 5000 ROWS",
+            p=pack,
+        ).consume()
         s.run("MATCH (v:DocumentVersion) WHERE v.key STARTS WITH $p DETACH DELETE v", p=pack + ":").consume()
 
 
@@ -86,8 +112,12 @@ def measure(engine: Engine, qs: list[str], repeat: int) -> dict[str, float]:
             t0 = time.perf_counter()
             retrieve(engine, q, "legal_analyst")
             times.append((time.perf_counter() - t0) * 1000)
-    return {"p50": float(np.percentile(times, 50)), "p95": float(np.percentile(times, 95)),
-            "mean": statistics.fmean(times), "n": len(times)}
+    return {
+        "p50": float(np.percentile(times, 50)),
+        "p95": float(np.percentile(times, 95)),
+        "mean": statistics.fmean(times),
+        "n": len(times),
+    }
 
 
 def main() -> None:
@@ -111,8 +141,11 @@ def main() -> None:
             have = size
             stats = measure(engine, qs, args.repeat)
             rows.append((size, stats, seconds))
-            print(f"{size:>7} synthetic chunks (+ corpus): p50 {stats['p50']:7.1f} ms  p95 {stats['p95']:7.1f} ms  "
-                  f"mean {stats['mean']:7.1f} ms  over {stats['n']} queries   (write {seconds:.1f}s)", flush=True)
+            print(
+                f"{size:>7} synthetic chunks (+ corpus): p50 {stats['p50']:7.1f} ms  p95 {stats['p95']:7.1f} ms  "
+                f"mean {stats['mean']:7.1f} ms  over {stats['n']} queries   (write {seconds:.1f}s)",
+                flush=True,
+            )
     finally:
         cleanup(engine, pack)
         engine.close()

@@ -35,14 +35,23 @@ MERGE (s)-[e:REFERENCES {normalized: r.normalized}]->(t)
 """
 
 
-def synthetic_corpus(docs: int, passages: int, cites: float = 0.5, seed: int = 7) -> list[tuple[SourceDocument, list[ChunkRecord],
-                                                                             list[ReferenceRecord]]]:
+def synthetic_corpus(
+    docs: int, passages: int, cites: float = 0.5, seed: int = 7
+) -> list[tuple[SourceDocument, list[ChunkRecord], list[ReferenceRecord]]]:
     rng = random.Random(seed)
     codes = [f"I{n:02d}" for n in range(docs)]
     out = []
     for code in codes:
-        doc = SourceDocument(pack="bench", doc_id=code.lower(), version="v1", title=code, text=code,
-                             collection="bench", language="en", source_path=f"{code}.md")
+        doc = SourceDocument(
+            pack="bench",
+            doc_id=code.lower(),
+            version="v1",
+            title=code,
+            text=code,
+            collection="bench",
+            language="en",
+            source_path=f"{code}.md",
+        )
         chunks, refs = [], []
         for i in range(passages):
             number = f"{1 + i // 50}.{1 + i % 50}"
@@ -53,8 +62,17 @@ def synthetic_corpus(docs: int, passages: int, cites: float = 0.5, seed: int = 7
             text = f"Passage {number} of {code}: see " + ", ".join(f"{c} Rule {n}" for c, n in cited)
             chunk = make_chunk(doc, i, number, f"{code} {number}", text, (f"{code.lower()}:{number}", number))
             chunks.append(chunk)
-            refs += [ReferenceRecord(source_chunk_id=chunk.chunk_id, ref_type="rule", raw=f"{c} Rule {n}",
-                                     normalized=f"{c.lower()}:{n}", start=0, end=1) for c, n in cited]
+            refs += [
+                ReferenceRecord(
+                    source_chunk_id=chunk.chunk_id,
+                    ref_type="rule",
+                    raw=f"{c} Rule {n}",
+                    normalized=f"{c.lower()}:{n}",
+                    start=0,
+                    end=1,
+                )
+                for c, n in cited
+            ]
         out.append((doc, chunks, refs))
     return out
 
@@ -67,13 +85,24 @@ def _run(engine: Engine, corpus: list, mode: str) -> dict[str, Any]:
         for doc, chunks, refs in corpus:
             doc = doc.model_copy(update={"pack": pack})
             chunks = [c.model_copy(update={"chunk_id": c.chunk_id.replace("bench:", f"{pack}:", 1)}) for c in chunks]
-            refs = [r.model_copy(update={"source_chunk_id": r.source_chunk_id.replace("bench:", f"{pack}:", 1)})
-                    for r in refs]
+            refs = [
+                r.model_copy(update={"source_chunk_id": r.source_chunk_id.replace("bench:", f"{pack}:", 1)})
+                for r in refs
+            ]
             key = f"{doc.doc_id}--{doc.version}"
             started = time.perf_counter()
-            writer.write_document_version(drv, db, pack=pack, doc_id=doc.doc_id, version=doc.version, title=doc.title,
-                                          collection=doc.collection, content_hash="x", source_path=doc.source_path,
-                                          chunks=chunks)
+            writer.write_document_version(
+                drv,
+                db,
+                pack=pack,
+                doc_id=doc.doc_id,
+                version=doc.version,
+                title=doc.title,
+                collection=doc.collection,
+                content_hash="x",
+                source_path=doc.source_path,
+                chunks=chunks,
+            )
             writer.activate_version(drv, db, pack=pack, doc_id=doc.doc_id, version=doc.version)
             times["chunks"] += time.perf_counter() - started
             started = time.perf_counter()
@@ -84,22 +113,30 @@ def _run(engine: Engine, corpus: list, mode: str) -> dict[str, Any]:
                 writer.resolve_references(drv, db, pack=pack, key=key, doc_id=doc.doc_id, resolution_version="1")
             else:
                 with drv.session(database=db) as session:
-                    session.execute_write(lambda tx: (tx.run(_OLD_DROP, pack=pack).consume(),
-                                                      tx.run(_OLD_RESOLVE, pack=pack,
-                                                             resolution_version="1").consume()))
+                    session.execute_write(
+                        lambda tx: (
+                            tx.run(_OLD_DROP, pack=pack).consume(),
+                            tx.run(_OLD_RESOLVE, pack=pack, resolution_version="1").consume(),
+                        )
+                    )
             times["resolution"] += time.perf_counter() - started
         edges = drv.execute_query(
             "MATCH (s:Chunk {pack: $pack})-[e:REFERENCES]->(t:Chunk) "
             "RETURN count(e) AS n, count(DISTINCT s.doc_id + '>' + t.doc_id) AS doc_pairs",
-            pack=pack, database_=db).records[0]
+            pack=pack,
+            database_=db,
+        ).records[0]
         return {**{k: round(v, 2) for k, v in times.items()}, "edges": edges["n"]}
     finally:
         _cleanup(engine, pack)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m evals.bench.resolution", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m evals.bench.resolution",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--docs", type=int, default=40)
     ap.add_argument("--passages", type=int, default=343)
     ap.add_argument("--cites", type=float, default=0.5, help="mean citations per passage")
@@ -114,18 +151,27 @@ def main(argv: list[str] | None = None) -> int:
         total = r["chunks"] + r["citations"] + r["resolution"]
         r["total"] = round(total, 2)
         r["resolution_share"] = round(r["resolution"] / total, 3) if total else 0.0
-    summary = {"documents": args.docs, "passages": args.docs * args.passages, **results,
-               "same_edges": results["incremental"]["edges"] == results["whole_pack"]["edges"],
-               "speedup_resolution": round(results["whole_pack"]["resolution"]
-                                           / max(results["incremental"]["resolution"], 1e-9), 1)}
+    summary = {
+        "documents": args.docs,
+        "passages": args.docs * args.passages,
+        **results,
+        "same_edges": results["incremental"]["edges"] == results["whole_pack"]["edges"],
+        "speedup_resolution": round(
+            results["whole_pack"]["resolution"] / max(results["incremental"]["resolution"], 1e-9), 1
+        ),
+    }
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
         print(f"{summary['passages']} passages in {args.docs} documents, one graph write per document")
-        print(f"{'mode':<12} {'chunks s':>9} {'cites s':>8} {'resolve s':>10} {'total s':>8} {'resolve share':>14} edges")
+        print(
+            f"{'mode':<12} {'chunks s':>9} {'cites s':>8} {'resolve s':>10} {'total s':>8} {'resolve share':>14} edges"
+        )
         for mode, r in results.items():
-            print(f"{mode:<12} {r['chunks']:>9} {r['citations']:>8} {r['resolution']:>10} {r['total']:>8} "
-                  f"{r['resolution_share']:>14.1%} {r['edges']}")
+            print(
+                f"{mode:<12} {r['chunks']:>9} {r['citations']:>8} {r['resolution']:>10} {r['total']:>8} "
+                f"{r['resolution_share']:>14.1%} {r['edges']}"
+            )
         print(f"resolution speed-up {summary['speedup_resolution']}x; same edges: {summary['same_edges']}")
     return 0 if summary["same_edges"] else 1
 

@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from evals.cassettes.heuristic_extractor import FIXTURE_SOURCE, heuristic_extraction
 from rag_engine.config import under_root
 from rag_engine.documents import discover, load_document
 from rag_engine.engine import Engine
@@ -29,8 +30,6 @@ from rag_engine.packs import ChunkRecord, DomainPack
 from rag_engine.providers.registry import ModelSpec
 from rag_engine.providers.replay import Cassette, generation_key
 from rag_engine.providers.results import TokenUsage
-
-from evals.cassettes.heuristic_extractor import FIXTURE_SOURCE, heuristic_extraction
 
 # Graph provenance records the reported model: it must say this is fixture data, not a model.
 REPORTED_MODEL = "fixture-heuristic-demo-extractor"
@@ -68,7 +67,9 @@ def chunk_key(engine: Engine, pack: DomainPack, chunk: ChunkRecord) -> str:
 
 def missing_chunks(engine: Engine, cassette: Cassette) -> list[str]:
     """Chunk ids of the current corpus that the cassette cannot answer."""
-    return [chunk.chunk_id for pack, chunk in iter_chunks(engine) if cassette.get(chunk_key(engine, pack, chunk)) is None]
+    return [
+        chunk.chunk_id for pack, chunk in iter_chunks(engine) if cassette.get(chunk_key(engine, pack, chunk)) is None
+    ]
 
 
 def _usage(messages: list[dict], answer: str, *, first_of_pack: bool) -> TokenUsage:
@@ -95,8 +96,13 @@ def build(engine: Engine, path: Path | None = None) -> dict:
         raw = heuristic_extraction(pack.name, pack.manifest, chunk)
         answer = raw.model_dump_json()
         cassette.put_generation(
-            spec.model.served_model, messages, answer, schema=RawExtraction, reported_model=REPORTED_MODEL,
-            usage=_usage(messages, answer, first_of_pack=pack.name != previous_pack), source=FIXTURE_SOURCE,
+            spec.model.served_model,
+            messages,
+            answer,
+            schema=RawExtraction,
+            reported_model=REPORTED_MODEL,
+            usage=_usage(messages, answer, first_of_pack=pack.name != previous_pack),
+            source=FIXTURE_SOURCE,
         )
         previous_pack = pack.name
         stats["entries"] += 1
@@ -110,30 +116,38 @@ def build(engine: Engine, path: Path | None = None) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true",
-                        help="only verify that every current chunk has an entry; exit 1 if not")
+    parser.add_argument(
+        "--check", action="store_true", help="only verify that every current chunk has an entry; exit 1 if not"
+    )
     args = parser.parse_args(argv)
     engine = Engine.from_path()
     path = cassette_path(engine)
     started = time.perf_counter()
     if args.check:
         if not path.is_file():
-            print(f"cassette {path.name} does not exist; build it with: python -m evals.cassettes.build_demo_cassette",
-                  file=sys.stderr)
+            print(
+                f"cassette {path.name} does not exist; build it with: python -m evals.cassettes.build_demo_cassette",
+                file=sys.stderr,
+            )
             return 1
         misses = missing_chunks(engine, Cassette(path))
         if misses:
-            print(f"cassette {path.name}: {len(misses)} current chunk(s) have no entry (e.g. {misses[0]}); "
-                  "rebuild with: python -m evals.cassettes.build_demo_cassette", file=sys.stderr)
+            print(
+                f"cassette {path.name}: {len(misses)} current chunk(s) have no entry (e.g. {misses[0]}); "
+                "rebuild with: python -m evals.cassettes.build_demo_cassette",
+                file=sys.stderr,
+            )
             return 1
         print(f"cassette {path.name}: every current chunk has an entry ({time.perf_counter() - started:.2f}s)")
         return 0
     stats = build(engine, path)
     rels = stats["relationships"]
     share = stats["retrieval_eligible"] / rels if rels else 0.0
-    print(f"wrote {stats['entries']} fixture entries to {path.name} ({stats['bytes']:,} bytes) "
-          f"in {time.perf_counter() - started:.2f}s: per pack {stats['per_pack']}, "
-          f"{stats['entities']} entities, {rels} relationships, {share:.0%} at confidence >= {CONFIDENCE_FLOOR}")
+    print(
+        f"wrote {stats['entries']} fixture entries to {path.name} ({stats['bytes']:,} bytes) "
+        f"in {time.perf_counter() - started:.2f}s: per pack {stats['per_pack']}, "
+        f"{stats['entities']} entities, {rels} relationships, {share:.0%} at confidence >= {CONFIDENCE_FLOOR}"
+    )
     return 0
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from rag_engine.graph.models import RawEntity, RawExtraction, RawRelationship
 from rag_engine.packs import ChunkRecord, PackManifest
+import itertools
 
 FIXTURE_SOURCE = "fixture:heuristic-demo-extractor"
 MAX_ENTITIES = 8
@@ -69,32 +70,101 @@ LEGAL_TERMS: tuple[Term, ...] = (
     Term("recipient", "actor", r"recipients?", "receives disclosed personal data"),
     Term("third party", "actor", r"third part(?:y|ies)", "party other than subject, controller, processor"),
     Term("representative", "actor", r"representatives?", "acts for a non-EU controller or processor"),
-    Term("data protection officer", "actor", r"data protection officers?|(?-i:DPO)", "advises on and monitors compliance"),
+    Term(
+        "data protection officer", "actor", r"data protection officers?|(?-i:DPO)", "advises on and monitors compliance"
+    ),
     Term("certification body", "actor", r"certification bod(?:y|ies)", "issues certifications"),
     Term("monitoring body", "actor", r"monitoring bod(?:y|ies)", "monitors a code of conduct"),
     # authorities
-    Term("lead supervisory authority", "authority", r"lead supervisory authorit(?:y|ies)", "lead authority for cross-border processing"),
-    Term("supervisory authority", "authority", r"supervisory authorit(?:y|ies)|data protection authorit(?:y|ies)", "independent public authority"),
-    Term("European Data Protection Board", "authority", r"European Data Protection Board|(?-i:Board)|(?-i:EDPB)", "EU body of supervisory authorities"),
+    Term(
+        "lead supervisory authority",
+        "authority",
+        r"lead supervisory authorit(?:y|ies)",
+        "lead authority for cross-border processing",
+    ),
+    Term(
+        "supervisory authority",
+        "authority",
+        r"supervisory authorit(?:y|ies)|data protection authorit(?:y|ies)",
+        "independent public authority",
+    ),
+    Term(
+        "European Data Protection Board",
+        "authority",
+        r"European Data Protection Board|(?-i:Board)|(?-i:EDPB)",
+        "EU body of supervisory authorities",
+    ),
     # rights
     Term("right of access", "right", r"right of access", "right to obtain one's data"),
     Term("right to rectification", "right", r"right to rectification", "right to correct inaccurate data"),
     Term("right to erasure", "right", r"right to erasure|right to be forgotten", "right to have data erased"),
-    Term("right to restriction of processing", "right", r"right to restriction of processing|right to obtain restriction of processing", "right to restrict processing"),
+    Term(
+        "right to restriction of processing",
+        "right",
+        r"right to restriction of processing|right to obtain restriction of processing",
+        "right to restrict processing",
+    ),
     Term("right to data portability", "right", r"right to data portability", "right to receive and move data"),
     Term("right to object", "right", r"right to object", "right to object to processing"),
-    Term("right to lodge a complaint", "right", r"right to lodge a complaint|lodg(?:e|ing) a complaint", "right to complain to an authority"),
-    Term("right not to be subject to automated decision-making", "right", r"right not to be subject to a decision based solely on automated processing", "right against solely automated decisions"),
-    Term("right to withdraw consent", "right", r"right to withdraw (?:his or her )?consent", "right to withdraw consent at any time"),
+    Term(
+        "right to lodge a complaint",
+        "right",
+        r"right to lodge a complaint|lodg(?:e|ing) a complaint",
+        "right to complain to an authority",
+    ),
+    Term(
+        "right not to be subject to automated decision-making",
+        "right",
+        r"right not to be subject to a decision based solely on automated processing",
+        "right against solely automated decisions",
+    ),
+    Term(
+        "right to withdraw consent",
+        "right",
+        r"right to withdraw (?:his or her )?consent",
+        "right to withdraw consent at any time",
+    ),
     # obligations
-    Term("data protection impact assessment", "obligation", r"data protection impact assessments?|(?-i:DPIA)", "assessment of high-risk processing"),
-    Term("records of processing activities", "obligation", r"records? of processing activities", "record of processing kept by controller/processor"),
-    Term("notification of a personal data breach", "obligation", r"notif(?:y|ication of) (?:a |the )?personal data breach(?:es)?", "breach notification duty"),
-    Term("data protection by design and by default", "obligation", r"data protection by design(?: and by default)?", "built-in data protection"),
-    Term("security of processing", "obligation", r"security of (?:the )?processing", "appropriate technical and organisational security"),
-    Term("prior consultation", "obligation", r"prior consultation", "consult the authority before high-risk processing"),
+    Term(
+        "data protection impact assessment",
+        "obligation",
+        r"data protection impact assessments?|(?-i:DPIA)",
+        "assessment of high-risk processing",
+    ),
+    Term(
+        "records of processing activities",
+        "obligation",
+        r"records? of processing activities",
+        "record of processing kept by controller/processor",
+    ),
+    Term(
+        "notification of a personal data breach",
+        "obligation",
+        r"notif(?:y|ication of) (?:a |the )?personal data breach(?:es)?",
+        "breach notification duty",
+    ),
+    Term(
+        "data protection by design and by default",
+        "obligation",
+        r"data protection by design(?: and by default)?",
+        "built-in data protection",
+    ),
+    Term(
+        "security of processing",
+        "obligation",
+        r"security of (?:the )?processing",
+        "appropriate technical and organisational security",
+    ),
+    Term(
+        "prior consultation", "obligation", r"prior consultation", "consult the authority before high-risk processing"
+    ),
     # data categories
-    Term("special categories of personal data", "data_category", r"special categor(?:y|ies) of personal data", "sensitive personal data"),
+    Term(
+        "special categories of personal data",
+        "data_category",
+        r"special categor(?:y|ies) of personal data",
+        "sensitive personal data",
+    ),
     Term("genetic data", "data_category", r"genetic data", "data on inherited or acquired genetic traits"),
     Term("biometric data", "data_category", r"biometric data", "data from biometric processing"),
     Term("data concerning health", "data_category", r"data concerning health", "health data"),
@@ -107,19 +177,28 @@ LEGAL_TERMS: tuple[Term, ...] = (
     Term("code of conduct", "instrument", r"codes? of conduct", "sector code approved by an authority"),
     Term("certification", "instrument", r"certifications?(?: mechanisms?)?", "data protection certification"),
     Term("binding corporate rules", "instrument", r"binding corporate rules", "intra-group transfer rules"),
-    Term("standard data protection clauses", "instrument", r"standard data protection clauses", "model transfer clauses"),
+    Term(
+        "standard data protection clauses", "instrument", r"standard data protection clauses", "model transfer clauses"
+    ),
     # concepts
     Term("consent", "concept", r"consent", "freely given agreement of the data subject"),
     Term("profiling", "concept", r"profiling", "automated evaluation of personal aspects"),
     Term("pseudonymisation", "concept", r"pseudonymisation", "data no longer attributable without extra info"),
     Term("legitimate interests", "concept", r"legitimate interests?", "a legal basis for processing"),
-    Term("personal data breach", "concept", r"personal data breach(?:es)?", "breach of security affecting personal data"),
+    Term(
+        "personal data breach", "concept", r"personal data breach(?:es)?", "breach of security affecting personal data"
+    ),
 )
 
 KB_TERMS: tuple[Term, ...] = (
     # teams
     Term("Security team", "team", r"security team|security on-call|infosec", "runs security tooling and incidents"),
-    Term("Site Reliability Engineering", "team", r"site reliability engineering|(?-i:SRE)(?: team)?", "owns incident and on-call runbooks"),
+    Term(
+        "Site Reliability Engineering",
+        "team",
+        r"site reliability engineering|(?-i:SRE)(?: team)?",
+        "owns incident and on-call runbooks",
+    ),
     Term("People team", "team", r"people team|(?-i:HR)(?! system)|human resources", "HR"),
     Term("IT service desk", "team", r"(?:IT )?service desk|IT helpdesk|helpdesk", "IT support"),
     Term("Finance", "team", r"(?-i:Finance)", "finance department"),
@@ -138,12 +217,19 @@ KB_TERMS: tuple[Term, ...] = (
     Term("engineering manager on duty", "person", r"engineering managers? on duty", "escalation point"),
     Term("engineering manager", "person", r"engineering managers?", "manages an engineering team"),
     Term("system owner", "person", r"system owners?", "approves access to a system"),
-    Term("on-call engineer", "person", r"on-call engineers?|(?:primary|secondary) on-call(?: engineer)?", "answers pages"),
+    Term(
+        "on-call engineer", "person", r"on-call engineers?|(?:primary|secondary) on-call(?: engineer)?", "answers pages"
+    ),
     Term("operations lead", "person", r"operations lead", "applies the fix in an incident"),
     Term("department head", "person", r"department head", "approves larger spend"),
     # systems
     Term("single sign-on", "system", r"single sign-on|(?-i:SSO)", "company identity login"),
-    Term("multi-factor authentication", "system", r"multi-factor authentication|(?-i:MFA)|(?-i:2FA)|two-factor authentication", "second login factor"),
+    Term(
+        "multi-factor authentication",
+        "system",
+        r"multi-factor authentication|(?-i:MFA)|(?-i:2FA)|two-factor authentication",
+        "second login factor",
+    ),
     Term("VPN", "system", r"(?-i:VPN)(?: client)?|virtual private network", "remote access to internal tools"),
     Term("secrets manager", "system", r"secrets manager", "holds secrets and keys"),
     Term("password manager", "system", r"password manager", "stores passwords"),
@@ -154,14 +240,24 @@ KB_TERMS: tuple[Term, ...] = (
     Term("device management", "system", r"device management", "laptop enrolment and updates"),
     Term("status page", "system", r"status page", "public incident status"),
     Term("secret scanning", "system", r"(?:pre-commit )?secret scanning", "detects committed secrets"),
-    Term("production database replica", "system", r"(?:production )?database replicas?|reporting replica", "read-only analytics replica"),
+    Term(
+        "production database replica",
+        "system",
+        r"(?:production )?database replicas?|reporting replica",
+        "read-only analytics replica",
+    ),
     # policies
     Term("Information Security Policy", "policy", r"information security policy|(?-i:POL-001)", "POL-001"),
     Term("record-keeping policy", "policy", r"record-keeping policy|(?-i:POL-002)", "POL-002, superseded"),
     Term("Data Retention Policy", "policy", r"data retention policy|(?-i:POL-004)", "POL-004"),
     Term("Expense Policy", "policy", r"expense policy|(?-i:POL-007)", "POL-007"),
     Term("Holiday and Leave Policy", "policy", r"holiday and leave policy|(?-i:POL-009)", "POL-009"),
-    Term("Access Control Policy", "policy", r"access control and access request process|access control policy|(?-i:POL-012)", "POL-012"),
+    Term(
+        "Access Control Policy",
+        "policy",
+        r"access control and access request process|access control policy|(?-i:POL-012)",
+        "POL-012",
+    ),
     Term("Vendor Onboarding Policy", "policy", r"vendor onboarding(?: policy| process)?|(?-i:POL-015)", "POL-015"),
     Term("Engineering Handbook", "policy", r"engineering handbook|(?-i:POL-018)", "POL-018"),
     Term("data processing agreement", "policy", r"data processing agreements?", "vendor contract on personal data"),
@@ -199,6 +295,7 @@ LEXICONS: dict[str, tuple[Term, ...]] = {"legal_regulatory": LEGAL_TERMS, "compa
 
 
 # -- matching ---------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class _Hit:
@@ -270,8 +367,14 @@ def _pairs(sources: list[Term], targets: list[Term], rel: str, conf: float, cue:
 _LAWMAKERS = ("Member State", "Member State law", "Union law")
 _SUPERVISED = ("controller", "processor", "representative", "certification body", "monitoring body")
 # instruments that can bind someone (not the repealed Directive, not a certification)
-_BINDING = ("Regulation (EU) 2016/679", "Union law", "Member State law", "code of conduct",
-            "binding corporate rules", "standard data protection clauses")
+_BINDING = (
+    "Regulation (EU) 2016/679",
+    "Union law",
+    "Member State law",
+    "code of conduct",
+    "binding corporate rules",
+    "standard data protection clauses",
+)
 
 
 def _legal_rules(s: str, ents: list[Term], home: Term | None) -> list[Proposal]:
@@ -318,8 +421,12 @@ def _kb_rules(s: str, ents: list[Term], home: Term | None) -> list[Proposal]:
         out += _pairs(policies[:1], policies[1:2], "supersedes", 0.85, cue)
     if cue := _cue(r"\brequire[sd]?\b|\bneeds?\b|\bthrough\b|\bvia\b|\buses?\b|\bdepends?\b", s):
         users = [e for e in ents if e.type in ("process", "system")]
-        out += [(a.name, b.name, "depends_on", 0.6, cue)  # the earlier mention depends on the later
-                for i, a in enumerate(users) for b in users[i + 1:] if b.type == "system"]
+        out += [
+            (a.name, b.name, "depends_on", 0.6, cue)  # the earlier mention depends on the later
+            for i, a in enumerate(users)
+            for b in users[i + 1 :]
+            if b.type == "system"
+        ]
     if cue := _cue(r"\bappl(?:y|ies)\b|\bscope\b|\bcovers?\b|\bfollow\w*", s):
         out += _pairs(policies, agents + systems + processes, "applies_to", 0.7, cue)
     return out
@@ -378,22 +485,28 @@ def heuristic_extraction(pack_name: str, manifest: PackManifest, chunk: ChunkRec
         # cue words are searched outside the entity mentions ("supervisory authority" is no cue)
         chars = list(chunk.text[start:end].lower())
         for h in inside:
-            chars[h.start - start:min(h.end, end) - start] = " " * (min(h.end, end) - h.start)
+            chars[h.start - start : min(h.end, end) - start] = " " * (min(h.end, end) - h.start)
         lowered = "".join(chars)
         named_home = home if home is not None and home.name in kept else None
-        for src, dst, rel, conf, cue in (rule(lowered, ents, named_home) if rule else []):
+        for src, dst, rel, conf, cue in rule(lowered, ents, named_home) if rule else []:
             propose(src, dst, rel, conf, cue)
         linked = {frozenset((k[0], k[1])) for k in proposals}
         if weak is not None:
-            for a, b in zip(ents, ents[1:]):
+            for a, b in itertools.pairwise(ents):
                 if frozenset((a.name, b.name)) not in linked:
                     propose(a.name, b.name, weak, WEAK_CONFIDENCE, None)
 
     ranked = sorted(proposals.items(), key=lambda kv: (-kv[1][1], kv[1][0]))[:MAX_RELATIONSHIPS]
     ranked.sort(key=lambda kv: kv[1][0])
     relationships = [
-        RawRelationship(source=src, target=dst, type=rel, description=_describe(src, dst, rel, cue),
-                        confidence=conf, chunk_id=chunk.chunk_id)
+        RawRelationship(
+            source=src,
+            target=dst,
+            type=rel,
+            description=_describe(src, dst, rel, cue),
+            confidence=conf,
+            chunk_id=chunk.chunk_id,
+        )
         for (src, dst, rel), (_, conf, cue) in ranked
     ]
     return RawExtraction(chunk_id=chunk.chunk_id, entities=entities, relationships=relationships)

@@ -67,26 +67,26 @@ GOLD_NAME = Path("gold") / "xref_links.jsonl"
 
 # Codes for the instruments documents.tsv leaves without one (fixed: doc ids must never move).
 EXTRA_CODES = {
-    18: "GN-VCFM",      # Guidance - Regulatory Framework for Fund Managers of Venture Capital Funds
-    19: "GN-VA",        # Guidance - Regulation of Virtual Asset Activities in ADGM
-    20: "GN-ENGLAW",    # Guidance - English Law in ADGM
-    21: "GN-API",       # Guidance - Application Programming Interfaces (APIs) in ADGM
-    24: "GP-VA",        # Guiding Principles for the FSRA's Approach to Virtual Asset Regulation ...
-    25: "GN-ESG",       # Environmental, Social and Governance Disclosures Guidance
-    26: "GN-REGLAB",    # FinTech Regulatory Laboratory Guidance
-    28: "GN-CD",        # Guidance - Continuous Disclosure
-    29: "GN-DSO",       # Guidance - Regulation of Digital Security Offerings and Virtual Assets ...
-    30: "GN-MINING",    # Guidance - Disclosure Requirements for Mining Reporting Entities
-    31: "GN-PETROLEUM", # Guidance - Disclosure Requirements for Petroleum Reporting Entities
-    32: "SG-PCF",       # Supplementary Guidance - Private Credit Funds
-    33: "GN-DS",        # Guidance - Regulation of Digital Securities Activities in ADGM
-    34: "GN-SC",        # Guidance - Regulation of Spot Commodity Activities in ADGM
-    35: "GN-PFP",       # Guidance - Private Financing Platforms and Multilateral Trading Facilities ...
-    36: "GN-CLIMATE",   # Guidance - Principles for the Effective Management of Climate-related ...
-    37: "SG-ROBO",      # Supplementary Guidance - Authorisation of Digital Investment Management ...
-    38: "SG-OTC",       # Supplementary Guidance - Authorised Persons dealing in OTC Leveraged Products ...
-    39: "SG-SF",        # Supplementary Guidance - Sustainable Finance Regulatory Framework
-    40: "GN-CRS",       # Guidance Notes for the Common Reporting Standard (CRS), United Arab Emirates
+    18: "GN-VCFM",  # Guidance - Regulatory Framework for Fund Managers of Venture Capital Funds
+    19: "GN-VA",  # Guidance - Regulation of Virtual Asset Activities in ADGM
+    20: "GN-ENGLAW",  # Guidance - English Law in ADGM
+    21: "GN-API",  # Guidance - Application Programming Interfaces (APIs) in ADGM
+    24: "GP-VA",  # Guiding Principles for the FSRA's Approach to Virtual Asset Regulation ...
+    25: "GN-ESG",  # Environmental, Social and Governance Disclosures Guidance
+    26: "GN-REGLAB",  # FinTech Regulatory Laboratory Guidance
+    28: "GN-CD",  # Guidance - Continuous Disclosure
+    29: "GN-DSO",  # Guidance - Regulation of Digital Security Offerings and Virtual Assets ...
+    30: "GN-MINING",  # Guidance - Disclosure Requirements for Mining Reporting Entities
+    31: "GN-PETROLEUM",  # Guidance - Disclosure Requirements for Petroleum Reporting Entities
+    32: "SG-PCF",  # Supplementary Guidance - Private Credit Funds
+    33: "GN-DS",  # Guidance - Regulation of Digital Securities Activities in ADGM
+    34: "GN-SC",  # Guidance - Regulation of Spot Commodity Activities in ADGM
+    35: "GN-PFP",  # Guidance - Private Financing Platforms and Multilateral Trading Facilities ...
+    36: "GN-CLIMATE",  # Guidance - Principles for the Effective Management of Climate-related ...
+    37: "SG-ROBO",  # Supplementary Guidance - Authorisation of Digital Investment Management ...
+    38: "SG-OTC",  # Supplementary Guidance - Authorised Persons dealing in OTC Leveraged Products ...
+    39: "SG-SF",  # Supplementary Guidance - Sustainable Finance Regulatory Framework
+    40: "GN-CRS",  # Guidance Notes for the Common Reporting Standard (CRS), United Arab Emirates
 }
 
 
@@ -96,8 +96,12 @@ class SourceError(Exception):
 
 def natural_key(passage_id: str) -> tuple:
     """Digit runs compare as numbers, everything else case-insensitively: 2.9 < 2.10 < 10.1."""
-    return tuple((0, int(tok), "") if tok.isdigit() else (1, 0, tok.lower())
-                 for tok in re.findall(r"\d+|\D+", passage_id)) + ((2, 0, passage_id),)
+    return (
+        *tuple(
+            (0, int(tok), "") if tok.isdigit() else (1, 0, tok.lower()) for tok in re.findall(r"\d+|\D+", passage_id)
+        ),
+        (2, 0, passage_id),
+    )
 
 
 def read_instruments(source: Path) -> dict[int, dict]:
@@ -161,24 +165,33 @@ def build(source: Path) -> dict[str, str]:
         inst = instruments[number]
         doc_id = inst["code"].lower()
         pids = sorted(passages[number], key=natural_key)
-        lines = [json.dumps({"code": inst["code"], "document_id": number, "passages": len(pids),
-                             "title": inst["title"]}, ensure_ascii=False, sort_keys=True)]
+        lines = [
+            json.dumps(
+                {"code": inst["code"], "document_id": number, "passages": len(pids), "title": inst["title"]},
+                ensure_ascii=False,
+                sort_keys=True,
+            )
+        ]
         for pid in pids:
-            lines.append(json.dumps({"passage_id": pid, "text": "\n".join(passages[number][pid])},
-                                    ensure_ascii=False))
+            lines.append(json.dumps({"passage_id": pid, "text": "\n".join(passages[number][pid])}, ensure_ascii=False))
         files[f"{doc_id}.jsonl"] = "\n".join(lines) + "\n"
 
     gold = []
     for row in rows:
         target_doc = row["TargetDocumentID"].strip()
-        gold.append(json.dumps({
-            "type": row["ReferenceType"],
-            "source_doc": instruments[int(row["SourceDocumentID"])]["code"].lower(),
-            "source_passage": row["SourcePassageID"].strip(),
-            "reference_text": row["ReferenceText"],
-            "target_doc": instruments[int(target_doc)]["code"].lower() if target_doc else None,
-            "target_passage": row["TargetPassageID"].strip() or None,
-        }, ensure_ascii=False))
+        gold.append(
+            json.dumps(
+                {
+                    "type": row["ReferenceType"],
+                    "source_doc": instruments[int(row["SourceDocumentID"])]["code"].lower(),
+                    "source_passage": row["SourcePassageID"].strip(),
+                    "reference_text": row["ReferenceText"],
+                    "target_doc": instruments[int(target_doc)]["code"].lower() if target_doc else None,
+                    "target_passage": row["TargetPassageID"].strip() or None,
+                },
+                ensure_ascii=False,
+            )
+        )
     files[GOLD_NAME.as_posix()] = "\n".join(gold) + "\n"
     return files
 
@@ -214,8 +227,9 @@ def stale(out_dir: Path, files: dict[str, str]) -> list[str]:
             problems.append(f"missing {rel}")
         elif path.read_text(encoding="utf-8") != content:
             problems.append(f"changed {rel}")
-    present = {p.relative_to(out_dir).as_posix() for p in out_dir.rglob("*") if p.is_file()} \
-        if out_dir.is_dir() else set()
+    present = (
+        {p.relative_to(out_dir).as_posix() for p in out_dir.rglob("*") if p.is_file()} if out_dir.is_dir() else set()
+    )
     problems += [f"unexpected {rel}" for rel in sorted(present - set(files))]
     return problems
 
@@ -231,12 +245,19 @@ def write(out_dir: Path, files: dict[str, str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("source", nargs="?", default=None,
-                        help=f"directory holding CrossReferenceData.csv, documents.tsv, NOTICE.md, LICENSE "
-                             f"(default: {DEFAULT_SOURCE} relative to the repository root)")
+    parser.add_argument(
+        "source",
+        nargs="?",
+        default=None,
+        help=f"directory holding CrossReferenceData.csv, documents.tsv, NOTICE.md, LICENSE "
+        f"(default: {DEFAULT_SOURCE} relative to the repository root)",
+    )
     parser.add_argument("--out", default=None, help="output directory (default: this pack's corpus/)")
-    parser.add_argument("--check", action="store_true",
-                        help="write nothing; exit 1 if the output directory is not exactly what a build gives")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 if the output directory is not exactly what a build gives",
+    )
     args = parser.parse_args(argv)
     source = Path(args.source) if args.source else REPO_ROOT / DEFAULT_SOURCE
     out_dir = Path(args.out) if args.out else DEFAULT_OUT
@@ -246,12 +267,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: cannot build from {source}: {exc}", file=sys.stderr)
         return 2
     documents = sum(1 for rel in files if rel.endswith(".jsonl") and "/" not in rel)
-    passages = sum(content.count("\n") - 1 for rel, content in files.items() if rel.endswith(".jsonl") and "/" not in rel)
+    passages = sum(
+        content.count("\n") - 1 for rel, content in files.items() if rel.endswith(".jsonl") and "/" not in rel
+    )
     if args.check:
         problems = stale(out_dir, files)
         if problems:
-            print(f"corpus is stale ({len(problems)} file(s)): " + "; ".join(problems[:10]) +
-                  "\nrebuild with: python -m packs.adgm_rulebooks.build_corpus", file=sys.stderr)
+            print(
+                f"corpus is stale ({len(problems)} file(s)): "
+                + "; ".join(problems[:10])
+                + "\nrebuild with: python -m packs.adgm_rulebooks.build_corpus",
+                file=sys.stderr,
+            )
             return 1
         print(f"corpus up to date: {documents} documents, {passages} passages")
         return 0

@@ -81,9 +81,26 @@ WITH_PARTS = STATUTES | {"funds"}
 # code (as written in text) -> doc_id; then longer names. Order matters only between names that
 # start alike (longest first).
 CODES = {
-    "AML": "aml", "CIB": "cib", "COBS": "cobs", "FEES": "fees", "FUNDS": "funds", "GEN": "gen",
-    "FP": "fp", "GLO": "glo", "IFR": "ifr", "MIR": "mir", "MKT": "mkt", "PIN": "pin", "PRU": "pru", "BRR": "brr",
-    "CRS": "crs", "FATCA": "fatca", "FSMR": "fsmr", "CMC": "cmc", "CONF": "conf", "GPM": "gpm",
+    "AML": "aml",
+    "CIB": "cib",
+    "COBS": "cobs",
+    "FEES": "fees",
+    "FUNDS": "funds",
+    "GEN": "gen",
+    "FP": "fp",
+    "GLO": "glo",
+    "IFR": "ifr",
+    "MIR": "mir",
+    "MKT": "mkt",
+    "PIN": "pin",
+    "PRU": "pru",
+    "BRR": "brr",
+    "CRS": "crs",
+    "FATCA": "fatca",
+    "FSMR": "fsmr",
+    "CMC": "cmc",
+    "CONF": "conf",
+    "GPM": "gpm",
 }
 NAMES: tuple[tuple[str, str], ...] = (
     (r"Financial\s+Services\s+and\s+Markets\s+Regulations(?:\s+2015)?", "fsmr"),
@@ -185,7 +202,7 @@ def number_of(passage_id: str, doc_id: str) -> str:
         if len(tokens) == 1:
             return f"part{m.group(1)}"
         tokens = tokens[1:]
-    if (m := _APP_TOKEN.match(tokens[0])):
+    if m := _APP_TOKEN.match(tokens[0]):
         if len(tokens) > 1 and re.fullmatch(rf"A{m.group(1)}", tokens[1], re.I):
             tokens = tokens[1:]  # APP4.A4.3.6: the appendix is already in "A4"
         else:
@@ -193,7 +210,7 @@ def number_of(passage_id: str, doc_id: str) -> str:
     out = ""
     for tok in tokens:
         tok = re.sub(r"\s+", "_", tok.strip())
-        if (p := _PAREN_TOKEN.match(tok)):
+        if p := _PAREN_TOKEN.match(tok):
             out += f"({p.group(1)})"
         else:
             out += ("." if out else "") + tok
@@ -213,8 +230,11 @@ _PROVISION_LINE = re.compile(r"^(A\d+(?:\.\d+)*)(?:\.\((\d+)\))?[\t ]", re.M)
 
 def contained_provisions(text: str) -> list[str]:
     """Numbered provisions an appendix passage holds itself: lines opening with A1.3, A1.2.1.(1)."""
-    return list(dict.fromkeys(m.group(1).lower() + (f"({m.group(2)})" if m.group(2) else "")
-                              for m in _PROVISION_LINE.finditer(text)))
+    return list(
+        dict.fromkeys(
+            m.group(1).lower() + (f"({m.group(2)})" if m.group(2) else "") for m in _PROVISION_LINE.finditer(text)
+        )
+    )
 
 
 def chunk_keys(doc_id: str, passage_id: str, text: str) -> tuple[str, ...]:
@@ -231,11 +251,15 @@ def chunk_keys(doc_id: str, passage_id: str, text: str) -> tuple[str, ...]:
 # ---------------------------------------------------------------------------------------------
 # References
 
-_NUM = (r"(?:A\d+(?:\.\d+)*|\d+[A-Z]?(?:\.(?:\d+[A-Z]{0,2}|[A-Z](?=\.\d)))*)(?![\d/%])"
-        r"(?:[ ]?\((?:\d{1,3}|[a-z]{1,4})\))*")
+_NUM = (
+    r"(?:A\d+(?:\.\d+)*|\d+[A-Z]?(?:\.(?:\d+[A-Z]{0,2}|[A-Z](?=\.\d)))*)(?![\d/%])"
+    r"(?:[ ]?\((?:\d{1,3}|[a-z]{1,4})\))*"
+)
 """A written number: 3.3.31, 9.3.1B, A4.3.2, 138A, 15.11.A.1 (a typo for 15.11A.1), with (3)(b)..."""
-_UNIT_WORDS = (r"(?:[Rr]ules?|RULES?|[Ss]ections?|[Ss]ubsections?|[Cc]hapters?|[Pp]arts?|PARTS?"
-               r"|[Pp]aragraphs?|Appendix(?=\s+A\d)|Guidance\s+notes?\s+\d+\s+(?:of|to|in))")
+_UNIT_WORDS = (
+    r"(?:[Rr]ules?|RULES?|[Ss]ections?|[Ss]ubsections?|[Cc]hapters?|[Pp]arts?|PARTS?"
+    r"|[Pp]aragraphs?|Appendix(?=\s+A\d)|Guidance\s+notes?\s+\d+\s+(?:of|to|in))"
+)
 _SEP = r"(?:\s*,\s*(?:and\s+|or\s+)?|\s+(?:and|or|to|and/or)\s+|\s*[-\u2013\u2014]\s*|\s*/\s*|[ ]{2,})"
 """List and range separators. Two spaces between two numbers are a range whose dash the data lost
 ("Rules 17.1  17.6", "GEN 8.8.1  8.8.14")."""
@@ -248,7 +272,8 @@ _QUAL = re.compile(
     rf"\s*,?\s+(?:of\s+of|of|in|under)\s+(?:(?P<self>{SELF})|(?:the\s+)?(?P<outside>{OUTSIDE})"
     rf"|(?:the\s+)?(?P<post>{_INSTR})(?:\s+\((?:{_CODE_ALT})\))?"
     rf"|(?P<ofpart>Part\s+\d+[A-Z]?)|(?P<ofchapter>[Cc]hapter\s+\d+)|(?:the\s+)?(?P<schedule>Schedule)(?:\s+\d+)?\b"
-    rf"|(?:App(?:endix)?|APP)\s*\d+\b)")
+    rf"|(?:App(?:endix)?|APP)\s*\d+\b)"
+)
 _AHEAD = re.compile(rf"[^.;\n]{{0,80}}?\bof\s+(?:the\s+)?(?:(?P<outside>{OUTSIDE})|(?P<post>{_INSTR}))")
 """After "of Part 12" / "of Chapter 3" / "of Schedule 1": the instrument named further on."""
 
@@ -261,7 +286,9 @@ _REFERENCE = re.compile(
     rf"|(?P<article>Articles?\s+\d+(?:\(\d+\))*\s+of\s+(?:the\s+)?(?P<aname>{OUTSIDE}|[A-Z][\w'()., -]{{3,120}}?)"
     rf"(?=[,.;:)]|\s+(?:and|or|which|that|to|in|on)\b|$))"
 )
-_ITEM = re.compile(rf"(?P<sep>{_SEP})?(?:(?P<instr>{_INSTR})\s+)?(?P<unit>{_ITEM_UNIT})?(?:(?P<num>{_NUM})|(?P<paren>{_PAREN}))")
+_ITEM = re.compile(
+    rf"(?P<sep>{_SEP})?(?:(?P<instr>{_INSTR})\s+)?(?P<unit>{_ITEM_UNIT})?(?:(?P<num>{_NUM})|(?P<paren>{_PAREN}))"
+)
 _NUM_PARTS = re.compile(r"^(?P<base>A?\d+[A-Z]?(?:\.\d+[A-Z]{0,2})*)[ ]?(?P<subs>(?:\(\w+\))*)$")
 _HEADING = re.compile(r"(?:PART|Part)\s+\d+\s*[-\u2013\u2014]")
 OWN_SECTIONS = frozenset({"gn-vcfm", "gn-esg", "gn-reglab", "gn-dso", "gn-pfp", "sg-sf", "gn-climate"})
@@ -324,8 +351,16 @@ def _outside(raw: str, name: str, start: int, end: int, numbers: list[str]) -> l
     return [("outside", f"outside:{scope}:{n}", raw, start, end) for n in numbers]
 
 
-def _number_in(target: str | None, unit: str, base: str, subs: list[str], own: str | None,
-               of_part: str | None, of_chapter: str | None, schedule: bool) -> str | None:
+def _number_in(
+    target: str | None,
+    unit: str,
+    base: str,
+    subs: list[str],
+    own: str | None,
+    of_part: str | None,
+    of_chapter: str | None,
+    schedule: bool,
+) -> str | None:
     """The number a cited unit answers to in its target instrument (None: no single passage)."""
     kind = _unit_type(unit) if unit else "rule"
     if kind == "chapter" and (target in STATUTES or (target is None and of_part)):
@@ -353,15 +388,18 @@ def parse_references(text: str, own: str | None, implied: str | None = None) -> 
         return f"{doc}:{number}" if doc else number
 
     pos = 0
-    while (m := _REFERENCE.search(scan, pos)):
+    while m := _REFERENCE.search(scan, pos):
         start, end = m.start(), m.end()
-        q = _QUAL.match(scan, end) if (m.group("plist") or m.group("list") or m.group("bare")
-                                       or (m.group("appx") and not m.group("appinstr"))) else None
+        q = (
+            _QUAL.match(scan, end)
+            if (m.group("plist") or m.group("list") or m.group("bare") or (m.group("appx") and not m.group("appinstr")))
+            else None
+        )
         if q:
             end = q.end()
         pos = max(end, start + 1)
         raw = text[start:end]
-        qual = (lambda name: q.group(name) if q else None)  # noqa: E731
+        qual = lambda name: q.group(name) if q else None  # noqa: E731
         if _HEADING.match(scan, start) and (start == 0 or scan[start - 1] == "\n"):
             continue  # "PART 3 \u2013 Calculating Capital Requirements": a title, not a reference
         if m.group("appx"):
@@ -382,7 +420,7 @@ def parse_references(text: str, own: str | None, implied: str | None = None) -> 
             elif ahead:
                 post_doc = instrument_doc(ahead.group("post"))
         if m.group("bare"):
-            if not scan[scan.rfind("\n", 0, start) + 1:start].strip():
+            if not scan[scan.rfind("\n", 0, start) + 1 : start].strip():
                 continue  # "A1.2.1.(1)<tab>A Fund Manager ...": a provision's own label, not a reference
             listing, head_unit, prefix_doc = m.group("bare"), "", None
         else:
@@ -406,7 +444,7 @@ def parse_references(text: str, own: str | None, implied: str | None = None) -> 
             if it.group("paren"):  # "Rule 9.1.1(3) or (4)", "section 214(1)-(2)": a sibling point
                 if not items or not items[-1][1]:
                     continue
-                base, subs = items[-1][0], items[-1][1][:-1] + [it.group("paren")[1:-1]]
+                base, subs = items[-1][0], [*items[-1][1][:-1], it.group("paren")[1:-1]]
             else:
                 base, subs = _canonical(it.group("num"))
             items.append((base, subs, unit, doc, is_range))
@@ -419,9 +457,16 @@ def parse_references(text: str, own: str | None, implied: str | None = None) -> 
         for i, (base, subs, item_unit, item_doc, is_range_end) in enumerate(items):
             target = item_doc if item_doc is not None else fallback
             kind = _unit_type(item_unit) if item_unit else "rule"
-            if (kind == "section" and item_doc is None and not post_doc and own is not None
-                    and target == own and own not in STATUTES | OWN_SECTIONS and not qual("self")
-                    and re.fullmatch(r"\d+[a-z]?", base)):
+            if (
+                kind == "section"
+                and item_doc is None
+                and not post_doc
+                and own is not None
+                and target == own
+                and own not in STATUTES | OWN_SECTIONS
+                and not qual("self")
+                and re.fullmatch(r"\d+[a-z]?", base)
+            ):
                 target = "fsmr"  # "section 92(6)" in the CMC, GPM, CONF, a rulebook: the FSMR's section
             number = _number_in(target, item_unit, base, subs, own, of_part, of_chapter, schedule)
             if number is None:
@@ -429,17 +474,27 @@ def parse_references(text: str, own: str | None, implied: str | None = None) -> 
             numbers = [number]
             if is_range_end and i > 0:
                 prev = items[i - 1]
-                expanded = _expand((prev[0], prev[1]), (base, subs)) if kind == (
-                    _unit_type(prev[2]) if prev[2] else "rule") else None
+                expanded = (
+                    _expand((prev[0], prev[1]), (base, subs))
+                    if kind == (_unit_type(prev[2]) if prev[2] else "rule")
+                    else None
+                )
                 if expanded is not None:
-                    numbers = [(_number_in(target, item_unit, n, [], own, of_part, of_chapter, schedule)
-                                if "(" not in n else n) or n for n in expanded] + [number]
+                    numbers = [
+                        (
+                            _number_in(target, item_unit, n, [], own, of_part, of_chapter, schedule)
+                            if "(" not in n
+                            else n
+                        )
+                        or n
+                        for n in expanded
+                    ] + [number]
             for n in numbers:
                 found.append((kind, scoped(target, n), raw, start, end))
     spans = [(f[3], f[4]) for f in found]
     for m in OUTSIDE_MENTION.finditer(scan):
         if not any(a < m.end() and m.start() < b for a, b in spans):
-            found += _outside(text[m.start():m.end()], m.group(0), m.start(), m.end(), [])
+            found += _outside(text[m.start() : m.end()], m.group(0), m.start(), m.end(), [])
     found.sort(key=lambda f: (f[3], f[4]))
     out: list[Found] = []
     seen: set[tuple[str, int]] = set()
@@ -482,8 +537,11 @@ def parse_document(doc_id: str, text: str) -> tuple[dict, list[tuple[str, str]]]
     passages: list[tuple[str, str]] = []
     seen: set[str] = set()
     for lineno, row in enumerate(rows, 2):
-        if set(row) != {"passage_id", "text"} or not isinstance(row["passage_id"], str) \
-                or not isinstance(row["text"], str):
+        if (
+            set(row) != {"passage_id", "text"}
+            or not isinstance(row["passage_id"], str)
+            or not isinstance(row["text"], str)
+        ):
             raise PackError(f"{doc_id}:{lineno}: a passage must have exactly a string passage_id and text")
         pid = row["passage_id"]
         if not pid.strip() or pid != pid.strip():
@@ -520,10 +578,13 @@ class AdgmRulebooksPack(DomainPack):
         locals_seen: dict[str, str] = {}
         for pid, text in passages:
             if len(text) > limit:
-                raise PackError(f"{doc.doc_id}: passage {pid!r} has {len(text)} characters, more than "
-                                f"max_chunk_chars {limit} (passages are never split)")
-            chunk = make_chunk(doc, len(chunks), pid, f"{header['code']} {pid}", text,
-                               chunk_keys(doc.doc_id, pid, text))
+                raise PackError(
+                    f"{doc.doc_id}: passage {pid!r} has {len(text)} characters, more than "
+                    f"max_chunk_chars {limit} (passages are never split)"
+                )
+            chunk = make_chunk(
+                doc, len(chunks), pid, f"{header['code']} {pid}", text, chunk_keys(doc.doc_id, pid, text)
+            )
             local = chunk.anchor.split("#", 1)[1]
             if local in locals_seen:
                 raise PackError(f"{doc.doc_id}: passages {locals_seen[local]!r} and {pid!r} share local id {local!r}")
@@ -535,8 +596,9 @@ class AdgmRulebooksPack(DomainPack):
         allowed = set(self.manifest.reference_types)
         mine = set(chunk.keys)
         return [
-            ReferenceRecord(source_chunk_id=chunk.chunk_id, ref_type=ref_type, raw=raw, normalized=key,
-                            start=start, end=end)
+            ReferenceRecord(
+                source_chunk_id=chunk.chunk_id, ref_type=ref_type, raw=raw, normalized=key, start=start, end=end
+            )
             for ref_type, key, raw, start, end in parse_references(chunk.text, own, implied)
             if ref_type in allowed and key not in mine
         ]
@@ -545,9 +607,18 @@ class AdgmRulebooksPack(DomainPack):
         return self._records(chunk, chunk.doc_id or None)
 
     def query_references(self, text: str) -> list[ReferenceRecord]:
-        probe = ChunkRecord(chunk_id="query", anchor="query", doc_id="", doc_version="", ordinal=0,
-                            heading="", text=text, collection="", language=self.manifest.languages[0],
-                            content_hash="")
+        probe = ChunkRecord(
+            chunk_id="query",
+            anchor="query",
+            doc_id="",
+            doc_version="",
+            ordinal=0,
+            heading="",
+            text=text,
+            collection="",
+            language=self.manifest.languages[0],
+            content_hash="",
+        )
         named = {doc for m in _NAMED.finditer(text) if (doc := instrument_doc(m.group(0)))}
         return self._records(probe, None, next(iter(named)) if len(named) == 1 else None)
 

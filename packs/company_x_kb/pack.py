@@ -75,7 +75,7 @@ def split_front_matter(doc_id: str, text: str) -> tuple[dict, str, int]:
     meta = load_yaml(m.group(1), source=doc_id, first_line=2, what="front matter") or {}
     if not isinstance(meta, dict):
         raise PackError(f"{doc_id}: front matter must be a mapping")
-    return meta, text[m.end():], m.group(0).count("\n")
+    return meta, text[m.end() :], m.group(0).count("\n")
 
 
 def _split_long(body: str, limit: int) -> list[str]:
@@ -114,13 +114,11 @@ class CompanyKbPack(DomainPack):
         meta, body, _ = split_front_matter(doc_id, text)
         collection = meta.get("collection", self.manifest.default_collection)
         if collection not in self.manifest.collections:
-            raise PackError(f"{doc_id}: collection {collection!r} is not one of "
-                            f"{list(self.manifest.collections)}")
+            raise PackError(f"{doc_id}: collection {collection!r} is not one of {list(self.manifest.collections)}")
         language = meta.get("language", self.manifest.languages[0])
         if language not in self.manifest.languages:
             raise PackError(f"{doc_id}: language {language!r} is not one of {list(self.manifest.languages)}")
-        title = meta.get("title") or next(
-            (ln[2:].strip() for ln in body.splitlines() if ln.startswith("# ")), doc_id)
+        title = meta.get("title") or next((ln[2:].strip() for ln in body.splitlines() if ln.startswith("# ")), doc_id)
         return str(title)[:200], collection, language
 
     def document_key(self, doc_id: str, meta: dict) -> str | None:
@@ -171,10 +169,16 @@ class CompanyKbPack(DomainPack):
             for i, part in enumerate(parts, 1):
                 local = base if i == 1 else unique(f"{base}-{i}")
                 keys = (doc_key,) if doc_key and not chunks else ()
-                chunks.append(make_chunk(
-                    doc, len(chunks), local,
-                    heading if len(parts) == 1 else f"{heading} (part {i} of {len(parts)})",
-                    part, keys))
+                chunks.append(
+                    make_chunk(
+                        doc,
+                        len(chunks),
+                        local,
+                        heading if len(parts) == 1 else f"{heading} (part {i} of {len(parts)})",
+                        part,
+                        keys,
+                    )
+                )
         if not chunks:
             raise PackError(f"{doc.doc_id}: document has no text")
         return chunks
@@ -189,10 +193,17 @@ class CompanyKbPack(DomainPack):
             if ref_type not in allowed or key in own or (key, m.start()) in seen:
                 continue
             seen.add((key, m.start()))
-            out.append(ReferenceRecord(source_chunk_id=chunk.chunk_id, ref_type=ref_type,
-                                       raw=m.group(0), normalized=key, start=m.start(), end=m.end()))
+            out.append(
+                ReferenceRecord(
+                    source_chunk_id=chunk.chunk_id,
+                    ref_type=ref_type,
+                    raw=m.group(0),
+                    normalized=key,
+                    start=m.start(),
+                    end=m.end(),
+                )
+            )
         return out
-
 
 
 def build_pack(entry, manifest: PackManifest, root: Path) -> CompanyKbPack:

@@ -41,7 +41,6 @@ RECITALS_PER_FILE = 50
 DASH = "\u2014"
 
 
-
 def _clean(text: str | None) -> str:
     """One line of text: the source has stray newlines and double spaces inside sentences."""
     return re.sub(r"\s+", " ", text or "").strip()
@@ -112,7 +111,7 @@ def build(source: Path, out_dir: Path) -> list[Path]:
         written.append(path)
     recitals = sorted(data["recitals"], key=lambda r: int(r["number"]))
     for start in range(0, len(recitals), RECITALS_PER_FILE):
-        batch = recitals[start:start + RECITALS_PER_FILE]
+        batch = recitals[start : start + RECITALS_PER_FILE]
         first, last = int(batch[0]["number"]), int(batch[-1]["number"])
         path = out_dir / f"gdpr-recitals-{first:03d}-{last:03d}.md"
         path.write_text(render_recitals(batch), encoding="utf-8")
@@ -125,8 +124,12 @@ def build(source: Path, out_dir: Path) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("source", nargs="?", default=None,
-                        help=f"path to gdpr.json (default: {DEFAULT_SOURCE} relative to the repository root)")
+    parser.add_argument(
+        "source",
+        nargs="?",
+        default=None,
+        help=f"path to gdpr.json (default: {DEFAULT_SOURCE} relative to the repository root)",
+    )
     parser.add_argument("--out", default=None, help="output directory (default: this pack's corpus/)")
     args = parser.parse_args(argv)
     source = Path(args.source) if args.source else REPO_ROOT / DEFAULT_SOURCE

@@ -93,8 +93,10 @@ def _parse(doc: SourceDocument) -> tuple[int | None, list[_Article | _Recital]]:
             elif _RECITALS_H.match(line):
                 kind = "recitals"
             else:
-                raise PackError(f"{doc.doc_id}:{lineno}: expected '# Chapter <roman> {DASH} ...' "
-                                f"or '# Recitals ...', got {line[:60]!r}")
+                raise PackError(
+                    f"{doc.doc_id}:{lineno}: expected '# Chapter <roman> {DASH} ...' "
+                    f"or '# Recitals ...', got {line[:60]!r}"
+                )
             continue
         if kind is None:
             raise PackError(f"{doc.doc_id}:{lineno}: text before the document heading")
@@ -215,9 +217,11 @@ _EXTERNAL = re.compile(
     r"|of\s+(?:Council\s+|Commission\s+)?(?:Directive|Regulation|Decision|Recommendation)\b"
     r"(?!\s+\(EU\)\s+2016/679))"
 )
-_ITEM = re.compile(r"(?P<sep>\s*,\s*(?:and\s+|or\s+)?|\s+(?:and|or|to)\s+)?"
-                   r"(?:(?:Articles?\s+)?(?P<art>\d+)(?:\((?P<para>\d+)\))?|\((?P<bpara>\d+)\)|\((?P<pt>[a-z]+)\))"
-                   r"(?:\([a-z]+\))*")
+_ITEM = re.compile(
+    r"(?P<sep>\s*,\s*(?:and\s+|or\s+)?|\s+(?:and|or|to)\s+)?"
+    r"(?:(?:Articles?\s+)?(?P<art>\d+)(?:\((?P<para>\d+)\))?|\((?P<bpara>\d+)\)|\((?P<pt>[a-z]+)\))"
+    r"(?:\([a-z]+\))*"
+)
 _MAX_RANGE = 40
 
 
@@ -255,8 +259,14 @@ def _article_keys(items: str, qualifying_paragraphs: str | None) -> list[str]:
         prev = cites[i - 1] if i else None
         if is_to and prev and para is None and prev[1] is None and prev[0] < art <= prev[0] + _MAX_RANGE:
             keys += [f"article:{a}" for a in range(prev[0] + 1, art + 1)]
-        elif is_to and prev and para is not None and prev[0] == art and prev[1] is not None \
-                and prev[1] < para <= prev[1] + _MAX_RANGE:
+        elif (
+            is_to
+            and prev
+            and para is not None
+            and prev[0] == art
+            and prev[1] is not None
+            and prev[1] < para <= prev[1] + _MAX_RANGE
+        ):
             keys += [f"article:{art}({p})" for p in range(prev[1] + 1, para + 1)]
         elif para is not None:
             keys.append(f"article:{art}({para})")
@@ -332,39 +342,47 @@ class LegalRegulatoryPack(DomainPack):
         def emit(local: str, heading: str, lines: list[str], keys: list[str]) -> None:
             parts = split_text(lines, limit)
             for i, text in enumerate(parts, 1):
-                chunks.append(make_chunk(
-                    doc, len(chunks), local if i == 1 else f"{local}-{i}",
-                    heading if len(parts) == 1 else f"{heading} (part {i} of {len(parts)})",
-                    text, tuple(dict.fromkeys(keys))))
+                chunks.append(
+                    make_chunk(
+                        doc,
+                        len(chunks),
+                        local if i == 1 else f"{local}-{i}",
+                        heading if len(parts) == 1 else f"{heading} (part {i} of {len(parts)})",
+                        text,
+                        tuple(dict.fromkeys(keys)),
+                    )
+                )
 
         for unit in units:
             extra = [f"chapter:{chapter}"] if chapter is not None and not chunks else []
             if isinstance(unit, _Recital):
-                emit(f"rec{unit.number}", f"Recital {unit.number}", unit.lines,
-                     [f"recital:{unit.number}"])
+                emit(f"rec{unit.number}", f"Recital {unit.number}", unit.lines, [f"recital:{unit.number}"])
             elif not unit.paragraphs:
-                emit(f"art{unit.number}", f"Article {unit.number} {DASH} {unit.title}", unit.lead,
-                     [f"article:{unit.number}", *extra])
+                emit(
+                    f"art{unit.number}",
+                    f"Article {unit.number} {DASH} {unit.title}",
+                    unit.lead,
+                    [f"article:{unit.number}", *extra],
+                )
             else:
                 for i, (para, lines) in enumerate(unit.paragraphs):
                     body = unit.lead + lines if i == 0 else lines
                     keys = [f"article:{unit.number}({para})"]
                     if i == 0:
                         keys += [f"article:{unit.number}", *extra]
-                    emit(f"art{unit.number}-p{para}",
-                         f"Article {unit.number}({para}) {DASH} {unit.title}", body, keys)
+                    emit(f"art{unit.number}-p{para}", f"Article {unit.number}({para}) {DASH} {unit.title}", body, keys)
         return chunks
 
     def extract_references(self, chunk: ChunkRecord) -> list[ReferenceRecord]:
         allowed = set(self.manifest.reference_types)
         extract = _NORMALIZERS[self.manifest.normalizer_version]
         return [
-            ReferenceRecord(source_chunk_id=chunk.chunk_id, ref_type=ref_type, raw=raw,
-                            normalized=normalized, start=start, end=end)
+            ReferenceRecord(
+                source_chunk_id=chunk.chunk_id, ref_type=ref_type, raw=raw, normalized=normalized, start=start, end=end
+            )
             for ref_type, normalized, raw, start, end in extract(chunk)
             if ref_type in allowed
         ]
-
 
 
 def build_pack(entry, manifest: PackManifest, root: Path) -> LegalRegulatoryPack:

@@ -21,9 +21,10 @@ from rag_assets.automation import eval_step, model_is_free
 from rag_assets.resources import EngineResource
 from rag_engine.config import config_hash, slice_hash, under_root
 from rag_engine.engine import Engine
+from rag_engine.errors import EvalInputError
 from rag_engine.graph.extraction import prompt_hash
 from rag_engine.query import SYSTEM_PROMPT
-from rag_engine.errors import EvalInputError
+
 
 def _acceptance_for(folder: Path, baseline_sha: str, candidate_sha: str) -> tuple[dict | None, str | None]:
     for path in sorted(folder.glob("*")):
@@ -33,8 +34,10 @@ def _acceptance_for(folder: Path, baseline_sha: str, candidate_sha: str) -> tupl
             data = load_acceptance(path)
         except EvalInputError:
             continue
-        if (str(data.get("baseline_sha256", "")).lower() == baseline_sha
-                and str(data.get("candidate_sha256", "")).lower() == candidate_sha):
+        if (
+            str(data.get("baseline_sha256", "")).lower() == baseline_sha
+            and str(data.get("candidate_sha256", "")).lower() == candidate_sha
+        ):
             return data, path.name
     return None, None
 
@@ -45,36 +48,67 @@ def eval_code_version(engine: Engine) -> str:
     eval_report stale, so a model change cannot skip an eval (and its blocking gate)."""
     gen, emb = engine.registry.generation, engine.registry.embedding
     prompts = {name: prompt_hash(pack.manifest) for name, pack in sorted(engine.packs.items())}
-    return slice_hash("eval-v1", gen.identity, emb.identity, emb.model.dimension, slice_hash(SYSTEM_PROMPT),
-                      prompts, engine.cfg.evals.golden)
+    return slice_hash(
+        "eval-v1",
+        gen.identity,
+        emb.identity,
+        emb.model.dimension,
+        slice_hash(SYSTEM_PROMPT),
+        prompts,
+        engine.cfg.evals.golden,
+    )
 
 
 def gate_table(result) -> dg.TableMetadataValue:
     """The gate's per-metric comparison, one row per gate metric."""
-    rows = [dg.TableRecord({"metric": name, "baseline": round(m.baseline_mean, 4), "candidate": round(m.candidate_mean, 4),
-                            "delta": round(m.mean_delta, 4), "ci_low": round(m.ci_low, 4),
-                            "ci_high": round(m.ci_high, 4), "n": m.n, "regressed": m.regressed})
-            for name, m in result.metrics.items()]
-    schema = dg.TableSchema(columns=[
-        dg.TableColumn("metric", "string"), dg.TableColumn("baseline", "float"), dg.TableColumn("candidate", "float"),
-        dg.TableColumn("delta", "float"), dg.TableColumn("ci_low", "float"), dg.TableColumn("ci_high", "float"),
-        dg.TableColumn("n", "int"), dg.TableColumn("regressed", "bool")])
+    rows = [
+        dg.TableRecord(
+            {
+                "metric": name,
+                "baseline": round(m.baseline_mean, 4),
+                "candidate": round(m.candidate_mean, 4),
+                "delta": round(m.mean_delta, 4),
+                "ci_low": round(m.ci_low, 4),
+                "ci_high": round(m.ci_high, 4),
+                "n": m.n,
+                "regressed": m.regressed,
+            }
+        )
+        for name, m in result.metrics.items()
+    ]
+    schema = dg.TableSchema(
+        columns=[
+            dg.TableColumn("metric", "string"),
+            dg.TableColumn("baseline", "float"),
+            dg.TableColumn("candidate", "float"),
+            dg.TableColumn("delta", "float"),
+            dg.TableColumn("ci_low", "float"),
+            dg.TableColumn("ci_high", "float"),
+            dg.TableColumn("n", "int"),
+            dg.TableColumn("regressed", "bool"),
+        ]
+    )
     return dg.MetadataValue.table(rows, schema=schema)
 
 
 def build_eval_assets(pack_keys: list[dg.AssetKey], engine: Engine, config_path: str) -> list:
     gen_free = model_is_free(engine, engine.cfg.defaults.generation_model)
 
-    @dg.asset(name="eval_report", group_name="platform", deps=pack_keys, kinds={"python"},
-              code_version=eval_code_version(engine), owners=["team:rag-platform"],
-              tags={"cost": "free" if gen_free else "paid", "model": "generation"},
-              automation_condition=eval_step(config_path),
-              freshness_policy=dg.FreshnessPolicy.time_window(fail_window=timedelta(days=7),
-                                                              warn_window=timedelta(days=2)),
-              description="Golden query packs through the query path: recall, MRR, nDCG, citations, "
-                          "insufficient evidence, latency, cost per query. Re-runs after index or graph "
-                          "changes and when the generation model, embedder or prompts change; gated by "
-                          "the blocking eval_gate check.")
+    @dg.asset(
+        name="eval_report",
+        group_name="platform",
+        deps=pack_keys,
+        kinds={"python"},
+        code_version=eval_code_version(engine),
+        owners=["team:rag-platform"],
+        tags={"cost": "free" if gen_free else "paid", "model": "generation"},
+        automation_condition=eval_step(config_path),
+        freshness_policy=dg.FreshnessPolicy.time_window(fail_window=timedelta(days=7), warn_window=timedelta(days=2)),
+        description="Golden query packs through the query path: recall, MRR, nDCG, citations, "
+        "insufficient evidence, latency, cost per query. Re-runs after index or graph "
+        "changes and when the generation model, embedder or prompts change; gated by "
+        "the blocking eval_gate check.",
+    )
     def eval_report(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
         engine = rag.engine()
         paths = [engine.root / p for p in engine.cfg.evals.golden]
@@ -85,25 +119,35 @@ def build_eval_assets(pack_keys: list[dg.AssetKey], engine: Engine, config_path:
         shutil.copyfile(target, reports / "latest.json")
         gen, emb = engine.registry.generation, engine.registry.embedding
         metrics = {k: v for k, v in report.metrics.model_dump(by_alias=True).items() if v is not None}
-        context.log.info("eval: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()
-                                              if isinstance(v, (int, float)) and not isinstance(v, bool)))
-        return dg.MaterializeResult(metadata={
-            **{k: (float(v) if isinstance(v, (int, float)) else str(v)) for k, v in metrics.items()},
-            "dagster/row_count": len(report.queries),
-            "report_path": str(target),
-            "default_generation": f"{gen.provider.name}/{gen.model.served_model}",
-            "answers_by": f"{report.generation.provider}/{report.generation.model}",
-            "embedder": f"{emb.provider.name}/{emb.model.served_model} dim {emb.model.dimension}",
-            "golden": dg.MetadataValue.json({"paths": list(report.golden.paths), "hash": report.golden.hash}),
-            "config_hash": config_hash(engine.cfg),
-            "reindex": dg.MetadataValue.json(report.reindex.model_dump() if report.reindex else {}),
-        })
+        context.log.info(
+            "eval: "
+            + ", ".join(
+                f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+            )
+        )
+        return dg.MaterializeResult(
+            metadata={
+                **{k: (float(v) if isinstance(v, (int, float)) else str(v)) for k, v in metrics.items()},
+                "dagster/row_count": len(report.queries),
+                "report_path": str(target),
+                "default_generation": f"{gen.provider.name}/{gen.model.served_model}",
+                "answers_by": f"{report.generation.provider}/{report.generation.model}",
+                "embedder": f"{emb.provider.name}/{emb.model.served_model} dim {emb.model.dimension}",
+                "golden": dg.MetadataValue.json({"paths": list(report.golden.paths), "hash": report.golden.hash}),
+                "config_hash": config_hash(engine.cfg),
+                "reindex": dg.MetadataValue.json(report.reindex.model_dump() if report.reindex else {}),
+            }
+        )
 
-    @dg.asset_check(asset=eval_report, name="eval_gate", blocking=True,
-                    automation_condition=dg.AutomationCondition.eager(),
-                    description="Regression gate against evals/reports/BASELINE.json (ERROR, blocking): a "
-                                "paired bootstrap per gate metric (table), the BM25 floor, acceptances bound "
-                                "to both reports' hashes. The result's description gives the reasons.")
+    @dg.asset_check(
+        asset=eval_report,
+        name="eval_gate",
+        blocking=True,
+        automation_condition=dg.AutomationCondition.eager(),
+        description="Regression gate against evals/reports/BASELINE.json (ERROR, blocking): a "
+        "paired bootstrap per gate metric (table), the BM25 floor, acceptances bound "
+        "to both reports' hashes. The result's description gives the reasons.",
+    )
     def eval_gate(rag: EngineResource) -> dg.AssetCheckResult:
         engine = rag.engine()
         evals = engine.cfg.evals
@@ -112,20 +156,35 @@ def build_eval_assets(pack_keys: list[dg.AssetKey], engine: Engine, config_path:
         try:
             candidate_report, baseline_report = load_report(latest), load_report(baseline)
         except EvalInputError as exc:
-            return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.ERROR,
-                                       description=f"incomparable: {exc}",
-                                       metadata={"status": "incomparable", "reason": str(exc)})
+            return dg.AssetCheckResult(
+                passed=False,
+                severity=dg.AssetCheckSeverity.ERROR,
+                description=f"incomparable: {exc}",
+                metadata={"status": "incomparable", "reason": str(exc)},
+            )
         c_sha, b_sha = report_sha256(latest), report_sha256(baseline)
         acceptance, source = _acceptance_for(under_root(engine.root, evals.acceptances_dir), b_sha, c_sha)
-        result = evaluate_gate(candidate_report, baseline_report, engine.cfg.evals, candidate_sha=c_sha,
-                               baseline_sha=b_sha, acceptance=acceptance, acceptance_source=source)
+        result = evaluate_gate(
+            candidate_report,
+            baseline_report,
+            engine.cfg.evals,
+            candidate_sha=c_sha,
+            baseline_sha=b_sha,
+            acceptance=acceptance,
+            acceptance_source=source,
+        )
         reasons = "; ".join(result.reasons) or "no regression"
         return dg.AssetCheckResult(
-            passed=result.status in ("pass", "accepted"), severity=dg.AssetCheckSeverity.ERROR,
+            passed=result.status in ("pass", "accepted"),
+            severity=dg.AssetCheckSeverity.ERROR,
             description=f"{result.status}: {reasons}"[:2000],
-            metadata={"status": result.status, "comparison": gate_table(result),
-                      "regressed_metrics": len(result.regressed_metrics),
-                      "reasons": dg.MetadataValue.json(list(result.reasons)),
-                      "gate": dg.MetadataValue.json(json.loads(json.dumps(result.to_json(), default=str)))})
+            metadata={
+                "status": result.status,
+                "comparison": gate_table(result),
+                "regressed_metrics": len(result.regressed_metrics),
+                "reasons": dg.MetadataValue.json(list(result.reasons)),
+                "gate": dg.MetadataValue.json(json.loads(json.dumps(result.to_json(), default=str))),
+            },
+        )
 
     return [eval_report, eval_gate]

@@ -11,13 +11,15 @@ from datetime import timedelta
 import dagster as dg
 
 from rag_assets.automation import nightly
-
 from rag_assets.resources import EngineResource
 from rag_engine.graph.quality import quality_report
 
 KEY = dg.AssetKey("graph_quality")
-BLOCKING = {"no_orphan_entities": "orphan_entities", "no_dangling_edges": "dangling_edges",
-            "no_missing_provenance": "missing_provenance"}
+BLOCKING = {
+    "no_orphan_entities": "orphan_entities",
+    "no_dangling_edges": "dangling_edges",
+    "no_missing_provenance": "missing_provenance",
+}
 WARNING = {"no_stale_versions": "stale_versions"}
 INFO = ("low_confidence_counted", "graph_size_reported", "latest_extraction_run", "cleanup_status")
 
@@ -25,14 +27,14 @@ INFO = ("low_confidence_counted", "graph_size_reported", "latest_extraction_run"
 DESCRIPTIONS = {
     "no_orphan_entities": "ERROR, blocking: entities no chunk mentions any more (see `rag cleanup --dry-run`).",
     "no_dangling_edges": "ERROR, blocking: inferred edges whose evidence chunk is gone or not current, and "
-                         "REFERENCES edges to chunks that are not current.",
+    "REFERENCES edges to chunks that are not current.",
     "no_missing_provenance": "ERROR, blocking: inferred edges or mentions lacking a provenance field "
-                             "(doc, chunk, version, bucket, run, model, prompt, source type).",
+    "(doc, chunk, version, bucket, run, model, prompt, source type).",
     "no_stale_versions": "WARN: superseded document versions still holding chunk nodes (a cleanup removes them).",
     "low_confidence_counted": "Always passes: inferred edges stored below the confidence floor (never "
-                              "retrieval-eligible) and the eligible ones.",
+    "retrieval-eligible) and the eligible ones.",
     "graph_size_reported": "Always passes: documents, active chunks, entities, deterministic and inferred edges, "
-                           "eligible edges (numbers that plot over time).",
+    "eligible edges (numbers that plot over time).",
     "latest_extraction_run": "WARN when the latest extraction run did not complete (failed calls or budget).",
     "cleanup_status": "Always passes: the most recent approved cleanup.",
 }
@@ -46,41 +48,75 @@ def _specs() -> list[dg.AssetCheckSpec]:
 
 def _sizes(report: dict) -> dict[str, int]:
     size = report["graph_size"]
-    return {"documents": int(size.get("documents", 0)), "chunks": int(size.get("chunks", 0)),
-            "entities": int(size.get("entities", 0)), "deterministic_edges": int(size["deterministic"]),
-            "inferred_edges": int(size["inferred"]), "eligible_edges": int(size.get("eligible", 0))}
+    return {
+        "documents": int(size.get("documents", 0)),
+        "chunks": int(size.get("chunks", 0)),
+        "entities": int(size.get("entities", 0)),
+        "deterministic_edges": int(size["deterministic"]),
+        "inferred_edges": int(size["inferred"]),
+        "eligible_edges": int(size.get("eligible", 0)),
+    }
 
 
 def _checks(report: dict) -> list[dg.AssetCheckResult]:
     out = []
     for name, field in {**BLOCKING, **WARNING}.items():
         count = int(report[field]["count"])
-        out.append(dg.AssetCheckResult(
-            check_name=name, passed=count == 0,
-            severity=dg.AssetCheckSeverity.ERROR if name in BLOCKING else dg.AssetCheckSeverity.WARN,
-            description=f"{count} {field.replace('_', ' ')}" + (f" (e.g. {report[field]['sample'][:3]})"
-                                                                  if count and report[field].get("sample") else ""),
-            metadata={"count": count, "detail": dg.MetadataValue.json(report[field])}))
-    out.append(dg.AssetCheckResult(check_name="low_confidence_counted", passed=True, metadata={
-        "low_confidence": report["low_confidence"]["count"], "eligible": report["low_confidence"]["eligible"]}))
+        out.append(
+            dg.AssetCheckResult(
+                check_name=name,
+                passed=count == 0,
+                severity=dg.AssetCheckSeverity.ERROR if name in BLOCKING else dg.AssetCheckSeverity.WARN,
+                description=f"{count} {field.replace('_', ' ')}"
+                + (f" (e.g. {report[field]['sample'][:3]})" if count and report[field].get("sample") else ""),
+                metadata={"count": count, "detail": dg.MetadataValue.json(report[field])},
+            )
+        )
+    out.append(
+        dg.AssetCheckResult(
+            check_name="low_confidence_counted",
+            passed=True,
+            metadata={
+                "low_confidence": report["low_confidence"]["count"],
+                "eligible": report["low_confidence"]["eligible"],
+            },
+        )
+    )
     out.append(dg.AssetCheckResult(check_name="graph_size_reported", passed=True, metadata=_sizes(report)))
     latest = report["latest_run"]
-    out.append(dg.AssetCheckResult(
-        check_name="latest_extraction_run", severity=dg.AssetCheckSeverity.WARN,
-        passed=latest is None or latest["status"] == "complete",
-        description="no extraction run yet" if latest is None else f"latest extraction run {latest['run_id']} "
-                    f"of {latest['pack']}: {latest['status']}",
-        metadata={"latest_run": dg.MetadataValue.json(latest or {})}))
-    out.append(dg.AssetCheckResult(check_name="cleanup_status", passed=True,
-                                   metadata={"last_cleanup": dg.MetadataValue.json(report["cleanup"] or {})}))
+    out.append(
+        dg.AssetCheckResult(
+            check_name="latest_extraction_run",
+            severity=dg.AssetCheckSeverity.WARN,
+            passed=latest is None or latest["status"] == "complete",
+            description="no extraction run yet"
+            if latest is None
+            else f"latest extraction run {latest['run_id']} of {latest['pack']}: {latest['status']}",
+            metadata={"latest_run": dg.MetadataValue.json(latest or {})},
+        )
+    )
+    out.append(
+        dg.AssetCheckResult(
+            check_name="cleanup_status",
+            passed=True,
+            metadata={"last_cleanup": dg.MetadataValue.json(report["cleanup"] or {})},
+        )
+    )
     return out
 
 
-@dg.asset(key=KEY, group_name="platform", kinds={"neo4j"}, check_specs=_specs(), owners=["team:rag-platform"],
-          tags={"cost": "free"}, automation_condition=nightly(),
-          freshness_policy=dg.FreshnessPolicy.cron(deadline_cron="30 3 * * *", lower_bound_delta=timedelta(hours=24)),
-          description="Graph health: orphans, dangling edges, stale versions, provenance, confidence, sizes, "
-                      "latest extraction run and cleanup status, for the enabled packs.")
+@dg.asset(
+    key=KEY,
+    group_name="platform",
+    kinds={"neo4j"},
+    check_specs=_specs(),
+    owners=["team:rag-platform"],
+    tags={"cost": "free"},
+    automation_condition=nightly(),
+    freshness_policy=dg.FreshnessPolicy.cron(deadline_cron="30 3 * * *", lower_bound_delta=timedelta(hours=24)),
+    description="Graph health: orphans, dangling edges, stale versions, provenance, confidence, sizes, "
+    "latest extraction run and cleanup status, for the enabled packs.",
+)
 def graph_quality(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
     engine = rag.engine()
     report = quality_report(engine.driver, engine.database, sorted(engine.packs))
@@ -88,19 +124,28 @@ def graph_quality(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.
     if failing:
         context.log.error(f"blocking graph quality checks fail: {failing}; see `rag cleanup --dry-run`")
     return dg.MaterializeResult(
-        metadata={"packs": dg.MetadataValue.json(report["packs"]),
-                  "orphan_entities": report["orphan_entities"]["count"],
-                  "dangling_edges": report["dangling_edges"]["count"],
-                  "stale_versions": report["stale_versions"]["count"],
-                  **_sizes(report)},
-        check_results=_checks(report))
+        metadata={
+            "packs": dg.MetadataValue.json(report["packs"]),
+            "orphan_entities": report["orphan_entities"]["count"],
+            "dangling_edges": report["dangling_edges"]["count"],
+            "stale_versions": report["stale_versions"]["count"],
+            **_sizes(report),
+        },
+        check_results=_checks(report),
+    )
 
 
 graph_quality_job = dg.define_asset_job(
-    "graph_quality_checks", selection=dg.AssetSelection.assets(KEY),
-    description="Recompute graph_quality and run its checks; fails when a blocking check fails.")
+    "graph_quality_checks",
+    selection=dg.AssetSelection.assets(KEY),
+    description="Recompute graph_quality and run its checks; fails when a blocking check fails.",
+)
 
 nightly_graph_quality = dg.ScheduleDefinition(
-    name="nightly_graph_quality", job=graph_quality_job, cron_schedule="0 3 * * *",
-    execution_timezone="UTC", default_status=dg.DefaultScheduleStatus.RUNNING,
-    description="Graph quality checks every night at 03:00 UTC.")
+    name="nightly_graph_quality",
+    job=graph_quality_job,
+    cron_schedule="0 3 * * *",
+    execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Graph quality checks every night at 03:00 UTC.",
+)

@@ -5,7 +5,6 @@ Every asset is partitioned by document version and runs many partitions in one r
 run's partitions, report progress and turn the step report into metadata.
 """
 
-
 import time
 import warnings
 from collections.abc import Callable
@@ -25,8 +24,14 @@ from rag_engine.packs import DomainPack
 StepFn = Callable[[Engine, DomainPack, str], dict]
 
 
-ROW_COUNT = {"source_documents": None, "chunks": "chunks", "references": "references", "chunk_index": "embedded",
-             "llm_extraction": "extracted", "graph_writes": None}
+ROW_COUNT = {
+    "source_documents": None,
+    "chunks": "chunks",
+    "references": "references",
+    "chunk_index": "embedded",
+    "llm_extraction": "extracted",
+    "graph_writes": None,
+}
 """Which figure of a step's partition report is its row count (graph_writes: edges, summed)."""
 
 
@@ -55,23 +60,36 @@ def partition_metadata(step: str, outcome: str, figures: dict, seconds: float) -
 
 def _run_summary(report: ingest.StepReport, totals: tuple[str, ...]) -> str:
     figures = ", ".join(f"{k} {report.total(k)}" for k in totals)
-    return (f"{report.step}: {len(report.done)} done, {len(report.rejected)} rejected, {len(report.skipped)} "
-            f"skipped, {len(report.failed)} failed in {report.seconds:.1f}s" + (f"; {figures}" if figures else ""))
+    return (
+        f"{report.step}: {len(report.done)} done, {len(report.rejected)} rejected, {len(report.skipped)} "
+        f"skipped, {len(report.failed)} failed in {report.seconds:.1f}s" + (f"; {figures}" if figures else "")
+    )
 
 
 def _failure_metadata(report: ingest.StepReport, totals: tuple[str, ...]) -> dict:
-    meta: dict = {"partitions_done": len(report.done), "partitions_failed": len(report.failed),
-                  "partitions_rejected": len(report.rejected), "seconds": report.seconds,
-                  **{k: report.total(k) for k in totals}}
+    meta: dict = {
+        "partitions_done": len(report.done),
+        "partitions_failed": len(report.failed),
+        "partitions_rejected": len(report.rejected),
+        "seconds": report.seconds,
+        **{k: report.total(k) for k in totals},
+    }
     for name in ("rejected", "skipped", "failed"):
         if getattr(report, name):
             meta[name] = dg.MetadataValue.json(getattr(report, name))
     return meta
 
 
-def _run(context: dg.AssetExecutionContext, engine_res: EngineResource, pack_name: str, step: str,
-         fn: StepFn, totals: tuple[str, ...], check: "str | None" = None,
-         extra: "Callable[[str], dict] | None" = None) -> dg.MaterializeResult:
+def _run(
+    context: dg.AssetExecutionContext,
+    engine_res: EngineResource,
+    pack_name: str,
+    step: str,
+    fn: StepFn,
+    totals: tuple[str, ...],
+    check: "str | None" = None,
+    extra: "Callable[[str], dict] | None" = None,
+) -> dg.MaterializeResult:
     """Run one step over the run's partitions; each partition's materialization carries its own
     figures (``extra(key)`` adds per-partition figures the step does not return, e.g. tokens)."""
     engine = engine_res.engine()
@@ -94,11 +112,15 @@ def _run(context: dg.AssetExecutionContext, engine_res: EngineResource, pack_nam
         context.log.error(f"{key}: {reason}")
     summary = _run_summary(report, totals)
     if report.failed:  # the others' work is written; the run says which partitions to re-run
-        raise dg.Failure(description=f"{step}: {len(report.failed)} partition(s) failed: {sorted(report.failed)}",
-                         metadata=_failure_metadata(report, totals))
+        raise dg.Failure(
+            description=f"{step}: {len(report.failed)} partition(s) failed: {sorted(report.failed)}",
+            metadata=_failure_metadata(report, totals),
+        )
     if not report.done and (report.rejected or report.skipped):
-        raise dg.Failure(description=f"{step}: no partition of this run could be processed",
-                         metadata=_failure_metadata(report, totals))
+        raise dg.Failure(
+            description=f"{step}: no partition of this run could be processed",
+            metadata=_failure_metadata(report, totals),
+        )
     context.log.info(f"run totals: {summary}")
     for key in keys:
         if key in report.done:
@@ -106,17 +128,23 @@ def _run(context: dg.AssetExecutionContext, engine_res: EngineResource, pack_nam
         else:
             outcome = "rejected" if key in report.rejected else "skipped"
             figures = {"reason": report.rejected.get(key) or report.skipped.get(key, "")}
-        context.add_asset_metadata(partition_metadata(step, outcome, figures, seconds.get(key, 0.0)),
-                                   partition_key=key)
+        context.add_asset_metadata(partition_metadata(step, outcome, figures, seconds.get(key, 0.0)), partition_key=key)
     checks = []
     if check:
-        checks.append(dg.AssetCheckResult(
-            check_name=check, passed=not report.rejected, severity=dg.AssetCheckSeverity.WARN,
-            metadata={"rejected_count": len(report.rejected), "rejected": dg.MetadataValue.json(report.rejected)},
-            description=(f"{len(report.rejected)} document version(s) rejected at {step} (skipped downstream): "
-                         + "; ".join(f"{k}: {v}" for k, v in sorted(report.rejected.items()))[:1000]
-                         if report.rejected else f"No document version rejected at {step}."),
-        ))
+        checks.append(
+            dg.AssetCheckResult(
+                check_name=check,
+                passed=not report.rejected,
+                severity=dg.AssetCheckSeverity.WARN,
+                metadata={"rejected_count": len(report.rejected), "rejected": dg.MetadataValue.json(report.rejected)},
+                description=(
+                    f"{len(report.rejected)} document version(s) rejected at {step} (skipped downstream): "
+                    + "; ".join(f"{k}: {v}" for k, v in sorted(report.rejected.items()))[:1000]
+                    if report.rejected
+                    else f"No document version rejected at {step}."
+                ),
+            )
+        )
     return dg.MaterializeResult(check_results=checks)
 
 
@@ -151,10 +179,16 @@ def _reindex_then_index(context: dg.AssetExecutionContext, engine: Engine, pack:
         from rag_engine.reindex import run_reindex
 
         context.log.warning(f"embedder identity changed ({exc}); running the blue/green re-index")
-        report = run_reindex(engine, progress=lambda p: context.log.info(
-            f"reindex {p.phase}: {p.done}/{p.total} chunks ({p.cache_hits} from cache, {p.seconds:.1f}s)"))
-        context.log.info(f"reindex {report.status}: {report.previous_identity} -> {report.identity}, "
-                         f"{report.embedded_chunks} chunks embedded")
+        report = run_reindex(
+            engine,
+            progress=lambda p: context.log.info(
+                f"reindex {p.phase}: {p.done}/{p.total} chunks ({p.cache_hits} from cache, {p.seconds:.1f}s)"
+            ),
+        )
+        context.log.info(
+            f"reindex {report.status}: {report.previous_identity} -> {report.identity}, "
+            f"{report.embedded_chunks} chunks embedded"
+        )
         if report.status not in ("switched", "already_active"):
             raise
         out = ingest.index_step(engine, pack, key, run_id=context.run.run_id)
@@ -166,56 +200,102 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
     parts = document_versions(name)
     versions = code_versions(engine, pack)
     free_tags = {"cost": "free", "pack": name}
-    common = dict(partitions_def=parts, group_name=group, backfill_policy=dg.BackfillPolicy.single_run(),
-                  kinds={"python"}, owners=OWNERS, automation_condition=automation.free_step(), tags=free_tags)
+    common = {
+        "partitions_def": parts,
+        "group_name": group,
+        "backfill_policy": dg.BackfillPolicy.single_run(),
+        "kinds": {"python"},
+        "owners": OWNERS,
+        "automation_condition": automation.free_step(),
+        "tags": free_tags,
+    }
     extraction_free = automation.model_is_free(engine, engine.cfg.defaults.extraction_model)
 
     def key(asset: str) -> dg.AssetKey:
         return dg.AssetKey([name, asset])
 
-    @dg.asset(key=key("source_documents"), code_version=versions["source_documents"],
-              description=f"Validated source documents of the {name} pack, one partition per document version.",
-              check_specs=[dg.AssetCheckSpec("documents_valid", asset=key("source_documents"),
-                                             description="WARN when a document version is rejected (size, encoding, "
-                                                         "front matter); the reason is the check description.")],
-              **common)
+    @dg.asset(
+        key=key("source_documents"),
+        code_version=versions["source_documents"],
+        description=f"Validated source documents of the {name} pack, one partition per document version.",
+        check_specs=[
+            dg.AssetCheckSpec(
+                "documents_valid",
+                asset=key("source_documents"),
+                description="WARN when a document version is rejected (size, encoding, "
+                "front matter); the reason is the check description.",
+            )
+        ],
+        **common,
+    )
     def source_documents(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
         return _run(context, rag, name, "source_documents", ingest.source_step, ("chars",), check="documents_valid")
 
-    @dg.asset(key=key("chunks"), deps=[source_documents], code_version=versions["chunks"],
-              description="Chunks by the pack's rules; writes Document, DocumentVersion and (pending) Chunk nodes.",
-              check_specs=[dg.AssetCheckSpec("chunks_valid", asset=key("chunks"),
-                                             description="WARN when the pack refuses a document (no chunks, duplicate "
-                                                         "chunk ids, a rule error); it is skipped downstream.")],
-              **{**common, "kinds": {"python", "neo4j"}})
+    @dg.asset(
+        key=key("chunks"),
+        deps=[source_documents],
+        code_version=versions["chunks"],
+        description="Chunks by the pack's rules; writes Document, DocumentVersion and (pending) Chunk nodes.",
+        check_specs=[
+            dg.AssetCheckSpec(
+                "chunks_valid",
+                asset=key("chunks"),
+                description="WARN when the pack refuses a document (no chunks, duplicate "
+                "chunk ids, a rule error); it is skipped downstream.",
+            )
+        ],
+        **{**common, "kinds": {"python", "neo4j"}},
+    )
     def chunks(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
         # a document the pack refuses (e.g. a second title) is rejected here and skipped downstream
         return _run(context, rag, name, "chunks", ingest.chunks_step, ("chunks",), check="chunks_valid")
 
-    @dg.asset(key=key("references"), deps=[chunks], code_version=versions["references"],
-              description="Deterministic references extracted and normalized by the pack (CITES edges).",
-              **{**common, "kinds": {"python", "neo4j"}})
+    @dg.asset(
+        key=key("references"),
+        deps=[chunks],
+        code_version=versions["references"],
+        description="Deterministic references extracted and normalized by the pack (CITES edges).",
+        **{**common, "kinds": {"python", "neo4j"}},
+    )
     def references(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
         return _run(context, rag, name, "references", ingest.references_step, ("references",))
 
-    @dg.asset(key=key("chunk_index"), deps=[chunks], code_version=versions["chunk_index"],
-              description="Chunk embeddings by the active embedder and the vector index; an indexed "
-                          "version becomes the current one (the previous version is superseded). A new "
-                          "embedder identity runs the blue/green re-index first.",
-              **{**common, "kinds": {"python", "neo4j"}, "tags": {**free_tags, "model": "embedder"}})
+    @dg.asset(
+        key=key("chunk_index"),
+        deps=[chunks],
+        code_version=versions["chunk_index"],
+        description="Chunk embeddings by the active embedder and the vector index; an indexed "
+        "version becomes the current one (the previous version is superseded). A new "
+        "embedder identity runs the blue/green re-index first.",
+        **{**common, "kinds": {"python", "neo4j"}, "tags": {**free_tags, "model": "embedder"}},
+    )
     def chunk_index(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
-        return _run(context, rag, name, "chunk_index",
-                    lambda e, p, k: _reindex_then_index(context, e, p, k), ("embedded",))
+        return _run(
+            context, rag, name, "chunk_index", lambda e, p, k: _reindex_then_index(context, e, p, k), ("embedded",)
+        )
 
-    @dg.asset(key=key("llm_extraction"), deps=[chunks], code_version=versions["llm_extraction"], pool="llm",
-              description="LLM graph extraction per chunk, validated with provenance; budgets per run, "
-                          "cached by (chunk content, prompt, model). Paid work: automated only under "
-                          "automation.max_auto_cost_usd, else awaiting approval (materialize to approve).",
-              check_specs=[dg.AssetCheckSpec("extraction_calls_ok", asset=key("llm_extraction"),
-                                             description="WARN when extraction calls failed (counts per reason) "
-                                                         "or the run budget skipped chunks.")],
-              **{**common, "kinds": {"python", "openai"}, "automation_condition": automation.paid_step(config_path),
-                 "tags": {"cost": "free" if extraction_free else "paid", "pack": name, "model": "extraction"}})
+    @dg.asset(
+        key=key("llm_extraction"),
+        deps=[chunks],
+        code_version=versions["llm_extraction"],
+        pool="llm",
+        description="LLM graph extraction per chunk, validated with provenance; budgets per run, "
+        "cached by (chunk content, prompt, model). Paid work: automated only under "
+        "automation.max_auto_cost_usd, else awaiting approval (materialize to approve).",
+        check_specs=[
+            dg.AssetCheckSpec(
+                "extraction_calls_ok",
+                asset=key("llm_extraction"),
+                description="WARN when extraction calls failed (counts per reason) or the run budget skipped chunks.",
+            )
+        ],
+        **{
+            **common,
+            "kinds": {"python", "openai"},
+            "automation_condition": automation.paid_step(config_path),
+            "tags": {"cost": "free" if extraction_free else "paid", "pack": name, "model": "extraction"},
+        },
+    )
     def llm_extraction(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
         engine = rag.engine()
         budget = new_budget(engine)
@@ -223,47 +303,76 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
         def step(e: Engine, p: DomainPack, k: str) -> dict:
             tokens, cost, calls, hits = budget.tokens, budget.cost, budget.chunks, budget.cache_hits
             out = extraction_step(e, p, k, run_id=context.run.run_id, budget=budget)
-            figures = {"tokens": budget.tokens - tokens, "llm_calls": budget.chunks - calls,
-                       "cache_hits": budget.cache_hits - hits}
+            figures = {
+                "tokens": budget.tokens - tokens,
+                "llm_calls": budget.chunks - calls,
+                "cache_hits": budget.cache_hits - hits,
+            }
             if cost is not None and budget.cost is not None:
                 figures["cost_usd"] = float(budget.cost - cost)
             else:
                 figures["cost_known"] = "no (unpriced model)"
             return {**out, **figures}
 
-        result = _run(context, rag, name, "llm_extraction", step,
-                      ("extracted", "entities", "relationships", "skipped", "failed", "rejected"))
+        result = _run(
+            context,
+            rag,
+            name,
+            "llm_extraction",
+            step,
+            ("extracted", "entities", "relationships", "skipped", "failed", "rejected"),
+        )
         summary = finish_run(engine, engine.pack(name), context.run.run_id, budget)
         if budget.skipped:
             context.log.warning(f"budget exhausted: {budget.skipped} chunks skipped; a later run continues")
-        context.log.info(f"extraction run: {summary['status']}, {summary['chunks']} calls, "
-                         f"{summary['cache_hits']} cache hits, {summary['tokens']} tokens, "
-                         f"cost {summary['cost'] if summary['cost'] is not None else 'unknown'} ({summary['model']})")
+        context.log.info(
+            f"extraction run: {summary['status']}, {summary['chunks']} calls, "
+            f"{summary['cache_hits']} cache hits, {summary['tokens']} tokens, "
+            f"cost {summary['cost'] if summary['cost'] is not None else 'unknown'} ({summary['model']})"
+        )
         failures = _extraction_failures(engine, name, list(context.partition_keys))
         ok = not failures and not budget.skipped
         detail = ", ".join(f"{n} x {r}" for r, n in failures.items())
         check = dg.AssetCheckResult(
-            check_name="extraction_calls_ok", passed=ok, severity=dg.AssetCheckSeverity.WARN,
-            metadata={"failed_calls": sum(failures.values()), "budget_skipped": budget.skipped,
-                      "failed_by_reason": dg.MetadataValue.json(failures),
-                      "rejected_by_reason": dg.MetadataValue.json(summary["rejected"])},
-            description=("All extraction calls answered." if ok else
-                         f"{sum(failures.values())} failed call(s): {detail or 'none'}; "
-                         f"{budget.skipped} chunk(s) skipped by the run budget. Failed chunks are retried by "
-                         f"the next run (answers are cached)."))
+            check_name="extraction_calls_ok",
+            passed=ok,
+            severity=dg.AssetCheckSeverity.WARN,
+            metadata={
+                "failed_calls": sum(failures.values()),
+                "budget_skipped": budget.skipped,
+                "failed_by_reason": dg.MetadataValue.json(failures),
+                "rejected_by_reason": dg.MetadataValue.json(summary["rejected"]),
+            },
+            description=(
+                "All extraction calls answered."
+                if ok
+                else f"{sum(failures.values())} failed call(s): {detail or 'none'}; "
+                f"{budget.skipped} chunk(s) skipped by the run budget. Failed chunks are retried by "
+                f"the next run (answers are cached)."
+            ),
+        )
         if failures:
             context.log.warning(f"extraction calls failed: {detail}")
         return dg.MaterializeResult(check_results=[*result.check_results, check])
 
     # graph_writes waits for chunk_index: a version is live (its chunks active) once indexed
-    @dg.asset(key=key("graph_writes"), deps=[references, llm_extraction, chunk_index],
-              code_version=versions["graph_writes"],
-              description="Graph edges: deterministic references resolved to target chunks, and the validated "
-                          "LLM records of each version (a superseded version's inferred records are removed). "
-                          "Never calls a model: a policy change rebuilds it by itself.",
-              **{**common, "kinds": {"neo4j"}, "automation_condition": automation.graph_step(config_path)})
+    @dg.asset(
+        key=key("graph_writes"),
+        deps=[references, llm_extraction, chunk_index],
+        code_version=versions["graph_writes"],
+        description="Graph edges: deterministic references resolved to target chunks, and the validated "
+        "LLM records of each version (a superseded version's inferred records are removed). "
+        "Never calls a model: a policy change rebuilds it by itself.",
+        **{**common, "kinds": {"neo4j"}, "automation_condition": automation.graph_step(config_path)},
+    )
     def graph_writes(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
-        return _run(context, rag, name, "graph_writes", ingest.graph_step,
-                    ("resolved", "unresolved", "entities", "relationships", "eligible"))
+        return _run(
+            context,
+            rag,
+            name,
+            "graph_writes",
+            ingest.graph_step,
+            ("resolved", "unresolved", "entities", "relationships", "eligible"),
+        )
 
     return [source_documents, chunks, references, chunk_index, llm_extraction, graph_writes]

@@ -6,10 +6,15 @@ from rag_assets.resources import EngineResource
 from rag_engine.config import under_root
 
 
-@dg.asset(group_name="platform", kinds={"python", "pandas"}, owners=["team:rag-platform"], tags={"cost": "free"},
-          automation_condition=dg.AutomationCondition.on_cron("0 * * * *"),
-          description="Model usage and cost per provider/model/run from the append-only ledger; "
-                      "unknown costs stay visible as a count, never as zero.")
+@dg.asset(
+    group_name="platform",
+    kinds={"python", "pandas"},
+    owners=["team:rag-platform"],
+    tags={"cost": "free"},
+    automation_condition=dg.AutomationCondition.on_cron("0 * * * *"),
+    description="Model usage and cost per provider/model/run from the append-only ledger; "
+    "unknown costs stay visible as a count, never as zero.",
+)
 def usage_costs(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
     engine = rag.engine()
     frame = engine.ledger.summary_frame()

@@ -26,8 +26,9 @@ def _translate(exc: BaseException) -> RagError | None:
     import neo4j.exceptions as nx
 
     if isinstance(exc, (nx.ServiceUnavailable, nx.SessionExpired)):
-        return StoreUnavailable(f"Neo4j connection lost ({type(exc).__name__}): is it running? "
-                                "`make neo4j-start` starts the local one")
+        return StoreUnavailable(
+            f"Neo4j connection lost ({type(exc).__name__}): is it running? `make neo4j-start` starts the local one"
+        )
     if isinstance(exc, nx.ClientError) and "index" in (exc.message or "").lower() and "not" in exc.message.lower():
         return NotIngested(f"no search index yet ({exc.code}): run `rag ingest` (or `make demo`) first")
     return None
@@ -39,7 +40,7 @@ class _Boundary(TyperGroup):
     def invoke(self, ctx: typer.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except Exception as exc:  # noqa: BLE001 - the boundary: typed errors are one line, the rest too
+        except Exception as exc:
             if type(exc).__module__.split(".")[0] in ("click", "typer"):  # usage errors, help, exit codes
                 raise
             st = ctx.obj if isinstance(ctx.obj, State) else State()
@@ -47,8 +48,14 @@ class _Boundary(TyperGroup):
                 raise
             typed = exc if isinstance(exc, RagError) else _translate(exc)
             if typed is None:  # a bug: say so in one line, the traceback is behind --debug
-                _report(ctx, st, type(exc).__name__, str(exc), CHECK_FAILED, hint=" (unexpected; run with --debug "
-                                                                              "for the traceback)")
+                _report(
+                    ctx,
+                    st,
+                    type(exc).__name__,
+                    str(exc),
+                    CHECK_FAILED,
+                    hint=" (unexpected; run with --debug for the traceback)",
+                )
                 raise typer.Exit(CHECK_FAILED) from None
             _report(ctx, st, type(typed).__name__, str(typed), BAD_INPUT)
             raise typer.Exit(BAD_INPUT) from None
@@ -61,9 +68,13 @@ def _report(ctx: typer.Context, st: State, kind: str, message: str, code: int, h
 
 
 app = typer.Typer(
-    name="rag", cls=_Boundary, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode="rich",
+    name="rag",
+    cls=_Boundary,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
     help="RAG engine operator CLI: ingest, query, status and graph upkeep, without the orchestrator.\n\n"
-         "Exit codes: 0 ok, 1 a check or gate failed, 2 bad input, config or an unreachable store.",
+    "Exit codes: 0 ok, 1 a check or gate failed, 2 bad input, config or an unreachable store.",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -81,11 +92,13 @@ def _version(value: bool) -> None:
 @app.callback()
 def root(
     ctx: typer.Context,
-    config: Annotated[str, typer.Option("--config", help="Engine config file, relative to the project root.",
-                                        envvar="RAG_CONFIG")] = DEFAULT_CONFIG,
+    config: Annotated[
+        str, typer.Option("--config", help="Engine config file, relative to the project root.", envvar="RAG_CONFIG")
+    ] = DEFAULT_CONFIG,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and engine logs (INFO).")] = False,
-    _: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                    help="Print the version and exit.")] = False,
+    _: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
 ) -> None:
     st = state(ctx)
     st.config, st.debug = config, debug

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -10,8 +10,9 @@ from rag_engine.cli.common import JsonOpt, emit_json, engine, err, out, use_json
 
 audit_app = typer.Typer(
     help="The append-only audit trail (queries, governance events, approvals), in the ledger database.\n\n"
-         "Without a sub-command: list records, oldest first, filtered by the options.",
-    invoke_without_command=True)
+    "Without a sub-command: list records, oldest first, filtered by the options.",
+    invoke_without_command=True,
+)
 
 
 def _summary(rec: Any) -> str:
@@ -19,29 +20,40 @@ def _summary(rec: Any) -> str:
     if rec.event == "query":
         ans = p.get("answer") or {}
         q = "(redacted: sensitive collections)" if p.get("question_redacted") else repr((p.get("question") or "")[:60])
-        return (f"q={q} permitted={','.join(p.get('collections_permitted', []))} "
-                f"blocked={','.join(p.get('collections_blocked', [])) or '-'} candidates={len(p.get('candidates', []))} "
-                f"cited={len(p.get('cited', []))} answer={ans.get('kind')}/{ans.get('method')} "
-                f"model_calls={p.get('model_calls')}")
+        return (
+            f"q={q} permitted={','.join(p.get('collections_permitted', []))} "
+            f"blocked={','.join(p.get('collections_blocked', [])) or '-'} candidates={len(p.get('candidates', []))} "
+            f"cited={len(p.get('cited', []))} answer={ans.get('kind')}/{ans.get('method')} "
+            f"model_calls={p.get('model_calls')}"
+        )
     if rec.event.startswith("approval_"):
-        return (f"action={p.get('action')} hash={str(p.get('inputs_hash') or '-')[:12]} "
-                f"expected={str(p.get('expected_inputs_hash'))[:12]} reason={p.get('reason')!r}"
-                + (f" refused={p['refused']}" if p.get("refused") else ""))
+        return (
+            f"action={p.get('action')} hash={str(p.get('inputs_hash') or '-')[:12]} "
+            f"expected={str(p.get('expected_inputs_hash'))[:12]} reason={p.get('reason')!r}"
+            + (f" refused={p['refused']}" if p.get("refused") else "")
+        )
     return " ".join(f"{k}={v}" for k, v in sorted(p.items()))
 
 
 @audit_app.callback()
 def audit_list(
     ctx: typer.Context,
-    session: Annotated[Optional[str], typer.Option("--session", help="Only this session id.")] = None,
-    role: Annotated[Optional[str], typer.Option("--role", help="Only queries and events of this role.")] = None,
-    since: Annotated[Optional[str], typer.Option("--since", help="Only records since: 7d, 24h, 30m, a date or an "
-                                                                 "ISO date-time (UTC).")] = None,
-    event: Annotated[Optional[str], typer.Option("--event", help="Only this event: query, collections_blocked, "
-                                                                 "generation_fallback, local_inference_degraded, "
-                                                                 "approval_granted, approval_refused, "
-                                                                 "audit_records_deleted.")] = None,
-    limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="Only the newest N records.")] = None,
+    session: Annotated[str | None, typer.Option("--session", help="Only this session id.")] = None,
+    role: Annotated[str | None, typer.Option("--role", help="Only queries and events of this role.")] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="Only records since: 7d, 24h, 30m, a date or an ISO date-time (UTC).")
+    ] = None,
+    event: Annotated[
+        str | None,
+        typer.Option(
+            "--event",
+            help="Only this event: query, collections_blocked, "
+            "generation_fallback, local_inference_degraded, "
+            "approval_granted, approval_refused, "
+            "audit_records_deleted.",
+        ),
+    ] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="Only the newest N records.")] = None,
     json: JsonOpt = False,
 ) -> None:
     """List audit records (read-only; needs no approval)."""
@@ -51,8 +63,9 @@ def audit_list(
 
     use_json(ctx, json)
     eng = engine(ctx)
-    records = audit_trail(eng).records(session_id=session, role=role, event=event, limit=limit,
-                                       since=parse_since(since) if since else None)
+    records = audit_trail(eng).records(
+        session_id=session, role=role, event=event, limit=limit, since=parse_since(since) if since else None
+    )
     if json:
         emit_json(ctx, {"records": [r.model_dump(mode="json") for r in records], "count": len(records)})
         return
@@ -62,20 +75,33 @@ def audit_list(
     for col in ("id", "at (UTC)", "event", "session", "role", "actor", "query", "details"):
         table.add_column(col, overflow="fold")
     for r in records:
-        table.add_row(str(r.id), r.created_at.strftime("%Y-%m-%d %H:%M:%S"), r.event, r.session_id or "-",
-                      r.role or "-", r.actor or "-", (r.query_id or "-")[:8], _summary(r))
+        table.add_row(
+            str(r.id),
+            r.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+            r.event,
+            r.session_id or "-",
+            r.role or "-",
+            r.actor or "-",
+            (r.query_id or "-")[:8],
+            _summary(r),
+        )
     out().print(table)
 
 
 @audit_app.command("purge")
 def audit_purge(
     ctx: typer.Context,
-    approved_by: Annotated[str, typer.Option("--approved-by", help="Who approves the deletion (required unless "
-                                                                   "--dry-run).")] = "",
+    approved_by: Annotated[
+        str, typer.Option("--approved-by", help="Who approves the deletion (required unless --dry-run).")
+    ] = "",
     reason: Annotated[str, typer.Option("--reason", help="Why (required unless --dry-run).")] = "",
-    inputs_hash: Annotated[Optional[str], typer.Option("--inputs-hash", help="The inputs_hash a --dry-run printed: the "
-                                                                             "deletion runs only if the plan still "
-                                                                             "hashes to it.")] = None,
+    inputs_hash: Annotated[
+        str | None,
+        typer.Option(
+            "--inputs-hash",
+            help="The inputs_hash a --dry-run printed: the deletion runs only if the plan still hashes to it.",
+        ),
+    ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be deleted and its inputs_hash.")] = False,
     json: JsonOpt = False,
 ) -> None:
@@ -94,8 +120,12 @@ def audit_purge(
         approval = None
         if approved_by and reason:
             plan = trail.deletion_plan(days)
-            approval = Approval(approved_by=approved_by, reason=reason, action=DELETE_AUDIT_RECORDS,
-                                inputs_hash=inputs_hash or hash_of(plan))
+            approval = Approval(
+                approved_by=approved_by,
+                reason=reason,
+                action=DELETE_AUDIT_RECORDS,
+                inputs_hash=inputs_hash or hash_of(plan),
+            )
         data = trail.delete_expired(days, approval)
     if json:
         emit_json(ctx, data)
@@ -104,8 +134,10 @@ def audit_purge(
             out().print(f"{k}: {v}", markup=False)
         if dry_run:
             out().print(f"inputs_hash: {data['inputs_hash']}", markup=False)
-            err().print("approve with: rag audit purge --approved-by WHO --reason WHY --inputs-hash "
-                        f"{data['inputs_hash']}", markup=False)
+            err().print(
+                f"approve with: rag audit purge --approved-by WHO --reason WHY --inputs-hash {data['inputs_hash']}",
+                markup=False,
+            )
 
 
 def mount(app: typer.Typer) -> None:

@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import time
 from enum import Enum
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
 from rag_engine.cli import render
-from rag_engine.cli.common import (BAD_INPUT, CHECK_FAILED, JsonOpt, emit_json, engine, engine_store_check, err, out,
-                                   progress_wanted, use_json)
+from rag_engine.cli.common import (
+    BAD_INPUT,
+    CHECK_FAILED,
+    JsonOpt,
+    emit_json,
+    engine,
+    engine_store_check,
+    err,
+    out,
+    progress_wanted,
+    use_json,
+)
 from rag_engine.errors import NotIngested
 
 # -- config / packs ---------------------------------------------------------------------------
@@ -26,10 +36,14 @@ def _active_embedder(eng: Any) -> dict:
 
     spec = eng.registry.embedding
     endpoint = resolve_endpoint(spec.provider, eng.env) if spec.provider.kind != "local_hash" else None
-    return {"model": spec.name, "provider": spec.provider.name, "kind": spec.provider.kind,
-            "endpoint": _redact(endpoint) if endpoint else "built-in (no server)",
-            "input_modes": spec.model.input_modes.model_dump() if spec.model.input_modes else None,
-            "embedding_cache": eng.cfg.storage.embedding_cache if spec.provider.kind != "local_hash" else None}
+    return {
+        "model": spec.name,
+        "provider": spec.provider.name,
+        "kind": spec.provider.kind,
+        "endpoint": _redact(endpoint) if endpoint else "built-in (no server)",
+        "input_modes": spec.model.input_modes.model_dump() if spec.model.input_modes else None,
+        "embedding_cache": eng.cfg.storage.embedding_cache if spec.provider.kind != "local_hash" else None,
+    }
 
 
 @config_app.command("check")
@@ -39,9 +53,14 @@ def config_check(ctx: typer.Context, json: JsonOpt = False) -> None:
 
     use_json(ctx, json)
     eng = engine(ctx)
-    data = {"config_hash": config_hash(eng.cfg), "generation_model": eng.registry.generation.identity,
-            "embedding_model": eng.registry.embedding.identity, "active_embedder": _active_embedder(eng),
-            "credentials": eng.registry.credential_status(), "neo4j": repr(eng.neo4j_target)}
+    data = {
+        "config_hash": config_hash(eng.cfg),
+        "generation_model": eng.registry.generation.identity,
+        "embedding_model": eng.registry.embedding.identity,
+        "active_embedder": _active_embedder(eng),
+        "credentials": eng.registry.credential_status(),
+        "neo4j": repr(eng.neo4j_target),
+    }
     if json:
         emit_json(ctx, data)
         return
@@ -70,7 +89,7 @@ def packs_smoke(ctx: typer.Context, json: JsonOpt = False) -> None:
 @packs_app.command("lint")
 def packs_lint(
     ctx: typer.Context,
-    pack: Annotated[Optional[str], typer.Option("--pack", help="Only this enabled pack (default: all).")] = None,
+    pack: Annotated[str | None, typer.Option("--pack", help="Only this enabled pack (default: all).")] = None,
     json: JsonOpt = False,
 ) -> None:
     """Check packs without a database: manifest, corpus chunking, local ids, references, golden anchors,
@@ -84,8 +103,15 @@ def packs_lint(
     root = project_root()
     report = lint_packs(load_config(under_root(root, state(ctx).config)), root, pack)
     if json:
-        emit_json(ctx, {**report.model_dump(mode="json"), "errors": report.errors, "warnings": report.warnings,
-                        "exit_code": report.exit_code})
+        emit_json(
+            ctx,
+            {
+                **report.model_dump(mode="json"),
+                "errors": report.errors,
+                "warnings": report.warnings,
+                "exit_code": report.exit_code,
+            },
+        )
     else:
         out().print(render_text(report), markup=False, highlight=False, soft_wrap=True)
     if report.exit_code:
@@ -94,30 +120,44 @@ def packs_lint(
 
 # -- query ------------------------------------------------------------------------------------
 
+
 def _check_ingested(eng: Any, collections: tuple[str, ...]) -> None:
     """Querying an empty store: say so and what to run, instead of an index error from Neo4j."""
     import neo4j
 
     records, _, _ = eng.driver.execute_query(
         "MATCH (c:Chunk) WHERE c.active AND c.collection IN $collections RETURN count(c) > 0 AS any",
-        collections=list(collections), database_=eng.database, routing_=neo4j.RoutingControl.READ)
+        collections=list(collections),
+        database_=eng.database,
+        routing_=neo4j.RoutingControl.READ,
+    )
     if not records or not records[0]["any"]:
-        raise NotIngested(f"nothing ingested yet for collections {list(collections)}: run `rag ingest` "
-                          "(or `make demo`) first")
+        raise NotIngested(
+            f"nothing ingested yet for collections {list(collections)}: run `rag ingest` (or `make demo`) first"
+        )
 
 
 def query(
     ctx: typer.Context,
     question: Annotated[str, typer.Argument(help="The question, in plain words or a reference like 'Article 17(1)'.")],
     role: Annotated[str, typer.Option("--role", help="The caller's role: decides which collections may be read.")],
-    k: Annotated[Optional[int], typer.Option("-k", "--k", help="Candidates to return (default from config; "
-                                                               "the engine validates the range).")] = None,
-    no_generate: Annotated[bool, typer.Option("--no-generate", help="Extractive answer, no generation model call.")] = False,
-    session: Annotated[Optional[str], typer.Option("--session", help="Session id recorded in the audit trail "
-                                                                     "(`rag audit --session S`).")] = None,
-    collection: Annotated[Optional[list[str]], typer.Option("--collection", help="Only these collections (repeatable); "
-                                                                                 "ones the role may not read are "
-                                                                                 "blocked and audited.")] = None,
+    k: Annotated[
+        int | None,
+        typer.Option("-k", "--k", help="Candidates to return (default from config; the engine validates the range)."),
+    ] = None,
+    no_generate: Annotated[
+        bool, typer.Option("--no-generate", help="Extractive answer, no generation model call.")
+    ] = False,
+    session: Annotated[
+        str | None, typer.Option("--session", help="Session id recorded in the audit trail (`rag audit --session S`).")
+    ] = None,
+    collection: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--collection",
+            help="Only these collections (repeatable); ones the role may not read are blocked and audited.",
+        ),
+    ] = None,
     json: JsonOpt = False,
 ) -> None:
     """Retrieve ranked, cited chunks for a question and answer it; shows plan, candidates, expansions, answer."""
@@ -129,8 +169,9 @@ def query(
     collections = gate(eng.cfg, role).collections  # a bad role is bad input, whatever the store's state
     engine_store_check(ctx, eng)
     _check_ingested(eng, collections)
-    outcome = run_query(eng, question, role, k=k, generate=not no_generate, session_id=session,
-                        collections=collection or None)
+    outcome = run_query(
+        eng, question, role, k=k, generate=not no_generate, session_id=session, collections=collection or None
+    )
     if json:
         emit_json(ctx, outcome.model_dump(mode="json"))
         return
@@ -139,21 +180,32 @@ def query(
 
 # -- ingest -----------------------------------------------------------------------------------
 
+
 def _ingest_totals(reports: dict[str, Any]) -> dict[str, int]:
     graph = reports["graph_writes"]
     extraction = reports.get("llm_extraction")
-    return {"documents": len(reports["chunks"].done) + len(reports["chunks"].unchanged),
-            "chunks": reports["chunks"].total("chunks"), "resolved": graph.total("resolved"),
-            "unresolved": graph.total("unresolved"), "relationships": graph.total("relationships"),
-            "extraction_failed_calls": extraction.total("failed") if extraction else 0}
+    return {
+        "documents": len(reports["chunks"].done) + len(reports["chunks"].unchanged),
+        "chunks": reports["chunks"].total("chunks"),
+        "resolved": graph.total("resolved"),
+        "unresolved": graph.total("unresolved"),
+        "relationships": graph.total("relationships"),
+        "extraction_failed_calls": extraction.total("failed") if extraction else 0,
+    }
 
 
 def ingest(
     ctx: typer.Context,
-    pack: Annotated[Optional[str], typer.Option("--pack", help="Only this enabled pack (default: all).")] = None,
+    pack: Annotated[str | None, typer.Option("--pack", help="Only this enabled pack (default: all).")] = None,
     no_extract: Annotated[bool, typer.Option("--no-extract", help="Skip LLM graph extraction.")] = False,
-    force: Annotated[bool, typer.Option("--force", help="Redo every step, even for documents whose content and "
-                                                        "step code versions are unchanged since their last run.")] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Redo every step, even for documents whose content and "
+            "step code versions are unchanged since their last run.",
+        ),
+    ] = False,
     json: JsonOpt = False,
 ) -> None:
     """Ingest the enabled packs (or one) into Neo4j, without Dagster.
@@ -175,22 +227,31 @@ def ingest(
         for p in packs:
             started = time.perf_counter()
             reports = ingest_pack(eng, p, extract=not no_extract, skip_unchanged=not force, observer=observer)
-            summary[p.name] = {"steps": {name: asdict(r) for name, r in reports.items()},
-                               "totals": _ingest_totals(reports), "seconds": round(time.perf_counter() - started, 3)}
-    failed = sum(len(r["failed"]) + len(r["rejected"]) for s in summary.values() for r in s["steps"].values()) \
-        + sum(s["totals"]["extraction_failed_calls"] for s in summary.values())
+            summary[p.name] = {
+                "steps": {name: asdict(r) for name, r in reports.items()},
+                "totals": _ingest_totals(reports),
+                "seconds": round(time.perf_counter() - started, 3),
+            }
+    failed = sum(len(r["failed"]) + len(r["rejected"]) for s in summary.values() for r in s["steps"].values()) + sum(
+        s["totals"]["extraction_failed_calls"] for s in summary.values()
+    )
     if json:
         emit_json(ctx, {"packs": summary, "failed": failed, "exit_code": CHECK_FAILED if failed else 0})
     else:
         render.ingest_summary(out(), summary)
         if failed:
-            err().print(f"ingest finished with {failed} failure(s) (rejected documents, failed partitions or "
-                        "extraction calls): exit 1", style="red", markup=False)
+            err().print(
+                f"ingest finished with {failed} failure(s) (rejected documents, failed partitions or "
+                "extraction calls): exit 1",
+                style="red",
+                markup=False,
+            )
     if failed:
         raise typer.Exit(CHECK_FAILED)
 
 
 # -- graph ------------------------------------------------------------------------------------
+
 
 def quality(ctx: typer.Context, json: JsonOpt = False) -> None:
     """Graph quality report (read-only); exit 1 when a blocking check fails.
@@ -208,19 +269,26 @@ def quality(ctx: typer.Context, json: JsonOpt = False) -> None:
     else:
         render.quality(out(), report, quality_checks(report))
         if failing:
-            err().print(f"blocking checks fail: {', '.join(failing)}; see `rag cleanup --dry-run`", style="red",
-                        markup=False)
+            err().print(
+                f"blocking checks fail: {', '.join(failing)}; see `rag cleanup --dry-run`", style="red", markup=False
+            )
     if failing:
         raise typer.Exit(CHECK_FAILED)
 
 
 def cleanup(
     ctx: typer.Context,
-    approved_by: Annotated[str, typer.Option("--approved-by", help="Who approves the removal (required unless --dry-run).")] = "",
+    approved_by: Annotated[
+        str, typer.Option("--approved-by", help="Who approves the removal (required unless --dry-run).")
+    ] = "",
     reason: Annotated[str, typer.Option("--reason", help="Why (required unless --dry-run).")] = "",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would be removed; change nothing.")] = False,
-    inputs_hash: Annotated[Optional[str], typer.Option("--inputs-hash", help="The inputs_hash a --dry-run printed: "
-                                                                             "remove only if the plan is unchanged.")] = None,
+    inputs_hash: Annotated[
+        str | None,
+        typer.Option(
+            "--inputs-hash", help="The inputs_hash a --dry-run printed: remove only if the plan is unchanged."
+        ),
+    ] = None,
     json: JsonOpt = False,
 ) -> None:
     """Remove stale graph paths (orphans, dangling edges, superseded chunks): needs --approved-by and --reason."""
@@ -235,18 +303,27 @@ def cleanup(
     plan = cleanup_inputs(eng.driver, eng.database, packs)
     if dry_run:
         data = {"would_remove": plan["plan"], "inputs_hash": hash_of(plan)}
-        emit_json(ctx, data) if json else render.counts(out(), "cleanup dry run: would remove", data["would_remove"]
-                                                        | {"inputs_hash": data["inputs_hash"]})
+        emit_json(ctx, data) if json else render.counts(
+            out(), "cleanup dry run: would remove", data["would_remove"] | {"inputs_hash": data["inputs_hash"]}
+        )
         return
-    approval = Approval(approved_by=approved_by, reason=reason, action=GRAPH_CLEANUP,
-                        inputs_hash=inputs_hash or hash_of(plan)) if approved_by and reason else None
-    data = run_cleanup(eng.driver, eng.database, packs, approval, run_id=f"cli-{int(time.time())}",
-                       audit=audit_trail(eng))
+    approval = (
+        Approval(approved_by=approved_by, reason=reason, action=GRAPH_CLEANUP, inputs_hash=inputs_hash or hash_of(plan))
+        if approved_by and reason
+        else None
+    )
+    data = run_cleanup(
+        eng.driver, eng.database, packs, approval, run_id=f"cli-{int(time.time())}", audit=audit_trail(eng)
+    )
     if json:
         emit_json(ctx, data)
     else:
-        render.counts(out(), "cleanup", {k: v for k, v in data.items() if not isinstance(v, dict)}
-                      | {f"removed {k}": v for k, v in (data.get("removed") or {}).items()})
+        render.counts(
+            out(),
+            "cleanup",
+            {k: v for k, v in data.items() if not isinstance(v, dict)}
+            | {f"removed {k}": v for k, v in (data.get("removed") or {}).items()},
+        )
 
 
 class Verdict(str, Enum):
@@ -261,7 +338,7 @@ def feedback(
     verdict: Annotated[Verdict, typer.Option("--verdict", help="Whether the path helped or misled.")],
     actor: Annotated[str, typer.Option("--actor", help="Who gives the feedback.")],
     note: Annotated[str, typer.Option("--note", help="Free text.")] = "",
-    query_text: Annotated[Optional[str], typer.Option("--query", help="The question the path answered.")] = None,
+    query_text: Annotated[str | None, typer.Option("--query", help="The question the path answered.")] = None,
     json: JsonOpt = False,
 ) -> None:
     """Record diagnostic feedback on a graph path as an (:Observation); never changes facts."""
@@ -271,20 +348,32 @@ def feedback(
     use_json(ctx, json)
     eng = engine(ctx, store=True)
     decision = gate(eng.cfg, role)  # as the role: a path it may not read is as unknown as a missing one
-    obs = record_feedback(eng.driver, eng.database, path=decode_path_id(path_id), verdict=verdict.value, note=note,
-                          actor=actor, query=query_text or "", collections=decision.collections)
+    obs = record_feedback(
+        eng.driver,
+        eng.database,
+        path=decode_path_id(path_id),
+        verdict=verdict.value,
+        note=note,
+        actor=actor,
+        query=query_text or "",
+        collections=decision.collections,
+    )
     if json:
         emit_json(ctx, obs.model_dump(mode="json"))
     else:
-        render.kv(out(), "feedback recorded", {k: v for k, v in obs.model_dump(mode="json").items()
-                                               if not isinstance(v, (list, dict))})
+        render.kv(
+            out(),
+            "feedback recorded",
+            {k: v for k, v in obs.model_dump(mode="json").items() if not isinstance(v, (list, dict))},
+        )
 
 
 # -- costs / status ---------------------------------------------------------------------------
 
+
 def costs(
     ctx: typer.Context,
-    run_id: Annotated[Optional[str], typer.Option("--run-id", help="Only this run's calls.")] = None,
+    run_id: Annotated[str | None, typer.Option("--run-id", help="Only this run's calls.")] = None,
     json: JsonOpt = False,
 ) -> None:
     """Usage and cost from the ledger, by provider, model and run (unknown costs stay unknown)."""
@@ -319,8 +408,9 @@ def status(ctx: typer.Context, json: JsonOpt = False) -> None:
 
 def reindex(
     ctx: typer.Context,
-    keep_old: Annotated[bool, typer.Option("--keep-old", help="Keep the retired index and its vectors (switching "
-                                                               "back is then cheap).")] = False,
+    keep_old: Annotated[
+        bool, typer.Option("--keep-old", help="Keep the retired index and its vectors (switching back is then cheap).")
+    ] = False,
     json: JsonOpt = False,
 ) -> None:
     """Blue/green re-index to the configured embedder; queries keep the old index until the switch."""
@@ -331,13 +421,25 @@ def reindex(
     live = progress_wanted(ctx)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    with Progress(TextColumn("re-index {task.fields[phase]}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.fields[note]}"), TimeRemainingColumn(), console=err(), disable=not live) as bar:
+    with Progress(
+        TextColumn("re-index {task.fields[phase]}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[note]}"),
+        TimeRemainingColumn(),
+        console=err(),
+        disable=not live,
+    ) as bar:
         task = bar.add_task("reindex", total=None, phase="", note="")
 
         def progress(p: Any) -> None:
-            bar.update(task, total=p.total or None, completed=p.done, phase=p.phase,
-                       note=f"{p.cache_hits} cached, {p.embedded} embedded")
+            bar.update(
+                task,
+                total=p.total or None,
+                completed=p.done,
+                phase=p.phase,
+                note=f"{p.cache_hits} cached, {p.embedded} embedded",
+            )
 
         report = run_reindex(eng, progress=progress, drop_old=not keep_old)
     if json:
@@ -346,5 +448,16 @@ def reindex(
         out().print(render_text(report), markup=False)
 
 
-__all__ = ["BAD_INPUT", "config_app", "packs_app", "query", "ingest", "quality", "cleanup", "feedback", "costs",
-           "status", "reindex"]
+__all__ = [
+    "BAD_INPUT",
+    "cleanup",
+    "config_app",
+    "costs",
+    "feedback",
+    "ingest",
+    "packs_app",
+    "quality",
+    "query",
+    "reindex",
+    "status",
+]

@@ -16,12 +16,19 @@ OK, CHECK_FAILED, BAD_INPUT = 0, 1, 2
 """0 ok; 1 a check or gate failed (ingest with failures, a blocking quality check); 2 bad input,
 bad config, a typed engine error or an unreachable store."""
 
-EXIT_CODES = {OK: "ok", CHECK_FAILED: "a check or gate failed: ingest partitions or extraction calls failed, "
-              "a blocking graph quality check failed", BAD_INPUT: "bad input or config, a typed engine error, "
-              "Neo4j unreachable, nothing ingested yet"}
+EXIT_CODES = {
+    OK: "ok",
+    CHECK_FAILED: "a check or gate failed: ingest partitions or extraction calls failed, "
+    "a blocking graph quality check failed",
+    BAD_INPUT: "bad input or config, a typed engine error, Neo4j unreachable, nothing ingested yet",
+}
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine output: one JSON document on stdout, nothing else "
-                                                      "(progress and logs go to stderr).")]
+JsonOpt = Annotated[
+    bool,
+    typer.Option(
+        "--json", help="Machine output: one JSON document on stdout, nothing else (progress and logs go to stderr)."
+    ),
+]
 
 
 @dataclass

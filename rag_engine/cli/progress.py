@@ -8,8 +8,15 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn,
-                           TimeRemainingColumn)
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from rag_engine.ingest import IngestObserver, StepReport
 
@@ -18,13 +25,22 @@ class RichIngestProgress(IngestObserver):
     def __init__(self, console: Console, live: bool):
         self.console = console
         self.live = live
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[note]}"), TimeElapsedColumn(), TextColumn("eta"),
-                                 TimeRemainingColumn(), console=console, transient=False, disable=not live)
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[note]}"),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            console=console,
+            transient=False,
+            disable=not live,
+        )
         self._steps: dict[tuple[str, str], TaskID] = {}
         self._embed: TaskID | None = None
 
-    def __enter__(self) -> "RichIngestProgress":
+    def __enter__(self) -> RichIngestProgress:
         self.progress.__enter__()
         return self
 
@@ -33,8 +49,9 @@ class RichIngestProgress(IngestObserver):
 
     def step_started(self, pack: str, step: str, total: int, unchanged: int) -> None:
         note = f"{unchanged} unchanged" if unchanged else ""
-        self._steps[(pack, step)] = self.progress.add_task(escape(f"[{pack}] {step}"), total=total - unchanged or None,
-                                                           note=note, completed=0)
+        self._steps[(pack, step)] = self.progress.add_task(
+            escape(f"[{pack}] {step}"), total=total - unchanged or None, note=note, completed=0
+        )
         if total == unchanged:
             self.progress.update(self._steps[(pack, step)], total=1, completed=1)
 
@@ -46,15 +63,21 @@ class RichIngestProgress(IngestObserver):
             return
         if self._embed is None:
             self._embed = self.progress.add_task("  embedding", total=progress.total, note="", completed=0)
-        self.progress.update(self._embed, total=progress.total, completed=progress.done,
-                             note=f"{progress.cache_hits} cached, {progress.requests} requests ({key[:24]})",
-                             visible=progress.done < progress.total)
+        self.progress.update(
+            self._embed,
+            total=progress.total,
+            completed=progress.done,
+            note=f"{progress.cache_hits} cached, {progress.requests} requests ({key[:24]})",
+            visible=progress.done < progress.total,
+        )
 
     def step_finished(self, pack: str, step: str, report: StepReport) -> None:
         if self._embed is not None:
             self.progress.remove_task(self._embed)
             self._embed = None
         if not self.live:  # one line per step, for logs
-            self.console.print(f"[{pack}] {step}: {len(report.done)} done, {len(report.unchanged)} unchanged, "
-                               f"{len(report.rejected)} rejected, {len(report.failed)} failed, {report.seconds:.1f}s",
-                               markup=False)
+            self.console.print(
+                f"[{pack}] {step}: {len(report.done)} done, {len(report.unchanged)} unchanged, "
+                f"{len(report.rejected)} rejected, {len(report.failed)} failed, {report.seconds:.1f}s",
+                markup=False,
+            )

@@ -34,6 +34,7 @@ def kv(console: Console, title: str, rows: dict[str, Any]) -> None:
 
 # -- query ----------------------------------------------------------------------------------
 
+
 def fallback_note(outcome: Any) -> str | None:
     """Why the answer is not the generation model's, in words (None when the model answered)."""
     ans = outcome.answer
@@ -44,8 +45,9 @@ def fallback_note(outcome: Any) -> str | None:
     if ans.error_type:
         return f"generation model failed ({ans.error_type}): extractive answer from the top passages"
     if ans.method == "extractive":
-        return "extractive answer from the top passages (no generation model call" + \
-            (f": {ans.reason})" if ans.reason else ")")
+        return "extractive answer from the top passages (no generation model call" + (
+            f": {ans.reason})" if ans.reason else ")"
+        )
     return f"no answer ({ans.reason})" if ans.reason else None
 
 
@@ -58,20 +60,33 @@ def query(console: Console, outcome: Any) -> None:
     p(f"role: {escape(result.role)} -> collections {list(result.collections)}")
     plan = result.plan or {}
     seeds = ", ".join(s["name"] for s in plan.get("seeds", []))
-    p(escape(f"plan: {plan.get('reason', 'n/a')}" + (f" (seeds: {seeds})" if seeds else "")
-             + (f" - {plan['detail']}" if plan.get("detail") else "")))
+    p(
+        escape(
+            f"plan: {plan.get('reason', 'n/a')}"
+            + (f" (seeds: {seeds})" if seeds else "")
+            + (f" - {plan['detail']}" if plan.get("detail") else "")
+        )
+    )
     for ev in outcome.events:
         p(escape(f"event: {ev}"), style="dim")
     table = _table("candidates", "#", "score", "sources", "exact", "cite", "heading")
     for i, c in enumerate(result.candidates, 1):
-        table.add_row(str(i), f"{c.score:.4f}", "/".join(c.sources), "yes" if c.exact else "",
-                      escape(c.chunk_id), escape(c.heading))
+        table.add_row(
+            str(i),
+            f"{c.score:.4f}",
+            "/".join(c.sources),
+            "yes" if c.exact else "",
+            escape(c.chunk_id),
+            escape(c.heading),
+        )
     p(table)
     for i, c in enumerate(result.candidates, 1):
         p(f"\n[bold][{i}][/bold] {escape(c.chunk_id)}" + (f" via {escape(c.via)}" if c.via else ""))
         if c.path:
-            hops = " ; ".join(f"{h['seed'] if j == 0 else ''}-[{h['type']} {h['confidence']:.2f}]-{h['to_name']}"
-                              for j, h in enumerate(c.path))
+            hops = " ; ".join(
+                f"{h['seed'] if j == 0 else ''}-[{h['type']} {h['confidence']:.2f}]-{h['to_name']}"
+                for j, h in enumerate(c.path)
+            )
             p(escape(f"    path (score {c.path_score:.3f}): {hops}"))
             p(escape(f"    feedback path id: {encode_path_id(c.path)}"))
         p(escape(textwrap.indent(textwrap.shorten(c.text, 300), "    ")))
@@ -92,51 +107,99 @@ def query(console: Console, outcome: Any) -> None:
         p(escape(f"  dropped citations (not in the context): {', '.join(ans.dropped_citation_ids)}"), style="yellow")
     if outcome.context.overflow:
         p(f"context overflow: {len(outcome.context.overflow)} item(s) over budget")
-    p(escape("\ntrace: " + ", ".join(f"{s['step']} {s['ms']}ms" for s in result.trace)
-             + f"; total {outcome.latency_ms}ms"), style="dim")
+    p(
+        escape(
+            "\ntrace: "
+            + ", ".join(f"{s['step']} {s['ms']}ms" for s in result.trace)
+            + f"; total {outcome.latency_ms}ms"
+        ),
+        style="dim",
+    )
 
 
 # -- ingest ---------------------------------------------------------------------------------
 
+
 def ingest_summary(console: Console, packs: dict[str, dict[str, Any]]) -> None:
     """Per pack and step: partitions done / unchanged / rejected / failed and seconds."""
-    table = _table("ingest: per step", "pack", "step", "done", "unchanged", "rejected", "upstream rejected",
-                   "failed", "seconds")
+    table = _table(
+        "ingest: per step", "pack", "step", "done", "unchanged", "rejected", "upstream rejected", "failed", "seconds"
+    )
     for pack, info in packs.items():
         for step, r in info["steps"].items():
             failed = len(r["failed"])
-            table.add_row(pack, step, str(len(r["done"])), str(len(r["unchanged"])), str(len(r["rejected"])),
-                          str(len(r["skipped"])), f"[red]{failed}[/red]" if failed else "0", f"{r['seconds']:.1f}")
+            table.add_row(
+                pack,
+                step,
+                str(len(r["done"])),
+                str(len(r["unchanged"])),
+                str(len(r["rejected"])),
+                str(len(r["skipped"])),
+                f"[red]{failed}[/red]" if failed else "0",
+                f"{r['seconds']:.1f}",
+            )
     console.print(table)
-    totals = _table("ingest: per pack (what this run wrote)", "pack", "documents", "chunks", "refs resolved",
-                    "unresolved", "inferred", "failed calls", "s")
+    totals = _table(
+        "ingest: per pack (what this run wrote)",
+        "pack",
+        "documents",
+        "chunks",
+        "refs resolved",
+        "unresolved",
+        "inferred",
+        "failed calls",
+        "s",
+    )
     for pack, info in packs.items():
         t = info["totals"]
-        totals.add_row(pack, str(t["documents"]), str(t["chunks"]), str(t["resolved"]), str(t["unresolved"]),
-                       str(t["relationships"]), str(t["extraction_failed_calls"]), f"{info['seconds']:.1f}")
+        totals.add_row(
+            pack,
+            str(t["documents"]),
+            str(t["chunks"]),
+            str(t["resolved"]),
+            str(t["unresolved"]),
+            str(t["relationships"]),
+            str(t["extraction_failed_calls"]),
+            f"{info['seconds']:.1f}",
+        )
     console.print(totals)
-    problems = [(pack, step, key, reason) for pack, info in packs.items() for step, r in info["steps"].items()
-                for kind in ("rejected", "failed") for key, reason in r[kind].items()]
+    problems = [
+        (pack, step, key, reason)
+        for pack, info in packs.items()
+        for step, r in info["steps"].items()
+        for kind in ("rejected", "failed")
+        for key, reason in r[kind].items()
+    ]
     for pack, step, key, reason in problems:
         console.print(escape(f"[{pack}] {step} {key}: {reason}"), style="red")
 
 
 # -- graph ----------------------------------------------------------------------------------
 
+
 def quality(console: Console, report: dict[str, Any], checks: list[dict[str, Any]]) -> None:
     table = _table(f"graph quality ({', '.join(report['packs'])})", "check", "severity", "count", "result")
     for row in checks:
-        result = "[green]pass[/green]" if row["passed"] else (
-            "[red]FAIL[/red]" if row["severity"] == "blocking" else "[yellow]warn[/yellow]")
+        result = (
+            "[green]pass[/green]"
+            if row["passed"]
+            else ("[red]FAIL[/red]" if row["severity"] == "blocking" else "[yellow]warn[/yellow]")
+        )
         table.add_row(row["check"], row["severity"], "" if row["count"] is None else str(row["count"]), result)
     console.print(table)
     size, low = report["graph_size"], report["low_confidence"]
-    console.print(f"edges: {size['deterministic']} deterministic, {size['inferred']} inferred "
-                  f"({low['eligible']} retrieval-eligible, {low['count']} below the confidence floor)")
+    console.print(
+        f"edges: {size['deterministic']} deterministic, {size['inferred']} inferred "
+        f"({low['eligible']} retrieval-eligible, {low['count']} below the confidence floor)"
+    )
     latest = report.get("latest_run")
     if latest:
-        console.print(escape(f"latest extraction run: {latest['run_id']} ({latest['pack']}) {latest['status']}, "
-                             f"{latest['llm_calls']} chunks, {latest['cache_hits']} cache hits, {latest['finished_at']}"))
+        console.print(
+            escape(
+                f"latest extraction run: {latest['run_id']} ({latest['pack']}) {latest['status']}, "
+                f"{latest['llm_calls']} chunks, {latest['cache_hits']} cache hits, {latest['finished_at']}"
+            )
+        )
     if report.get("cleanup"):
         c = report["cleanup"]
         console.print(escape(f"last cleanup: {c['at']} by {c['approved_by']}: {c['reason']}"))
@@ -153,25 +216,38 @@ def counts(console: Console, title: str, data: dict[str, Any]) -> None:
 
 # -- status ---------------------------------------------------------------------------------
 
+
 def status(console: Console, s: dict[str, Any]) -> None:
     p = console.print
     emb = s["embedder"]
     ok = emb["state"] == "ok"
     p(f"[bold]config[/bold] {s['config_hash']}")
     p(escape(f"embedder: {emb['active_identity']}"))
-    p(f"index: {'[green]' if ok else '[yellow]'}{escape(emb['state'])}{'[/green]' if ok else '[/yellow]'} "
-      f"({emb['embedded']}/{emb['chunks']} current chunks embedded"
-      + (escape(f"; built by {emb['index_identity']}, dimension {emb['dimension']}") if emb['index_identity'] else "")
-      + ")")
+    p(
+        f"index: {'[green]' if ok else '[yellow]'}{escape(emb['state'])}{'[/green]' if ok else '[/yellow]'} "
+        f"({emb['embedded']}/{emb['chunks']} current chunks embedded"
+        + (escape(f"; built by {emb['index_identity']}, dimension {emb['dimension']}") if emb["index_identity"] else "")
+        + ")"
+    )
     packs = _table("packs", "pack", "domain", "extraction", "corpus files", "documents", "chunks", "embedded")
     for row in s["packs"]:
-        packs.add_row(row["pack"], row["domain"], "on" if row["extraction"] else "off", str(row["corpus_documents"]),
-                      str(row["documents"]), str(row["chunks"]), str(row["embedded"]))
+        packs.add_row(
+            row["pack"],
+            row["domain"],
+            "on" if row["extraction"] else "off",
+            str(row["corpus_documents"]),
+            str(row["documents"]),
+            str(row["chunks"]),
+            str(row["embedded"]),
+        )
     p(packs)
     q = _table("graph quality (blocking first)", "check", "severity", "count", "result")
     for row in s["quality"]["checks"]:
-        result = "[green]pass[/green]" if row["passed"] else (
-            "[red]FAIL[/red]" if row["severity"] == "blocking" else "[yellow]warn[/yellow]")
+        result = (
+            "[green]pass[/green]"
+            if row["passed"]
+            else ("[red]FAIL[/red]" if row["severity"] == "blocking" else "[yellow]warn[/yellow]")
+        )
         q.add_row(row["check"], row["severity"], "" if row["count"] is None else str(row["count"]), result)
     p(q)
     gate = s["eval_gate"]
@@ -179,21 +255,38 @@ def status(console: Console, s: dict[str, Any]) -> None:
         p("eval gate: none yet (run `make eval-gate`)")
     else:
         colour = "green" if gate["status"] == "pass" else "red"
-        p(f"eval gate: [{colour}]{escape(str(gate['status']))}[/{colour}] ({escape(gate['path'])}"
-          + (f", {gate['at']}" if gate.get("at") else "") + ")")
+        p(
+            f"eval gate: [{colour}]{escape(str(gate['status']))}[/{colour}] ({escape(gate['path'])}"
+            + (f", {gate['at']}" if gate.get("at") else "")
+            + ")"
+        )
         for reason in gate["reasons"]:
             p(escape(f"  {reason}"), style="dim")
-    spend = _table("spend by model", "model", "provider", "calls 24h", "cost 24h", "calls all", "cost all", "unknown cost")
+    spend = _table(
+        "spend by model", "model", "provider", "calls 24h", "cost 24h", "calls all", "cost all", "unknown cost"
+    )
     for row in s["spend"]["models"]:
-        spend.add_row(escape(row["model"]), row["provider"], str(row["day"]["calls"]), row["day"]["cost"],
-                      str(row["all"]["calls"]), row["all"]["cost"], str(row["all"]["unknown_cost_calls"]))
+        spend.add_row(
+            escape(row["model"]),
+            row["provider"],
+            str(row["day"]["calls"]),
+            row["day"]["cost"],
+            str(row["all"]["calls"]),
+            row["all"]["cost"],
+            str(row["all"]["unknown_cost_calls"]),
+        )
     p(spend if s["spend"]["models"] else "spend: no usage recorded")
     auto = s["automation"]
     if auto is None:
         p("automation: no Dagster instance configured (DAGSTER_HOME unset)")
     else:
         on = [i["name"] for i in auto["instigators"] if i["status"] in ("RUNNING", "AUTOMATICALLY_RUNNING")]
-        p(escape(f"automation ({auto['dagster_home']}): {len(on)} schedule(s)/sensor(s) on"
-                 + (f": {', '.join(map(str, on))}" if on else "") + (f"; {auto['note']}" if auto.get("note") else "")))
+        p(
+            escape(
+                f"automation ({auto['dagster_home']}): {len(on)} schedule(s)/sensor(s) on"
+                + (f": {', '.join(map(str, on))}" if on else "")
+                + (f"; {auto['note']}" if auto.get("note") else "")
+            )
+        )
         for run in auto["runs"]:
             p(escape(f"  run {run['run_id']} {run['job']} {run['status']} {run['updated']}"), style="dim")

@@ -13,22 +13,34 @@ import typer
 
 from rag_engine.cli.common import CHECK_FAILED, JsonOpt, emit_json, engine, err, out, state, use_json
 
-providers_app = typer.Typer(help="Model providers: compare a candidate with the current one (dry run).",
-                            no_args_is_help=True)
+providers_app = typer.Typer(
+    help="Model providers: compare a candidate with the current one (dry run).", no_args_is_help=True
+)
 
 
 @providers_app.command("swap")
 def swap(
     ctx: typer.Context,
     role: Annotated[str, typer.Option("--role", help="generation | embedding | extraction | local_inference")],
-    candidate: Annotated[str | None, typer.Option("--candidate", metavar="MODEL",
-                                                  help="A configured model to put in the role's default.")] = None,
-    candidate_config: Annotated[str | None, typer.Option("--candidate-config", metavar="FILE",
-                                                         help="A whole candidate engine config (relative to the "
-                                                              "project root) to compare for this role.")] = None,
-    no_sample: Annotated[bool, typer.Option("--no-sample", help="Do not embed a sample through a candidate "
-                                                                "embedder (the rate then comes from the ledger).")]
-    = False,
+    candidate: Annotated[
+        str | None,
+        typer.Option("--candidate", metavar="MODEL", help="A configured model to put in the role's default."),
+    ] = None,
+    candidate_config: Annotated[
+        str | None,
+        typer.Option(
+            "--candidate-config",
+            metavar="FILE",
+            help="A whole candidate engine config (relative to the project root) to compare for this role.",
+        ),
+    ] = None,
+    no_sample: Annotated[
+        bool,
+        typer.Option(
+            "--no-sample",
+            help="Do not embed a sample through a candidate embedder (the rate then comes from the ledger).",
+        ),
+    ] = False,
     json: JsonOpt = False,
 ) -> None:
     """Dry run of a provider swap for one role: identities, credentials (names only), capability losses,
@@ -39,8 +51,14 @@ def swap(
 
     use_json(ctx, json)
     eng = engine(ctx, store=role in ("embedding", "extraction"))  # their figures come from Neo4j
-    report = dry_run(eng, role=role, candidate=candidate, candidate_config=candidate_config,
-                     config_path=state(ctx).config, sample=not no_sample)
+    report = dry_run(
+        eng,
+        role=role,
+        candidate=candidate,
+        candidate_config=candidate_config,
+        config_path=state(ctx).config,
+        sample=not no_sample,
+    )
     if json:
         emit_json(ctx, report.model_dump(mode="json"))
     else:

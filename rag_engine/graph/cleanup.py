@@ -49,25 +49,36 @@ Approval = CleanupApproval  # the old name, still imported by callers that preda
 STALE: dict[str, tuple[str, str]] = {
     "dangling_inferred_edges": (
         "MATCH (:Entity)-[x:RELATED]->(:Entity) WHERE x.pack IN $packs "
-        "AND NOT EXISTS { MATCH (c:Chunk {chunk_id: x.chunk_id}) WHERE c.active }", "DELETE x"),
+        "AND NOT EXISTS { MATCH (c:Chunk {chunk_id: x.chunk_id}) WHERE c.active }",
+        "DELETE x",
+    ),
     "stale_mentions": (
-        "MATCH (:Entity)-[x:MENTIONED_IN]->(c:Chunk) WHERE x.pack IN $packs AND NOT c.active", "DELETE x"),
+        "MATCH (:Entity)-[x:MENTIONED_IN]->(c:Chunk) WHERE x.pack IN $packs AND NOT c.active",
+        "DELETE x",
+    ),
     "dangling_reference_edges": (
         "MATCH (s:Chunk)-[x:REFERENCES]->(t:Chunk) WHERE s.pack IN $packs AND NOT (s.active AND t.active)",
-        "DELETE x"),
+        "DELETE x",
+    ),
     "superseded_chunks": (
         "MATCH (d:Document)-[:HAS_VERSION]->(:DocumentVersion {status: 'superseded'})-[:HAS_CHUNK]->(x:Chunk) "
-        "WHERE d.pack IN $packs AND NOT x.active", "DETACH DELETE x"),
+        "WHERE d.pack IN $packs AND NOT x.active",
+        "DETACH DELETE x",
+    ),
     "orphan_entities": (
         "MATCH (x:Entity) WHERE x.pack IN $packs "
-        "AND NOT EXISTS { MATCH (x)-[:MENTIONED_IN]->(c:Chunk) WHERE c.active }", "DETACH DELETE x"),
+        "AND NOT EXISTS { MATCH (x)-[:MENTIONED_IN]->(c:Chunk) WHERE c.active }",
+        "DETACH DELETE x",
+    ),
 }
 
 
 def plan_cleanup(driver: neo4j.Driver, database: str, packs: list[str]) -> dict[str, int]:
     """What a cleanup would remove, without removing anything."""
-    return {name: read(driver, database, f"{match} RETURN count(x) AS n", packs=packs)[0]["n"]
-            for name, (match, _) in STALE.items()}
+    return {
+        name: read(driver, database, f"{match} RETURN count(x) AS n", packs=packs)[0]["n"]
+        for name, (match, _) in STALE.items()
+    }
 
 
 def cleanup_inputs(driver: neo4j.Driver, database: str, packs: list[str]) -> dict[str, Any]:
@@ -75,9 +86,15 @@ def cleanup_inputs(driver: neo4j.Driver, database: str, packs: list[str]) -> dic
     return {"database": database, "packs": sorted(packs), "plan": plan_cleanup(driver, database, packs)}
 
 
-def run_cleanup(driver: neo4j.Driver, database: str, packs: list[str],
-                approval: approvals.Approval | CleanupApproval | None, *, run_id: str,
-                audit: Any = None) -> dict[str, Any]:
+def run_cleanup(
+    driver: neo4j.Driver,
+    database: str,
+    packs: list[str],
+    approval: approvals.Approval | CleanupApproval | None,
+    *,
+    run_id: str,
+    audit: Any = None,
+) -> dict[str, Any]:
     """Remove stale paths in one transaction and record who approved it.
 
     Refused before anything is deleted without an approval, or with one for another action or
@@ -86,32 +103,55 @@ def run_cleanup(driver: neo4j.Driver, database: str, packs: list[str],
     if approval is None:
         inputs = cleanup_inputs(driver, database, packs)
         if audit is not None:
-            audit.record_approval(action=approvals.GRAPH_CLEANUP, approval=None,
-                                  expected_hash=approvals.inputs_hash(inputs), refused="CleanupNotApproved")
-        raise CleanupNotApproved("cleanup deletes graph data: an approval with approved_by and reason, bound to the "
-                                 f"plan (sha256 {approvals.inputs_hash(inputs)}), is required")
+            audit.record_approval(
+                action=approvals.GRAPH_CLEANUP,
+                approval=None,
+                expected_hash=approvals.inputs_hash(inputs),
+                refused="CleanupNotApproved",
+            )
+        raise CleanupNotApproved(
+            "cleanup deletes graph data: an approval with approved_by and reason, bound to the "
+            f"plan (sha256 {approvals.inputs_hash(inputs)}), is required"
+        )
     inputs = cleanup_inputs(driver, database, packs)
     if isinstance(approval, CleanupApproval):  # legacy: approves whatever the plan is now
-        approval = approvals.Approval.grant(approvals.GRAPH_CLEANUP, inputs, approved_by=approval.approved_by,
-                                            reason=approval.reason)
+        approval = approvals.Approval.grant(
+            approvals.GRAPH_CLEANUP, inputs, approved_by=approval.approved_by, reason=approval.reason
+        )
     approvals.require(approval, approvals.GRAPH_CLEANUP, inputs, audit=audit)
     plan = inputs["plan"]
 
     def work(tx: neo4j.ManagedTransaction) -> dict[str, int]:
-        now = {name: tx.run(f"{match} RETURN count(x) AS n", packs=packs).single()["n"]
-               for name, (match, _) in STALE.items()}
+        now = {
+            name: tx.run(f"{match} RETURN count(x) AS n", packs=packs).single()["n"]
+            for name, (match, _) in STALE.items()
+        }
         if now != plan:
-            raise ApprovalMismatch(f"the cleanup plan changed since it was approved ({now} != {plan}); "
-                                   "nothing was deleted")
-        removed = {name: tx.run(f"{match} {action} RETURN count(*) AS n", packs=packs).single()["n"]
-                   for name, (match, action) in STALE.items()}
-        tx.run("CREATE (:Cleanup {run_id: $run_id, packs: $packs, approved_by: $by, reason: $reason, "
-               "inputs_hash: $hash, removed: $removed, at: datetime()})", run_id=run_id, packs=packs,
-               by=approval.approved_by, reason=approval.reason, hash=approval.inputs_hash,
-               removed=sum(removed.values())).consume()
+            raise ApprovalMismatch(
+                f"the cleanup plan changed since it was approved ({now} != {plan}); nothing was deleted"
+            )
+        removed = {
+            name: tx.run(f"{match} {action} RETURN count(*) AS n", packs=packs).single()["n"]
+            for name, (match, action) in STALE.items()
+        }
+        tx.run(
+            "CREATE (:Cleanup {run_id: $run_id, packs: $packs, approved_by: $by, reason: $reason, "
+            "inputs_hash: $hash, removed: $removed, at: datetime()})",
+            run_id=run_id,
+            packs=packs,
+            by=approval.approved_by,
+            reason=approval.reason,
+            hash=approval.inputs_hash,
+            removed=sum(removed.values()),
+        ).consume()
         return removed
 
     with driver.session(database=database) as session:
         removed = session.execute_write(work)
-    return {"run_id": run_id, "approved_by": approval.approved_by, "reason": approval.reason,
-            "inputs_hash": approval.inputs_hash, "removed": removed}
+    return {
+        "run_id": run_id,
+        "approved_by": approval.approved_by,
+        "reason": approval.reason,
+        "inputs_hash": approval.inputs_hash,
+        "removed": removed,
+    }

@@ -41,8 +41,9 @@ def open_driver(target: Neo4jTarget, env: Mapping[str, str] | None = None) -> ne
     env = os.environ if env is None else env
     user, password = env.get(target.user_env), env.get(target.password_env)
     auth = (user, password) if user and password else None
-    return neo4j.GraphDatabase.driver(target.uri, auth=auth, connection_timeout=target.connect_timeout_s,
-                                     max_connection_lifetime=3600)
+    return neo4j.GraphDatabase.driver(
+        target.uri, auth=auth, connection_timeout=target.connect_timeout_s, max_connection_lifetime=3600
+    )
 
 
 def check_reachable(driver: neo4j.Driver, target: Neo4jTarget) -> None:
@@ -53,9 +54,14 @@ def check_reachable(driver: neo4j.Driver, target: Neo4jTarget) -> None:
     try:
         driver.verify_connectivity()
     except neo4j.exceptions.AuthError as exc:
-        raise StoreUnavailable(f"Neo4j at {target.uri} refused the credentials from ${target.user_env}/"
-                               f"${target.password_env}: {exc.message}", uri=target.uri) from None
+        raise StoreUnavailable(
+            f"Neo4j at {target.uri} refused the credentials from ${target.user_env}/"
+            f"${target.password_env}: {exc.message}",
+            uri=target.uri,
+        ) from None
     except (neo4j.exceptions.ServiceUnavailable, neo4j.exceptions.SessionExpired, OSError) as exc:
-        raise StoreUnavailable(f"Neo4j is not reachable at {target.uri} ({type(exc).__name__}); start the "
-                               f"local one with `make neo4j-start`, or point ${target.uri_env} at yours",
-                               uri=target.uri) from None
+        raise StoreUnavailable(
+            f"Neo4j is not reachable at {target.uri} ({type(exc).__name__}); start the "
+            f"local one with `make neo4j-start`, or point ${target.uri_env} at yours",
+            uri=target.uri,
+        ) from None

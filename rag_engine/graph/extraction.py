@@ -65,7 +65,10 @@ def prompt_hash(manifest: PackManifest) -> str:
 def build_messages(manifest: PackManifest, chunk: ChunkRecord) -> list[dict[str, Any]]:
     return [
         {"role": "system", "content": system_prompt(manifest)},
-        {"role": "user", "content": f"chunk_id: {chunk.chunk_id}\nheading: {chunk.heading}\n<chunk>\n{chunk.text}\n</chunk>"},
+        {
+            "role": "user",
+            "content": f"chunk_id: {chunk.chunk_id}\nheading: {chunk.heading}\n<chunk>\n{chunk.text}\n</chunk>",
+        },
     ]
 
 
@@ -103,14 +106,29 @@ def confidence_bucket(confidence: float, buckets: dict[str, float]) -> str:
     return "below_all"
 
 
-def validate(raw: RawExtraction, chunk: ChunkRecord, manifest: PackManifest, resolver: EntityResolver,
-             graph: GraphConfig, *, run_id: str, model: str, prompt: str) -> ValidatedExtraction:
+def validate(
+    raw: RawExtraction,
+    chunk: ChunkRecord,
+    manifest: PackManifest,
+    resolver: EntityResolver,
+    graph: GraphConfig,
+    *,
+    run_id: str,
+    model: str,
+    prompt: str,
+) -> ValidatedExtraction:
     rejected: Counter[str] = Counter()
 
     def provenance(confidence: float) -> Provenance:
-        return Provenance(doc_id=chunk.doc_id, chunk_id=chunk.chunk_id, doc_version=chunk.doc_version,
-                          confidence_bucket=confidence_bucket(confidence, graph.confidence_buckets),
-                          extraction_run_id=run_id, model=model, prompt_hash=prompt)
+        return Provenance(
+            doc_id=chunk.doc_id,
+            chunk_id=chunk.chunk_id,
+            doc_version=chunk.doc_version,
+            confidence_bucket=confidence_bucket(confidence, graph.confidence_buckets),
+            extraction_run_id=run_id,
+            model=model,
+            prompt_hash=prompt,
+        )
 
     if raw.chunk_id != chunk.chunk_id:
         rejected["foreign_chunk"] += len(raw.entities) + len(raw.relationships)
@@ -130,8 +148,13 @@ def validate(raw: RawExtraction, chunk: ChunkRecord, manifest: PackManifest, res
             ungrounded.add(normalized)
         elif normalized not in entities:
             entities[normalized] = GraphEntity(
-                entity_id=resolver.entity_id(normalized), name=e.name.strip(), normalized_name=normalized,
-                type=e.type, description=e.description[:500], provenance=provenance(1.0))
+                entity_id=resolver.entity_id(normalized),
+                name=e.name.strip(),
+                normalized_name=normalized,
+                type=e.type,
+                description=e.description[:500],
+                provenance=provenance(1.0),
+            )
 
     relationships: dict[tuple[str, str, str], GraphRelationship] = {}
     for r in raw.relationships:
@@ -140,7 +163,9 @@ def validate(raw: RawExtraction, chunk: ChunkRecord, manifest: PackManifest, res
             rejected["foreign_chunk"] += 1
         elif r.type not in manifest.relationship_types:
             rejected["unknown_relationship_type"] += 1
-        elif not (isinstance(r.confidence, (int, float)) and math.isfinite(r.confidence) and 0.0 <= r.confidence <= 1.0):
+        elif not (
+            isinstance(r.confidence, (int, float)) and math.isfinite(r.confidence) and 0.0 <= r.confidence <= 1.0
+        ):
             rejected["confidence_out_of_range"] += 1
         elif (src in ungrounded and src not in entities) or (dst in ungrounded and dst not in entities):
             rejected["entity_not_in_chunk"] += 1
@@ -154,8 +179,17 @@ def validate(raw: RawExtraction, chunk: ChunkRecord, manifest: PackManifest, res
                 rejected["duplicate"] += 1
                 continue
             relationships[key] = GraphRelationship(
-                source_id=entities[src].entity_id, target_id=entities[dst].entity_id, type=r.type,
-                description=r.description[:500], confidence=float(r.confidence),
-                retrieval_eligible=r.confidence >= graph.confidence_floor, provenance=provenance(r.confidence))
-    return ValidatedExtraction(chunk_id=chunk.chunk_id, entities=tuple(entities.values()),
-                               relationships=tuple(relationships.values()), rejected=dict(rejected))
+                source_id=entities[src].entity_id,
+                target_id=entities[dst].entity_id,
+                type=r.type,
+                description=r.description[:500],
+                confidence=float(r.confidence),
+                retrieval_eligible=r.confidence >= graph.confidence_floor,
+                provenance=provenance(r.confidence),
+            )
+    return ValidatedExtraction(
+        chunk_id=chunk.chunk_id,
+        entities=tuple(entities.values()),
+        relationships=tuple(relationships.values()),
+        rejected=dict(rejected),
+    )

@@ -68,8 +68,9 @@ def hops_of(path: Sequence[dict[str, Any] | PathHop]) -> tuple[PathHop, ...]:
     try:
         return tuple(h if isinstance(h, PathHop) else PathHop.model_validate(h) for h in path)
     except ValidationError as exc:
-        raise FeedbackError(f"invalid path hop ({exc.error_count()} error(s)): needs source_id, target_id, "
-                            "type, chunk_id") from None
+        raise FeedbackError(
+            f"invalid path hop ({exc.error_count()} error(s)): needs source_id, target_id, type, chunk_id"
+        ) from None
 
 
 def _encode(hops: Sequence[PathHop]) -> str:
@@ -95,7 +96,7 @@ def decode_path_id(value: str) -> tuple[PathHop, ...]:
         raw = None
     if not isinstance(raw, list) or not all(isinstance(h, list) and len(h) == 4 for h in raw):
         raise FeedbackError("path_id is not a path id produced by encode_path_id()")
-    return hops_of([dict(zip(("source_id", "type", "target_id", "chunk_id"), hop)) for hop in raw])
+    return hops_of([dict(zip(("source_id", "type", "target_id", "chunk_id"), hop, strict=False)) for hop in raw])
 
 
 _FOUND = """
@@ -156,23 +157,38 @@ def record_feedback(
     hops = hops_of(path) if path is not None else decode_path_id(path_id)  # type: ignore[arg-type]
     entity_ids = list(dict.fromkeys(i for h in hops for i in (h.source_id, h.target_id)))
     chunk_ids = list(dict.fromkeys(h.chunk_id for h in hops))
-    params = dict(
-        observation_id=uuid.uuid4().hex, verdict=verdict, note=note, actor=actor,
-        query_hash=hashlib.sha256(query.encode()).hexdigest()[:16],
-        signature=_signature(hops), path_id=_encode(hops),
-    )
+    params = {
+        "observation_id": uuid.uuid4().hex,
+        "verdict": verdict,
+        "note": note,
+        "actor": actor,
+        "query_hash": hashlib.sha256(query.encode()).hexdigest()[:16],
+        "signature": _signature(hops),
+        "path_id": _encode(hops),
+    }
 
     def work(tx: neo4j.ManagedTransaction) -> Observation:
-        found = tx.run(_FOUND, entity_ids=entity_ids, chunk_ids=chunk_ids,
-                       collections=None if collections is None else list(collections)).single()
+        found = tx.run(
+            _FOUND,
+            entity_ids=entity_ids,
+            chunk_ids=chunk_ids,
+            collections=None if collections is None else list(collections),
+        ).single()
         missing = (set(entity_ids) - set(found["entities"])) | (set(chunk_ids) - set(found["chunks"]))
         if missing:
             raise FeedbackError(f"path refers to {len(missing)} node(s) the graph does not hold")
         created_at = tx.run(_CREATE, **params).single()["created_at"]
         n_entities = tx.run(_OBSERVES, observation_id=params["observation_id"], entity_ids=entity_ids).single()["n"]
         n_chunks = tx.run(_ABOUT_CHUNK, observation_id=params["observation_id"], chunk_ids=chunk_ids).single()["n"]
-        return Observation(observation_id=params["observation_id"], verdict=verdict, path_signature=params["signature"],
-                           path_id=params["path_id"], entities=n_entities, chunks=n_chunks, created_at=created_at)
+        return Observation(
+            observation_id=params["observation_id"],
+            verdict=verdict,
+            path_signature=params["signature"],
+            path_id=params["path_id"],
+            entities=n_entities,
+            chunks=n_chunks,
+            created_at=created_at,
+        )
 
     with driver.session(database=database) as session:
         return session.execute_write(work)
@@ -191,8 +207,10 @@ def feedback_summary(driver: neo4j.Driver, database: str, *, limit: int | None =
     """Counts per verdict and per path (most harmful first), read through a read-access session."""
     with driver.session(database=database, default_access_mode=neo4j.READ_ACCESS) as session:
         rows = session.execute_read(lambda tx: [r.data() for r in tx.run(_SUMMARY)])
-    paths = [{"path_signature": r["signature"], "path_id": r["path_id"], "useful": r["useful"],
-              "harmful": r["harmful"]} for r in rows]
+    paths = [
+        {"path_signature": r["signature"], "path_id": r["path_id"], "useful": r["useful"], "harmful": r["harmful"]}
+        for r in rows
+    ]
     return {
         "observations": sum(p["useful"] + p["harmful"] for p in paths),
         "by_verdict": {"useful": sum(p["useful"] for p in paths), "harmful": sum(p["harmful"] for p in paths)},

@@ -20,6 +20,7 @@ class _Frozen(BaseModel):
 
 # -- what the model is asked to return (structured output schema) ----------------------------
 
+
 class RawEntity(BaseModel):
     name: str
     type: str
@@ -44,6 +45,7 @@ class RawExtraction(BaseModel):
 
 
 # -- what we store ---------------------------------------------------------------------------
+
 
 class Provenance(_Frozen):
     doc_id: str

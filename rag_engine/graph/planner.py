@@ -28,13 +28,57 @@ from rag_engine.packs import DomainPack
 from rag_engine.retrieval.store_reads import lucene_escape, read
 
 _WORD = re.compile(r"[a-z0-9]+")
-_STOP = frozenset("a an and are as at be by can do does for from has have how i in is it of on or "
-                  "that the this to was what when where which who whom why will with".split())
+_STOP = frozenset(
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "can",
+        "do",
+        "does",
+        "for",
+        "from",
+        "has",
+        "have",
+        "how",
+        "i",
+        "in",
+        "is",
+        "it",
+        "of",
+        "on",
+        "or",
+        "that",
+        "the",
+        "this",
+        "to",
+        "was",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "whom",
+        "why",
+        "will",
+        "with",
+    ]
+)
 _GENERIC_RELATIONAL = ("between", "relat", "connect", "link", "depend", "responsib")
 
 TRAVERSE = "traverse"
-FALLBACKS = ("simple_question", "missing_graph_entities", "ambiguous_entity_match",
-             "single_entity_query", "low_confidence_match")
+FALLBACKS = (
+    "simple_question",
+    "missing_graph_entities",
+    "ambiguous_entity_match",
+    "single_entity_query",
+    "low_confidence_match",
+)
 
 
 class Seed(BaseModel):
@@ -81,20 +125,32 @@ def relational_stems(packs: list[DomainPack]) -> tuple[str, ...]:
     return tuple(sorted(s for s in stems if len(s) >= 3))
 
 
-def match_entities(driver: neo4j.Driver, database: str, question: str, packs: list[DomainPack],
-                   collections: tuple[str, ...], limit: int = 25) -> list[Seed]:
+def match_entities(
+    driver: neo4j.Driver,
+    database: str,
+    question: str,
+    packs: list[DomainPack],
+    collections: tuple[str, ...],
+    limit: int = 25,
+) -> list[Seed]:
     """Entities named in the question (whole normalized name, or a pack alias), best first; only
     entities a current chunk of a permitted collection mentions (the policy gate covers names)."""
     names = {p.name for p in packs}
     q = lucene_escape(question)
     if not q.strip() or not names:
         return []
-    rows = read(driver, database,
-                f"CALL db.index.fulltext.queryNodes('{ENTITY_FULLTEXT}', $q, {{limit: $fetch}}) YIELD node AS e "
-                "WHERE e.pack IN $packs AND EXISTS { MATCH (e)-[:MENTIONED_IN]->(c:Chunk) "
-                "WHERE c.active AND c.collection IN $collections } "
-                "RETURN e.entity_id AS entity_id, e.name AS name, e.normalized_name AS normalized, e.pack AS pack",
-                q=q, packs=sorted(names), fetch=limit * 4, collections=list(collections))
+    rows = read(
+        driver,
+        database,
+        f"CALL db.index.fulltext.queryNodes('{ENTITY_FULLTEXT}', $q, {{limit: $fetch}}) YIELD node AS e "
+        "WHERE e.pack IN $packs AND EXISTS { MATCH (e)-[:MENTIONED_IN]->(c:Chunk) "
+        "WHERE c.active AND c.collection IN $collections } "
+        "RETURN e.entity_id AS entity_id, e.name AS name, e.normalized_name AS normalized, e.pack AS pack",
+        q=q,
+        packs=sorted(names),
+        fetch=limit * 4,
+        collections=list(collections),
+    )
     words = _query_words(question)
     normalized_question = " " + normalize_name(question) + " "
     seeds: dict[str, Seed] = {}
@@ -103,59 +159,105 @@ def match_entities(driver: neo4j.Driver, database: str, question: str, packs: li
         overlap = sum(1 for t in tokens if t in words) / max(1, len(tokens))
         if f" {row['normalized']} " in normalized_question:
             overlap = 1.0
-        seeds[row["entity_id"]] = Seed(entity_id=row["entity_id"], name=row["name"], pack=row["pack"],
-                                       score=round(overlap, 3))
+        seeds[row["entity_id"]] = Seed(
+            entity_id=row["entity_id"], name=row["name"], pack=row["pack"], score=round(overlap, 3)
+        )
     for pack in packs:  # aliases named in the question resolve to their canonical entity
         resolver = EntityResolver(pack.name, pack.manifest.aliases)
         for canonical, aliases in pack.manifest.aliases.items():
             if any(f" {normalize_name(a)} " in normalized_question for a in (canonical, *aliases)):
                 norm = resolver.resolve(canonical)
                 eid = resolver.entity_id(norm)
-                found = read(driver, database,
-                             "MATCH (e:Entity {entity_id: $id}) WHERE EXISTS { MATCH (e)-[:MENTIONED_IN]->(c:Chunk) "
-                             "WHERE c.active AND c.collection IN $collections } RETURN e.name AS name",
-                             id=eid, collections=list(collections))
+                found = read(
+                    driver,
+                    database,
+                    "MATCH (e:Entity {entity_id: $id}) WHERE EXISTS { MATCH (e)-[:MENTIONED_IN]->(c:Chunk) "
+                    "WHERE c.active AND c.collection IN $collections } RETURN e.name AS name",
+                    id=eid,
+                    collections=list(collections),
+                )
                 if found:
                     seeds[eid] = Seed(entity_id=eid, name=found[0]["name"], pack=pack.name, score=1.0)
     return sorted(seeds.values(), key=lambda s: (-s.score, s.name))[:limit]
 
 
-def eligible_edge_count(driver: neo4j.Driver, database: str, seed_ids: list[str], floor: float,
-                        collections: tuple[str, ...]) -> int:
-    rows = read(driver, database,
-                "MATCH (e:Entity)-[r:RELATED]-() WHERE e.entity_id IN $ids AND r.retrieval_eligible "
-                "AND r.confidence >= $floor AND EXISTS { MATCH (ev:Chunk {chunk_id: r.chunk_id}) "
-                "WHERE ev.active AND ev.collection IN $collections } RETURN count(r) AS n",
-                ids=seed_ids, floor=floor, collections=list(collections))
+def eligible_edge_count(
+    driver: neo4j.Driver, database: str, seed_ids: list[str], floor: float, collections: tuple[str, ...]
+) -> int:
+    rows = read(
+        driver,
+        database,
+        "MATCH (e:Entity)-[r:RELATED]-() WHERE e.entity_id IN $ids AND r.retrieval_eligible "
+        "AND r.confidence >= $floor AND EXISTS { MATCH (ev:Chunk {chunk_id: r.chunk_id}) "
+        "WHERE ev.active AND ev.collection IN $collections } RETURN count(r) AS n",
+        ids=seed_ids,
+        floor=floor,
+        collections=list(collections),
+    )
     return int(rows[0]["n"])
 
 
-def plan(driver: neo4j.Driver, database: str, question: str, packs: list[DomainPack],
-         planner: PlannerConfig, traversal: TraversalConfig, collections: tuple[str, ...]) -> PlanDecision:
+def plan(
+    driver: neo4j.Driver,
+    database: str,
+    question: str,
+    packs: list[DomainPack],
+    planner: PlannerConfig,
+    traversal: TraversalConfig,
+    collections: tuple[str, ...],
+) -> PlanDecision:
     terms = content_terms(question)
     if len(terms) < planner.min_query_terms:
-        return PlanDecision(traverse=False, reason="simple_question",
-                            detail=f"{len(terms)} content terms < {planner.min_query_terms}")
-    matches = [s for s in match_entities(driver, database, question, packs, collections)
-               if s.score >= planner.min_entity_match_score]
+        return PlanDecision(
+            traverse=False, reason="simple_question", detail=f"{len(terms)} content terms < {planner.min_query_terms}"
+        )
+    matches = [
+        s
+        for s in match_entities(driver, database, question, packs, collections)
+        if s.score >= planner.min_entity_match_score
+    ]
     if not matches:
-        return PlanDecision(traverse=False, reason="missing_graph_entities",
-                            detail=f"no entity matched with score >= {planner.min_entity_match_score}")
+        return PlanDecision(
+            traverse=False,
+            reason="missing_graph_entities",
+            detail=f"no entity matched with score >= {planner.min_entity_match_score}",
+        )
     if len(matches) > planner.max_ambiguous_matches:
-        return PlanDecision(traverse=False, reason="ambiguous_entity_match", matches=len(matches),
-                            detail=f"{len(matches)} entities matched > {planner.max_ambiguous_matches}")
+        return PlanDecision(
+            traverse=False,
+            reason="ambiguous_entity_match",
+            matches=len(matches),
+            detail=f"{len(matches)} entities matched > {planner.max_ambiguous_matches}",
+        )
     stems = relational_stems(packs)
     relational = any(t.startswith(stem) for t in terms for stem in stems)
     if not relational and len(matches) < planner.min_seed_entities:
-        return PlanDecision(traverse=False, reason="single_entity_query", seeds=tuple(matches), matches=len(matches),
-                            detail="one entity and no relationship in the question")
+        return PlanDecision(
+            traverse=False,
+            reason="single_entity_query",
+            seeds=tuple(matches),
+            matches=len(matches),
+            detail="one entity and no relationship in the question",
+        )
     if not relational:
         # graph evidence answers questions about relationships; a lookup that merely names
         # several entities is better served by the text search, and traversal would flood it
-        return PlanDecision(traverse=False, reason="simple_question", seeds=tuple(matches), matches=len(matches),
-                            detail="no relationship asked")
-    if eligible_edge_count(driver, database, [s.entity_id for s in matches], traversal.confidence_floor,
-                           collections) == 0:
-        return PlanDecision(traverse=False, reason="low_confidence_match", seeds=tuple(matches), matches=len(matches),
-                            detail=f"no retrieval-eligible edge >= {traversal.confidence_floor} at the seeds")
+        return PlanDecision(
+            traverse=False,
+            reason="simple_question",
+            seeds=tuple(matches),
+            matches=len(matches),
+            detail="no relationship asked",
+        )
+    if (
+        eligible_edge_count(driver, database, [s.entity_id for s in matches], traversal.confidence_floor, collections)
+        == 0
+    ):
+        return PlanDecision(
+            traverse=False,
+            reason="low_confidence_match",
+            seeds=tuple(matches),
+            matches=len(matches),
+            detail=f"no retrieval-eligible edge >= {traversal.confidence_floor} at the seeds",
+        )
     return PlanDecision(traverse=True, reason=TRAVERSE, seeds=tuple(matches), matches=len(matches))

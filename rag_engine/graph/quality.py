@@ -21,8 +21,16 @@ import neo4j
 from rag_engine.graph.cleanup import STALE
 from rag_engine.retrieval.store_reads import read
 
-PROVENANCE_FIELDS = ("doc_id", "chunk_id", "doc_version", "confidence_bucket", "extraction_run_id", "model",
-                     "prompt_hash", "source_type")
+PROVENANCE_FIELDS = (
+    "doc_id",
+    "chunk_id",
+    "doc_version",
+    "confidence_bucket",
+    "extraction_run_id",
+    "model",
+    "prompt_hash",
+    "source_type",
+)
 
 _STALE_VERSIONS = """
 MATCH (d:Document)-[:HAS_VERSION]->(v:DocumentVersion {status: 'superseded'}) WHERE d.pack IN $packs
@@ -90,14 +98,25 @@ def quality_report(driver: neo4j.Driver, database: str, packs: list[str]) -> dic
     return {
         "packs": packs,
         "orphan_entities": {"count": orphans["n"], "sample": orphans["sample"]},
-        "dangling_edges": {"count": dangling["n"] + dangling_refs["n"], "inferred": dangling["n"],
-                           "references": dangling_refs["n"], "sample": dangling["sample"]},
-        "stale_versions": {"count": int(stale["n"] or 0), "superseded": int(stale["superseded"] or 0),
-                           "chunks": int(stale["chunks"] or 0)},
+        "dangling_edges": {
+            "count": dangling["n"] + dangling_refs["n"],
+            "inferred": dangling["n"],
+            "references": dangling_refs["n"],
+            "sample": dangling["sample"],
+        },
+        "stale_versions": {
+            "count": int(stale["n"] or 0),
+            "superseded": int(stale["superseded"] or 0),
+            "chunks": int(stale["chunks"] or 0),
+        },
         "missing_provenance": {"count": missing["n"]},
         "low_confidence": {"count": int(conf["low_confidence"] or 0), "eligible": int(conf["eligible"] or 0)},
-        "graph_size": {"deterministic": deterministic["n"], "inferred": int(conf["inferred"] or 0),
-                       "eligible": int(conf["eligible"] or 0), **sizes},
+        "graph_size": {
+            "deterministic": deterministic["n"],
+            "inferred": int(conf["inferred"] or 0),
+            "eligible": int(conf["eligible"] or 0),
+            **sizes,
+        },
         "latest_run": latest[0] if latest else None,
         "cleanup": cleanup[0] if cleanup else None,
     }

@@ -71,8 +71,8 @@ SCHEMA_BACKOFF_S = 0.1
 # another session created the same object between our check and our create: it exists, done
 _ALREADY_EXISTS = ("AlreadyExists", "EquivalentSchemaRule")
 
-_ensured: "weakref.WeakKeyDictionary[neo4j.Driver, set[str]]" = weakref.WeakKeyDictionary()
-_locks: "weakref.WeakKeyDictionary[neo4j.Driver, threading.Lock]" = weakref.WeakKeyDictionary()
+_ensured: weakref.WeakKeyDictionary[neo4j.Driver, set[str]] = weakref.WeakKeyDictionary()
+_locks: weakref.WeakKeyDictionary[neo4j.Driver, threading.Lock] = weakref.WeakKeyDictionary()
 _locks_guard = threading.Lock()
 
 
@@ -92,8 +92,9 @@ def run_schema_statement(driver: neo4j.Driver, database: str, stmt: str, **param
             if attempt == SCHEMA_ATTEMPTS:
                 raise
             delay = SCHEMA_BACKOFF_S * 2 ** (attempt - 1) * (0.5 + random.random())
-            log.info("schema statement hit %s (attempt %d/%d), retrying in %.2fs",
-                     exc.code, attempt, SCHEMA_ATTEMPTS, delay)
+            log.info(
+                "schema statement hit %s (attempt %d/%d), retrying in %.2fs", exc.code, attempt, SCHEMA_ATTEMPTS, delay
+            )
             time.sleep(delay)
 
 
@@ -131,7 +132,9 @@ def current_embedder(driver: neo4j.Driver, database: str) -> dict | None:
     records, _, _ = driver.execute_query(
         "MATCH (m:IndexMeta {name: $name}) RETURN m.identity AS identity, m.dimension AS dimension, "
         "coalesce(m.index, $index) AS index, coalesce(m.property, $property) AS property",
-        name=VECTOR_INDEX, index=VECTOR_INDEX, property=EMBEDDING_PROPERTY,
+        name=VECTOR_INDEX,
+        index=VECTOR_INDEX,
+        property=EMBEDDING_PROPERTY,
         database_=database,
         routing_=neo4j.RoutingControl.READ,
     )
@@ -146,7 +149,8 @@ def active_vector_index(driver: neo4j.Driver, database: str) -> tuple[str, str] 
 
 def create_vector_index(driver: neo4j.Driver, database: str, index: str, prop: str, dimension: int) -> None:
     run_schema_statement(
-        driver, database,
+        driver,
+        database,
         f"CREATE VECTOR INDEX {safe_name(index)} IF NOT EXISTS FOR (c:Chunk) ON (c.{safe_name(prop)}) "
         "OPTIONS {indexConfig: {`vector.dimensions`: $dim, `vector.similarity_function`: 'cosine'}}",
         dim=dimension,
@@ -165,14 +169,23 @@ def ensure_vector_index(driver: neo4j.Driver, database: str, identity: str, dime
     index, prop = (existing["index"], existing["property"]) if existing else (VECTOR_INDEX, EMBEDDING_PROPERTY)
     create_vector_index(driver, database, index, prop, dimension)
     if existing is None:
-        run_schema_statement(driver, database,
-                             "MERGE (m:IndexMeta {name: $name}) ON CREATE SET m.identity = $identity, "
-                             "m.dimension = $dim, m.index = $index, m.property = $property",
-                             name=VECTOR_INDEX, identity=identity, dim=dimension, index=index, property=prop)
+        run_schema_statement(
+            driver,
+            database,
+            "MERGE (m:IndexMeta {name: $name}) ON CREATE SET m.identity = $identity, "
+            "m.dimension = $dim, m.index = $index, m.property = $property",
+            name=VECTOR_INDEX,
+            identity=identity,
+            dim=dimension,
+            index=index,
+            property=prop,
+        )
         existing = current_embedder(driver, database)
         if existing["identity"] != identity:  # a concurrent first index with another embedder won
-            raise EmbedderMismatch(f"the chunk index was just built with embedder {existing['identity']!r}; "
-                                   f"the active embedder is {identity!r}")
+            raise EmbedderMismatch(
+                f"the chunk index was just built with embedder {existing['identity']!r}; "
+                f"the active embedder is {identity!r}"
+            )
     run_schema_statement(driver, database, "CALL db.awaitIndexes(300)")
     return existing["property"]
 
@@ -198,19 +211,30 @@ def index_coverage(driver: neo4j.Driver, database: str, packs: list[str] | None 
         "MATCH (c:Chunk {active: true}) WHERE ($packs IS NULL OR c.pack IN $packs) "
         "RETURN count(c) AS active, sum(CASE WHEN c[$prop] IS NULL OR ($legacy AND "
         "(c.embedder IS NULL OR c.embedder <> $identity)) THEN 1 ELSE 0 END) AS missing",
-        packs=packs, prop=meta["property"], legacy=meta["property"] == EMBEDDING_PROPERTY,
-        identity=meta["identity"], database_=database, routing_=neo4j.RoutingControl.READ)
+        packs=packs,
+        prop=meta["property"],
+        legacy=meta["property"] == EMBEDDING_PROPERTY,
+        identity=meta["identity"],
+        database_=database,
+        routing_=neo4j.RoutingControl.READ,
+    )
     active, missing = int(records[0]["active"]), int(records[0]["missing"] or 0)
-    return {"embedder_identity": meta["identity"], "complete": missing == 0, "missing": missing,
-            "active_chunks": active}
+    return {
+        "embedder_identity": meta["identity"],
+        "complete": missing == 0,
+        "missing": missing,
+        "active_chunks": active,
+    }
 
 
 def drop_vector_index(driver: neo4j.Driver, database: str, index: str, prop: str) -> None:
     """Drop one vector index and remove its property from every chunk (in batches)."""
     with driver.session(database=database) as session:
         session.run(f"DROP INDEX {safe_name(index)} IF EXISTS").consume()
-        session.run(f"MATCH (c:Chunk) WHERE c.{safe_name(prop)} IS NOT NULL "
-                    f"CALL (c) {{ REMOVE c.{safe_name(prop)} }} IN TRANSACTIONS OF 5000 ROWS").consume()
+        session.run(
+            f"MATCH (c:Chunk) WHERE c.{safe_name(prop)} IS NOT NULL "
+            f"CALL (c) {{ REMOVE c.{safe_name(prop)} }} IN TRANSACTIONS OF 5000 ROWS"
+        ).consume()
 
 
 def reset_vector_index(driver: neo4j.Driver, database: str) -> None:

@@ -68,8 +68,13 @@ def score_path(hops: tuple[Hop, ...], bonus: dict[str, float]) -> tuple[float, f
     return round(mean, 6), round(rel_bonus, 6), round(mean / len(hops) + rel_bonus, 6)
 
 
-def traverse(driver: neo4j.Driver, database: str, seeds: list[tuple[str, str]],
-             cfg: TraversalConfig, collections: tuple[str, ...]) -> list[GraphPath]:
+def traverse(
+    driver: neo4j.Driver,
+    database: str,
+    seeds: list[tuple[str, str]],
+    cfg: TraversalConfig,
+    collections: tuple[str, ...],
+) -> list[GraphPath]:
     """All bounded paths from the seeds ((entity_id, name) pairs), best first, capped; only over
     edges whose evidence chunk is current and in a permitted collection."""
     paths: list[GraphPath] = []
@@ -78,8 +83,15 @@ def traverse(driver: neo4j.Driver, database: str, seeds: list[tuple[str, str]],
         seed_paths: list[GraphPath] = []
         for _depth in range(cfg.max_depth):
             frontier = sorted({(p[-1].to_id if p else seed_id) for p in partial})
-            rows = read(driver, database, _HOP, frontier=frontier, floor=cfg.confidence_floor,
-                        fanout=cfg.per_seed_limit, collections=list(collections))
+            rows = read(
+                driver,
+                database,
+                _HOP,
+                frontier=frontier,
+                floor=cfg.confidence_floor,
+                fanout=cfg.per_seed_limit,
+                collections=list(collections),
+            )
             by_from: dict[str, list[dict[str, Any]]] = {}
             for row in rows:
                 by_from.setdefault(row["from_id"], []).append(row)
@@ -89,10 +101,18 @@ def traverse(driver: neo4j.Driver, database: str, seeds: list[tuple[str, str]],
                 for row in by_from.get(p[-1].to_id if p else seed_id, []):
                     if row["to_id"] in visited:
                         continue
-                    hops = p + (Hop(**row),)
+                    hops = (*p, Hop(**row))
                     mean, bonus, score = score_path(hops, cfg.relationship_bonus)
-                    seed_paths.append(GraphPath(seed_id=seed_id, seed_name=seed_name, hops=hops,
-                                                mean_edge_confidence=mean, relationship_bonus=bonus, path_score=score))
+                    seed_paths.append(
+                        GraphPath(
+                            seed_id=seed_id,
+                            seed_name=seed_name,
+                            hops=hops,
+                            mean_edge_confidence=mean,
+                            relationship_bonus=bonus,
+                            path_score=score,
+                        )
+                    )
                     extended.append(hops)
             # keep the frontier bounded too: only the best partial paths are extended further
             extended.sort(key=lambda h: -score_path(h, cfg.relationship_bonus)[2])

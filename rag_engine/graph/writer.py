@@ -108,8 +108,17 @@ def write_document_version(
     rows = [chunk_row(c, min_words) for c in chunks]
 
     def work(tx: neo4j.ManagedTransaction) -> None:
-        tx.run(_WRITE_VERSION, doc_id=doc_id, pack=pack, title=title, collection=collection, key=key,
-               version=version, content_hash=content_hash, source_path=source_path).consume()
+        tx.run(
+            _WRITE_VERSION,
+            doc_id=doc_id,
+            pack=pack,
+            title=title,
+            collection=collection,
+            key=key,
+            version=version,
+            content_hash=content_hash,
+            source_path=source_path,
+        ).consume()
         for batch in batched(rows, batch_size):
             tx.run(_WRITE_CHUNKS, rows=list(batch), key=key, pack=pack).consume()
         tx.run(_DROP_VANISHED_CHUNKS, key=key, chunk_ids=[r["chunk_id"] for r in rows]).consume()
@@ -120,17 +129,26 @@ def write_document_version(
 
 def activate_version(driver: neo4j.Driver, database: str, *, pack: str, doc_id: str, version: str) -> None:
     """Make a written (and indexed) version the current one; every other version is superseded."""
-    driver.execute_query(_ACTIVATE, pack=pack, doc_id=doc_id, version=version,
-                         key=version_key(pack, f"{doc_id}--{version}"), database_=database)
+    driver.execute_query(
+        _ACTIVATE,
+        pack=pack,
+        doc_id=doc_id,
+        version=version,
+        key=version_key(pack, f"{doc_id}--{version}"),
+        database_=database,
+    )
 
 
-def write_chunks_per_row(driver: neo4j.Driver, database: str, *, pack: str, key: str,
-                         chunks: Iterable[ChunkRecord]) -> None:
+def write_chunks_per_row(
+    driver: neo4j.Driver, database: str, *, pack: str, key: str, chunks: Iterable[ChunkRecord]
+) -> None:
     """The naive path (one transaction per chunk). Kept only so the benchmark can compare."""
     key = version_key(pack, key)
     with driver.session(database=database) as session:
         for c in chunks:
-            session.execute_write(lambda tx, row=chunk_row(c): tx.run(_WRITE_CHUNKS, rows=[row], key=key, pack=pack).consume())
+            session.execute_write(
+                lambda tx, row=chunk_row(c): tx.run(_WRITE_CHUNKS, rows=[row], key=key, pack=pack).consume()
+            )
 
 
 _SET_EMBEDDINGS = """
@@ -141,8 +159,15 @@ SET c.embedder = CASE WHEN $property = 'embedding' THEN $identity ELSE c.embedde
 """
 
 
-def write_embeddings(driver: neo4j.Driver, database: str, *, identity: str,
-                     rows: Sequence[dict[str, Any]], batch_size: int = 500, property: str = "embedding") -> None:
+def write_embeddings(
+    driver: neo4j.Driver,
+    database: str,
+    *,
+    identity: str,
+    rows: Sequence[dict[str, Any]],
+    batch_size: int = 500,
+    property: str = "embedding",
+) -> None:
     """rows: {chunk_id, embedding}. Stored as a float vector in ``property`` (the active index's,
     see schema.current_embedder); the first index's shared property also gets the ``embedder``
     marker, other properties are named by their identity."""
@@ -213,8 +238,9 @@ DELETE e
 """
 
 
-def _resolve(tx: neo4j.ManagedTransaction, pack: str, keys: list[str], resolution_version: str,
-             batch_size: int = 2000) -> None:
+def _resolve(
+    tx: neo4j.ManagedTransaction, pack: str, keys: list[str], resolution_version: str, batch_size: int = 2000
+) -> None:
     for batch in batched(keys, batch_size):
         tx.run(_DROP_KEY_REFERENCES, keys=list(batch), pack=pack).consume()
         tx.run(_RESOLVE_KEYS, keys=list(batch), pack=pack, resolution_version=resolution_version).consume()
@@ -240,8 +266,9 @@ RETURN collect(DISTINCT d.doc_id) AS withdrawn
 """
 
 
-def withdraw_missing(driver: neo4j.Driver, database: str, *, pack: str, present: Sequence[str],
-                     resolution_version: str) -> list[str]:
+def withdraw_missing(
+    driver: neo4j.Driver, database: str, *, pack: str, present: Sequence[str], resolution_version: str
+) -> list[str]:
     """Documents no longer in the corpus stop being retrievable (their version becomes
     'withdrawn', their chunks inactive) and references into them are re-derived."""
 
@@ -257,8 +284,9 @@ def withdraw_missing(driver: neo4j.Driver, database: str, *, pack: str, present:
         return session.execute_write(work)
 
 
-def write_citations(driver: neo4j.Driver, database: str, *, pack: str, key: str,
-                    refs: Sequence[ReferenceRecord], batch_size: int = 500) -> None:
+def write_citations(
+    driver: neo4j.Driver, database: str, *, pack: str, key: str, refs: Sequence[ReferenceRecord], batch_size: int = 500
+) -> None:
     """Replace this version's extracted citations (chunk -> normalized key)."""
     rows = [r.model_dump(mode="json") for r in refs]
     key = version_key(pack, key)
@@ -272,8 +300,9 @@ def write_citations(driver: neo4j.Driver, database: str, *, pack: str, key: str,
         session.execute_write(work)
 
 
-def resolve_references(driver: neo4j.Driver, database: str, *, pack: str, key: str, doc_id: str,
-                       resolution_version: str) -> dict[str, int]:
+def resolve_references(
+    driver: neo4j.Driver, database: str, *, pack: str, key: str, doc_id: str, resolution_version: str
+) -> dict[str, int]:
     """Re-derive the REFERENCES edges of the keys this document cites or answers to (any of its
     versions); return this version's resolved/unresolved citation counts."""
     version = version_key(pack, key)
@@ -283,8 +312,11 @@ def resolve_references(driver: neo4j.Driver, database: str, *, pack: str, key: s
         tx.run(_DROP_DOC_REFERENCES, pack=pack, doc_id=doc_id).consume()
         _resolve(tx, pack, keys, resolution_version)
         rec = tx.run(_COUNT_CITES, key=version).single()
-        return {"resolved": int(rec["resolved"] or 0), "unresolved": int(rec["unresolved"] or 0),
-                "keys_resolved": len(keys)}
+        return {
+            "resolved": int(rec["resolved"] or 0),
+            "unresolved": int(rec["unresolved"] or 0),
+            "keys_resolved": len(keys),
+        }
 
     with driver.session(database=database) as session:
         return session.execute_write(work)
@@ -331,15 +363,25 @@ MERGE (a)-[r:RELATED {type: row.type, chunk_id: row.provenance.chunk_id}]->(b)
 """
 
 
-def write_inferred(driver: neo4j.Driver, database: str, *, pack: str, doc_id: str,
-                   records: Sequence[dict[str, Any]], batch_size: int = 500) -> dict[str, int]:
+def write_inferred(
+    driver: neo4j.Driver,
+    database: str,
+    *,
+    pack: str,
+    doc_id: str,
+    records: Sequence[dict[str, Any]],
+    batch_size: int = 500,
+) -> dict[str, int]:
     """Replace every inferred record of a document (any version) with this version's records.
 
     Removing by doc id first is what drops a superseded version's inferred edges; the MERGE
     keys make a re-run of the same version leave counts unchanged.
     """
-    entities = [{**e, "run_id": e["provenance"]["extraction_run_id"], "chunk_id": e["provenance"]["chunk_id"]}
-                for r in records for e in r["entities"]]
+    entities = [
+        {**e, "run_id": e["provenance"]["extraction_run_id"], "chunk_id": e["provenance"]["chunk_id"]}
+        for r in records
+        for e in r["entities"]
+    ]
     rels = [rel for r in records for rel in r["relationships"]]
 
     def work(tx: neo4j.ManagedTransaction) -> None:
@@ -351,17 +393,44 @@ def write_inferred(driver: neo4j.Driver, database: str, *, pack: str, doc_id: st
 
     with driver.session(database=database) as session:
         session.execute_write(work)
-    return {"entities": len(entities), "relationships": len(rels),
-            "eligible": sum(1 for r in rels if r["retrieval_eligible"])}
+    return {
+        "entities": len(entities),
+        "relationships": len(rels),
+        "eligible": sum(1 for r in rels if r["retrieval_eligible"]),
+    }
 
 
-def write_extraction_run(driver: neo4j.Driver, database: str, *, run_id: str, pack: str, model: str,
-                         prompt_hash: str, chunks: int, cache_hits: int, tokens: int, cost: str | None,
-                         status: str, skipped: int, failures: int) -> None:
+def write_extraction_run(
+    driver: neo4j.Driver,
+    database: str,
+    *,
+    run_id: str,
+    pack: str,
+    model: str,
+    prompt_hash: str,
+    chunks: int,
+    cache_hits: int,
+    tokens: int,
+    cost: str | None,
+    status: str,
+    skipped: int,
+    failures: int,
+) -> None:
     driver.execute_query(
         "MERGE (r:ExtractionRun {run_id: $run_id}) "
         "SET r.pack = $pack, r.model = $model, r.prompt_hash = $prompt_hash, r.chunks = $chunks, "
         "r.cache_hits = $cache_hits, r.tokens = $tokens, r.cost = $cost, r.status = $status, "
         "r.skipped = $skipped, r.failures = $failures, r.finished_at = datetime()",
-        run_id=run_id, pack=pack, model=model, prompt_hash=prompt_hash, chunks=chunks, cache_hits=cache_hits,
-        tokens=tokens, cost=cost, status=status, skipped=skipped, failures=failures, database_=database)
+        run_id=run_id,
+        pack=pack,
+        model=model,
+        prompt_hash=prompt_hash,
+        chunks=chunks,
+        cache_hits=cache_hits,
+        tokens=tokens,
+        cost=cost,
+        status=status,
+        skipped=skipped,
+        failures=failures,
+        database_=database,
+    )

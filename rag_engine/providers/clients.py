@@ -175,10 +175,13 @@ class ModelClient:
         if self._ledger is not None:
             try:
                 record = self._ledger.record(record)
-            except Exception as exc:  # noqa: BLE001 - metering must not turn an answer into a crash
+            except Exception as exc:
                 # the record itself holds no secret; it is logged so it can be replayed into the ledger
-                log.error("usage ledger write failed (%s); record kept in this log: %s",
-                          type(exc).__name__, record.model_dump_json())
+                log.error(
+                    "usage ledger write failed (%s); record kept in this log: %s",
+                    type(exc).__name__,
+                    record.model_dump_json(),
+                )
         log.debug(
             "model call %s purpose=%s status=%s latency_ms=%d tokens=%d/%d",
             self.spec.identity,
@@ -253,8 +256,12 @@ def _backend(
     if kind in ("openai", "openai_compatible"):
         from rag_engine.providers.openai_backend import OpenAIBackend
 
-        return OpenAIBackend(spec, api_key=_api_key(spec, env), limiter=limiter or limiter_for(spec.provider),
-                             base_url=resolve_endpoint(spec.provider, env))
+        return OpenAIBackend(
+            spec,
+            api_key=_api_key(spec, env),
+            limiter=limiter or limiter_for(spec.provider),
+            base_url=resolve_endpoint(spec.provider, env),
+        )
     if kind == "local_hash":
         return HashEmbedBackend(spec)
     if kind == "replay":

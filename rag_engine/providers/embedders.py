@@ -13,11 +13,47 @@ import re
 import numpy as np
 
 from rag_engine.providers.registry import ModelSpec
+import itertools
 
 _TOKEN = re.compile(r"[a-z0-9]+")
 _STOP = frozenset(
-    "a an and are as at be by for from has have in is it its of on or that the this to was were will with "
-    "shall which such any may be been not".split()
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "for",
+        "from",
+        "has",
+        "have",
+        "in",
+        "is",
+        "it",
+        "its",
+        "of",
+        "on",
+        "or",
+        "that",
+        "the",
+        "this",
+        "to",
+        "was",
+        "were",
+        "will",
+        "with",
+        "shall",
+        "which",
+        "such",
+        "any",
+        "may",
+        "be",
+        "been",
+        "not",
+    ]
 )
 
 
@@ -45,7 +81,7 @@ class HashEmbedder:
     def _features(self, text: str) -> list[tuple[str, float]]:
         toks = [_stem(t) for t in tokens(text)]
         feats = [(t, 1.0) for t in toks]
-        feats += [(f"{a}_{b}", 0.5) for a, b in zip(toks, toks[1:])]
+        feats += [(f"{a}_{b}", 0.5) for a, b in itertools.pairwise(toks)]
         return feats
 
     def embed_one(self, text: str) -> list[float]:

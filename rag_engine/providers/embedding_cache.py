@@ -68,7 +68,7 @@ class EmbeddingCache:
                 part = unique[start : start + _LOOKUP_CHUNK]
                 marks = ",".join("?" * len(part))
                 rows = db.execute(
-                    f"SELECT text_sha256, dimension, vector FROM embeddings "  # noqa: S608 - only '?' marks
+                    f"SELECT text_sha256, dimension, vector FROM embeddings "
                     f"WHERE identity = ? AND text_sha256 IN ({marks})",
                     [identity, *part],
                 ).fetchall()
@@ -79,8 +79,7 @@ class EmbeddingCache:
 
     def put_many(self, identity: str, items: Sequence[tuple[str, Sequence[float]]]) -> None:
         now = time.time()
-        rows = [(identity, digest, len(vec), np.asarray(vec, dtype=np.float32).tobytes(), now)
-                for digest, vec in items]
+        rows = [(identity, digest, len(vec), np.asarray(vec, dtype=np.float32).tobytes(), now) for digest, vec in items]
         with closing(self._connect()) as db, db:
             db.executemany("INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?, ?, ?)", rows)
 
@@ -132,14 +131,14 @@ def embed_batched(
     known = cache.get_many(identity, digests, dimension) if cache is not None else {}
     hits = sum(1 for d in digests if d in known)
     todo = [d for d in dict.fromkeys(digests) if d not in known]
-    text_of = dict(zip(digests, texts))
+    text_of = dict(zip(digests, texts, strict=False))
     requests = 0
     done = hits
     for start in range(0, len(todo), batch_size):
         batch = todo[start : start + batch_size]
         vectors = embed([text_of[d] for d in batch])
         requests += 1
-        fresh = list(zip(batch, vectors))
+        fresh = list(zip(batch, vectors, strict=False))
         known.update(fresh)
         if cache is not None:
             cache.put_many(identity, fresh)
@@ -151,5 +150,6 @@ def embed_batched(
     if progress is not None and requests == 0:
         progress(EmbedProgress(len(texts), len(texts), hits, 0, seconds))
     log.debug("embedded %d texts: %d from cache, %d requests, %.2fs", len(texts), hits, requests, seconds)
-    return CachedEmbedding(vectors=[known[d] for d in digests], cache_hits=hits, embedded=len(todo),
-                           requests=requests, seconds=seconds)
+    return CachedEmbedding(
+        vectors=[known[d] for d in digests], cache_hits=hits, embedded=len(todo), requests=requests, seconds=seconds
+    )

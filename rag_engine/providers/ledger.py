@@ -12,7 +12,7 @@ decimal type and would round-trip through binary floats.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -52,7 +52,7 @@ class UsageRecord(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: int | None = None
-    created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     run_id: str | None = None
     purpose: str
     provider: str
@@ -160,9 +160,7 @@ class UsageLedger:
         """Append one record; returns it with its ledger id."""
         values = rec.model_dump(exclude={"id"})
         created = values["created_at"]
-        values["created_at"] = (created if created.tzinfo else created.replace(tzinfo=timezone.utc)).astimezone(
-            timezone.utc
-        )
+        values["created_at"] = (created if created.tzinfo else created.replace(tzinfo=UTC)).astimezone(UTC)
         with self._engine.begin() as conn:
             new_id = conn.execute(usage_records.insert().values(**values)).inserted_primary_key[0]
         return rec.model_copy(update={"id": new_id})
@@ -184,7 +182,7 @@ class UsageLedger:
         with self._engine.connect() as conn:
             return int(conn.execute(query).scalar_one())
 
-    def summary_frame(self, run_id: str | None = None) -> "pd.DataFrame":
+    def summary_frame(self, run_id: str | None = None) -> pd.DataFrame:
         return summarize(self.records(run_id))
 
     def dispose(self) -> None:
@@ -195,7 +193,7 @@ def _to_record(row: Mapping[str, Any]) -> UsageRecord:
     data = dict(row)
     created = data["created_at"]
     if created is not None and created.tzinfo is None:  # SQLite drops the offset; we always write UTC
-        data["created_at"] = created.replace(tzinfo=timezone.utc)
+        data["created_at"] = created.replace(tzinfo=UTC)
     return UsageRecord.model_validate(data)
 
 
@@ -216,20 +214,20 @@ SUMMARY_COLUMNS = [
 ]
 
 
-def _known_sum(values: "pd.Series") -> Decimal | None:
+def _known_sum(values: pd.Series) -> Decimal | None:
     import pandas as pd
 
     known = [v for v in values if v is not None and not pd.isna(v)]
     return sum(known, Decimal(0)) if known else None
 
 
-def _distinct(values: "pd.Series") -> str:
+def _distinct(values: pd.Series) -> str:
     import pandas as pd
 
     return ",".join(sorted({str(v) for v in values if v is not None and not pd.isna(v)}))
 
 
-def summarize(records: list[UsageRecord]) -> "pd.DataFrame":
+def summarize(records: list[UsageRecord]) -> pd.DataFrame:
     """Totals per provider / requested model / run.
 
     ``cost`` sums the calls whose cost is known (Decimal, exact) and is None when none is;

@@ -72,7 +72,7 @@ def response_format_for(schema: type[BaseModel]) -> dict[str, Any]:
         from openai.lib._pydantic import to_strict_json_schema  # the SDK's own converter used by .parse()
 
         json_schema, strict = to_strict_json_schema(schema), True
-    except Exception:  # noqa: BLE001 - converter moved or schema not strict-able: plain schema, not strict
+    except Exception:
         json_schema, strict = schema.model_json_schema(), False
     name = re.sub(r"[^A-Za-z0-9_-]", "_", schema.__name__)[:64]
     return {"type": "json_schema", "json_schema": {"name": name, "schema": json_schema, "strict": strict}}
@@ -164,8 +164,9 @@ class OpenAIBackend:
                 )
             except openai.APIConnectionError:
                 failure = _Failure(
-                    ProviderError(f"provider {self.name!r}: connection failed{self._where} "
-                                  f"(after {retry + 1} attempt(s))"),
+                    ProviderError(
+                        f"provider {self.name!r}: connection failed{self._where} (after {retry + 1} attempt(s))"
+                    ),
                     retryable=True,
                     label="connection error",
                 )

@@ -74,7 +74,7 @@ class RateLimiter:
         self.tokens = TokenBucket(tokens_per_minute, clock=clock) if tokens_per_minute else None
 
     @classmethod
-    def from_config(cls, cfg: RateLimitConfig, **kwargs: object) -> "RateLimiter":
+    def from_config(cls, cfg: RateLimitConfig, **kwargs: object) -> RateLimiter:
         return cls(cfg.requests_per_minute, cfg.tokens_per_minute, **kwargs)  # type: ignore[arg-type]
 
     @property

@@ -22,7 +22,6 @@ from rag_engine.errors import (
     UnknownProviderReference,
 )
 
-
 QUERY_PURPOSE = "query"
 """The purpose of question embeddings; every other embedding purpose embeds passages."""
 
@@ -96,7 +95,8 @@ class ProviderRegistry:
             if p.kind == "openai_compatible" and not p.hosted and not resolve_endpoint(p, self._env):
                 where = f" (and {p.endpoint_env} is not set)" if p.endpoint_env else ""
                 raise LocalProviderWithoutEndpoint(
-                    f"local provider {p.name!r} (openai_compatible) has no endpoint{where}")
+                    f"local provider {p.name!r} (openai_compatible) has no endpoint{where}"
+                )
             if p.kind == "replay" and not p.cassette:
                 raise RegistryError(f"replay provider {p.name!r} has no cassette path")
         gen = cfg.model(cfg.defaults.generation_model)
@@ -114,9 +114,7 @@ class ProviderRegistry:
         if emb.role != "embedding":
             raise ModelRoleMismatch(f"defaults.embedding_model {emb.name!r} has role {emb.role!r}")
         if not cfg.provider(emb.provider).enabled:
-            raise DisabledActiveEmbedder(
-                f"active embedder {emb.name!r} belongs to disabled provider {emb.provider!r}"
-            )
+            raise DisabledActiveEmbedder(f"active embedder {emb.name!r} belongs to disabled provider {emb.provider!r}")
         if cfg.defaults.extraction_model is not None:
             ext = cfg.model(cfg.defaults.extraction_model)
             if ext is None or ext.role != "generation":

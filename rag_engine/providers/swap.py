@@ -43,12 +43,20 @@ from rag_engine.providers.registry import ModelSpec, ProviderRegistry, resolve_e
 Role = Literal["generation", "embedding", "extraction", "local_inference"]
 ROLES: tuple[str, ...] = ("generation", "embedding", "extraction", "local_inference")
 
-DEFAULT_FIELD = {"generation": "generation_model", "embedding": "embedding_model",
-                 "extraction": "extraction_model", "local_inference": "local_inference_model"}
+DEFAULT_FIELD = {
+    "generation": "generation_model",
+    "embedding": "embedding_model",
+    "extraction": "extraction_model",
+    "local_inference": "local_inference_model",
+}
 """The ``defaults`` key that names each role's model."""
 
-MODEL_ROLE = {"generation": ("generation",), "embedding": ("embedding",), "extraction": ("generation",),
-              "local_inference": ("generation", "rerank")}
+MODEL_ROLE = {
+    "generation": ("generation",),
+    "embedding": ("embedding",),
+    "extraction": ("generation",),
+    "local_inference": ("generation", "rerank"),
+}
 """Which configured model roles may fill each engine role."""
 
 SAMPLE_TEXTS = 8
@@ -188,8 +196,9 @@ def _reachable(url: str) -> tuple[bool, str]:
         return False, f"{_host(url)} does not accept connections ({type(exc).__name__})"
 
 
-def _identity(cfg: EngineConfig, model_name: str | None, env: Mapping[str, str], root: Path,
-              *, probe: bool) -> Identity:
+def _identity(
+    cfg: EngineConfig, model_name: str | None, env: Mapping[str, str], root: Path, *, probe: bool
+) -> Identity:
     if model_name is None:
         return Identity(model=None)
     model = cfg.model(model_name)
@@ -212,14 +221,23 @@ def _identity(cfg: EngineConfig, model_name: str | None, env: Mapping[str, str],
         elif provider.kind == "local_hash":
             note = "in-process (no server)"
     return Identity(
-        model=model.name, provider=provider.name, kind=provider.kind, served_model=model.served_model,
+        model=model.name,
+        provider=provider.name,
+        kind=provider.kind,
+        served_model=model.served_model,
         mode="hosted" if provider.hosted else "local",
         endpoint_host=_host(endpoint) if provider.kind in ("openai", "openai_compatible") else None,
-        identity=spec.identity, dimension=model.dimension, capabilities=tuple(model.capabilities),
-        provider_enabled=provider.enabled, credential_env=provider.credential_env,
+        identity=spec.identity,
+        dimension=model.dimension,
+        capabilities=tuple(model.capabilities),
+        provider_enabled=provider.enabled,
+        credential_env=provider.credential_env,
         credential_present=(provider.credential_env in env and bool(env.get(provider.credential_env)))
-        if provider.credential_env else None,
-        reachable=reachable, reachability_note=note)
+        if provider.credential_env
+        else None,
+        reachable=reachable,
+        reachability_note=note,
+    )
 
 
 # -- capabilities -------------------------------------------------------------------------------
@@ -228,21 +246,31 @@ _USES: dict[str, tuple[tuple[str, str, bool, str], ...]] = {
     # role -> (capability, what the engine uses it for, blocking if missing, effect when missing)
     "generation": (
         ("generation", "answers (rag query, evals --generate)", True, "the model cannot answer at all"),
-        ("structured_output", "the cited-answer schema", False,
-         "answers are parsed tolerantly (JSON dug out of plain text); malformed answers degrade to extractive"),
+        (
+            "structured_output",
+            "the cited-answer schema",
+            False,
+            "answers are parsed tolerantly (JSON dug out of plain text); malformed answers degrade to extractive",
+        ),
     ),
     "extraction": (
         ("generation", "graph extraction calls", True, "no extraction call can be made"),
-        ("structured_output", "the extraction schema", False,
-         "extraction falls back to tolerant parsing (JSON dug out of plain text): more schema-invalid "
-         "answers, billed and rejected per chunk"),
+        (
+            "structured_output",
+            "the extraction schema",
+            False,
+            "extraction falls back to tolerant parsing (JSON dug out of plain text): more schema-invalid "
+            "answers, billed and rejected per chunk",
+        ),
     ),
-    "embedding": (
-        ("embeddings", "chunk and question vectors", True, "nothing can be embedded"),
-    ),
+    "embedding": (("embeddings", "chunk and question vectors", True, "nothing can be embedded"),),
     "local_inference": (
-        ("query_expansion", "query expansion before retrieval", False,
-         "query expansion is skipped (local_inference_skipped)"),
+        (
+            "query_expansion",
+            "query expansion before retrieval",
+            False,
+            "query expansion is skipped (local_inference_skipped)",
+        ),
         ("rerank", "rerank of fused candidates", False, "rerank is skipped (local_inference_skipped)"),
         ("generation", "both steps ask the model in text", False, "both steps are skipped"),
     ),
@@ -277,19 +305,31 @@ def _pricing(cfg: EngineConfig, ident: Identity, root: Path) -> tuple[Pricing, A
     try:
         table = load_pricing(under_root(root, cfg.pricing_file))
     except ConfigError as exc:
-        return Pricing(price_key=key, pricing_version=None, known=False,
-                       gap=f"cost unknown: pricing file unreadable ({exc})"), None
+        return Pricing(
+            price_key=key, pricing_version=None, known=False, gap=f"cost unknown: pricing file unreadable ({exc})"
+        ), None
     price = table.models.get(key)
     if price is None:
-        why = (f"no pricing_ref, and no entry {key!r} in {cfg.pricing_file}" if model.pricing_ref is None
-               else f"pricing_ref {key!r} has no entry in {cfg.pricing_file}")
-        return Pricing(price_key=key, pricing_version=table.version, known=False,
-                       gap=f"cost unknown: {why} (version {table.version})"), table
+        why = (
+            f"no pricing_ref, and no entry {key!r} in {cfg.pricing_file}"
+            if model.pricing_ref is None
+            else f"pricing_ref {key!r} has no entry in {cfg.pricing_file}"
+        )
+        return Pricing(
+            price_key=key,
+            pricing_version=table.version,
+            known=False,
+            gap=f"cost unknown: {why} (version {table.version})",
+        ), table
     fmt = lambda v: None if v is None else format(v, "f")  # noqa: E731
-    return Pricing(price_key=key, pricing_version=table.version, known=True,
-                   input_per_million=fmt(price.input_per_million),
-                   cached_input_per_million=fmt(price.cached_input_per_million),
-                   output_per_million=fmt(price.output_per_million)), table
+    return Pricing(
+        price_key=key,
+        pricing_version=table.version,
+        known=True,
+        input_per_million=fmt(price.input_per_million),
+        cached_input_per_million=fmt(price.cached_input_per_million),
+        output_per_million=fmt(price.output_per_million),
+    ), table
 
 
 def _cost(table: Any, key: str | None, input_tokens: int, output_tokens: int) -> str | None:
@@ -305,14 +345,16 @@ def _cost(table: Any, key: str | None, input_tokens: int, output_tokens: int) ->
 def _candidate_from_model(cfg: EngineConfig, role: str, candidate: str) -> tuple[EngineConfig, list[str]]:
     model = cfg.model(candidate)
     if model is None:
-        raise ConfigError(f"--candidate {candidate!r} is not a configured model; "
-                          f"configured: {[m.name for m in cfg.models]}")
+        raise ConfigError(
+            f"--candidate {candidate!r} is not a configured model; configured: {[m.name for m in cfg.models]}"
+        )
     if model.role not in MODEL_ROLE[role]:
-        raise ConfigError(f"--candidate {candidate!r} has role {model.role!r}; role {role} needs "
-                          f"{' or '.join(MODEL_ROLE[role])}")
+        raise ConfigError(
+            f"--candidate {candidate!r} has role {model.role!r}; role {role} needs {' or '.join(MODEL_ROLE[role])}"
+        )
     field = DEFAULT_FIELD[role]
     old = getattr(cfg.defaults, field)
-    changes = [f"defaults.{field}: {old} -> {candidate}"] if old != candidate else []
+    changes = [f"defaults.{field}: {old or 'unset'} -> {candidate}"] if old != candidate else []
     defaults = cfg.defaults.model_copy(update={field: candidate})
     providers = list(cfg.providers)
     for i, p in enumerate(providers):
@@ -326,7 +368,7 @@ def _diff_role(cur: EngineConfig, cand: EngineConfig, role: str) -> list[str]:
     changes = []
     a, b = role_model(cur, role), role_model(cand, role)
     if a != b:
-        changes.append(f"defaults.{DEFAULT_FIELD[role]}: {a} -> {b}")
+        changes.append(f"defaults.{DEFAULT_FIELD[role]}: {a or 'unset'} -> {b or 'unset'}")
     for name in {n for n in (a, b) if n}:
         ma, mb = cur.model(name), cand.model(name)
         if ma is not None and mb is not None and ma != mb:
@@ -358,8 +400,7 @@ def _git(root: Path, *args: str) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
-def _rollback(engine: Any, role: str, config_path: Path | None, changes: list[str],
-              mode: str) -> Rollback:
+def _rollback(engine: Any, role: str, config_path: Path | None, changes: list[str], mode: str) -> Rollback:
     h = config_hash(engine.cfg)
     root = Path(engine.root)
     rel = None
@@ -374,8 +415,7 @@ def _rollback(engine: Any, role: str, config_path: Path | None, changes: list[st
         except RagError:
             matches = False
     notes = []
-    undo = "; ".join(c.split(": ", 1)[0] + ": " + c.split(": ", 1)[1].split(" -> ")[0]
-                     for c in changes if " -> " in c)
+    undo = "; ".join(c.split(": ", 1)[0] + ": " + c.split(": ", 1)[1].split(" -> ")[0] for c in changes if " -> " in c)
     command = None
     if rel and matches:
         head = _git(root, "rev-parse", "--short=12", "HEAD")
@@ -384,19 +424,27 @@ def _rollback(engine: Any, role: str, config_path: Path | None, changes: list[st
         if head and tracked and clean:
             command = f"git checkout {head} -- {rel}"
         elif head and tracked:
-            notes.append(f"{rel} has uncommitted edits: copy it aside before applying the candidate "
-                         f"(cp {rel} {rel}.rollback)")
-        restore = (f"in {rel} set back {undo}" if mode == "candidate_model" and undo
-                   else f"keep {rel} as it is (config hash {h}) and point RAG_CONFIG / --config at it again")
+            notes.append(
+                f"{rel} has uncommitted edits: copy it aside before applying the candidate (cp {rel} {rel}.rollback)"
+            )
+        restore = (
+            f"in {rel} set back {undo}"
+            if mode == "candidate_model" and undo
+            else f"keep {rel} as it is (config hash {h}) and point RAG_CONFIG / --config at it again"
+        )
     else:
-        restore = (f"set back {undo} in the engine's config" if undo
-                   else "the running engine's config is not a file on disk; keep it by its hash")
+        restore = (
+            f"set back {undo} in the engine's config"
+            if undo
+            else "the running engine's config is not a file on disk; keep it by its hash"
+        )
         if rel:
-            notes.append(f"the engine's config (hash {h}) differs from {rel}: rollback means that config, "
-                         "not the file")
+            notes.append(f"the engine's config (hash {h}) differs from {rel}: rollback means that config, not the file")
     if role == "embedding":
-        notes.append("`rag reindex --keep-old` keeps the current vector index, so switching back "
-                     "re-embeds only the chunks activated since")
+        notes.append(
+            "`rag reindex --keep-old` keeps the current vector index, so switching back "
+            "re-embeds only the chunks activated since"
+        )
     return Rollback(config_hash=h, config_file=rel, restore=restore, command=command, notes=tuple(notes))
 
 
@@ -406,20 +454,28 @@ def _rollback(engine: Any, role: str, config_path: Path | None, changes: list[st
 def _read(engine: Any, query: str, **params: Any) -> list[dict]:
     import neo4j
 
-    records, _, _ = engine.driver.execute_query(query, database_=engine.database,
-                                                routing_=neo4j.RoutingControl.READ, **params)
+    records, _, _ = engine.driver.execute_query(
+        query, database_=engine.database, routing_=neo4j.RoutingControl.READ, **params
+    )
     return [r.data() for r in records]
 
 
 def _active_chunks(engine: Any, packs: list[str] | None = None) -> tuple[int, int, list[str]]:
     """(count, total characters of heading + text, a small sample of texts) of the active chunks."""
     where = "WHERE c.pack IN $packs " if packs is not None else ""
-    rows = _read(engine, f"MATCH (c:Chunk {{active: true}}) {where}"
-                         "RETURN count(c) AS n, "
-                         "sum(size(coalesce(c.heading, '')) + 1 + size(coalesce(c.text, ''))) AS chars",
-                 packs=packs or [])
-    sample = _read(engine, f"MATCH (c:Chunk {{active: true}}) {where}RETURN c.text AS text "
-                           "ORDER BY c.chunk_id LIMIT $k", packs=packs or [], k=SAMPLE_TEXTS)
+    rows = _read(
+        engine,
+        f"MATCH (c:Chunk {{active: true}}) {where}"
+        "RETURN count(c) AS n, "
+        "sum(size(coalesce(c.heading, '')) + 1 + size(coalesce(c.text, ''))) AS chars",
+        packs=packs or [],
+    )
+    sample = _read(
+        engine,
+        f"MATCH (c:Chunk {{active: true}}) {where}RETURN c.text AS text ORDER BY c.chunk_id LIMIT $k",
+        packs=packs or [],
+        k=SAMPLE_TEXTS,
+    )
     return int(rows[0]["n"]), int(rows[0]["chars"] or 0), [r["text"] or "" for r in sample]
 
 
@@ -427,8 +483,9 @@ def _approx_tokens(chars: int) -> int:
     return math.ceil(chars / 4)
 
 
-def _measure_embed_rate(engine: Any, cand_cfg: EngineConfig, ident: Identity, env: Mapping[str, str],
-                        texts: list[str]) -> tuple[float | None, float | None, str]:
+def _measure_embed_rate(
+    engine: Any, cand_cfg: EngineConfig, ident: Identity, env: Mapping[str, str], texts: list[str]
+) -> tuple[float | None, float | None, str]:
     """(chunks per second, reported input tokens per text, how) from a sample through the candidate."""
     from rag_engine.providers.clients import build_client
     from rag_engine.providers.pricing import pricing_for
@@ -440,46 +497,70 @@ def _measure_embed_rate(engine: Any, cand_cfg: EngineConfig, ident: Identity, en
         pricing = pricing_for(cand_cfg, engine.root)
     except ConfigError:
         pricing = None
-    client = build_client(spec, ledger=engine.ledger, pricing=pricing, env=env, root=Path(engine.root),
-                          config=cand_cfg)
+    client = build_client(spec, ledger=engine.ledger, pricing=pricing, env=env, root=Path(engine.root), config=cand_cfg)
     started = time.perf_counter()
     result = client.embed(texts, purpose="swap_dry_run", run_id="swap-dry-run")
     seconds = max(time.perf_counter() - started, 1e-6)
     per_text = result.usage.input_tokens / len(texts) if result.usage.input_tokens else None
-    return len(texts) / seconds, per_text, (f"measured: {len(texts)} active chunk texts embedded through the "
-                                            f"candidate in {seconds:.2f} s")
+    return (
+        len(texts) / seconds,
+        per_text,
+        (f"measured: {len(texts)} active chunk texts embedded through the candidate in {seconds:.2f} s"),
+    )
 
 
 def _ledger_embed_rate(engine: Any, ident: Identity, avg_tokens: float) -> tuple[float | None, str]:
-    records = [r for r in engine.ledger.records() if r.status == "ok" and r.purpose != "query"
-               and r.provider == ident.provider and r.requested_model == ident.served_model
-               and r.input_tokens > 0 and r.latency_ms > 0]
+    records = [
+        r
+        for r in engine.ledger.records()
+        if r.status == "ok"
+        and r.purpose != "query"
+        and r.provider == ident.provider
+        and r.requested_model == ident.served_model
+        and r.input_tokens > 0
+        and r.latency_ms > 0
+    ]
     if not records:
         return None, "no measured rate: the candidate was not reachable and the ledger has no embedding calls of it"
     tokens = sum(r.input_tokens for r in records)
     seconds = sum(r.latency_ms for r in records) / 1000
     rate = tokens / seconds / max(avg_tokens, 1.0)
-    return rate, (f"ledger history: {len(records)} embedding calls of the candidate, "
-                  f"{tokens} tokens in {seconds:.1f} s")
+    return rate, (
+        f"ledger history: {len(records)} embedding calls of the candidate, {tokens} tokens in {seconds:.1f} s"
+    )
 
 
 def _extraction_history(engine: Any, packs: list[str]) -> tuple[int, int, int, str]:
     """(calls, input tokens, output tokens) of ok graph-extraction calls of these packs' extraction runs."""
-    runs = {r["run_id"] for r in _read(engine, "MATCH (r:ExtractionRun) WHERE r.pack IN $packs "
-                                               "RETURN r.run_id AS run_id", packs=packs)}
-    records = [r for r in engine.ledger.records() if r.purpose == "graph_extraction" and r.status == "ok"
-               and r.run_id in runs]
-    return (len(records), sum(r.input_tokens for r in records), sum(r.output_tokens for r in records),
-            f"ledger: {len(records)} extraction calls of {len(runs)} extraction runs of "
-            f"{', '.join(packs) or 'no pack'}")
+    runs = {
+        r["run_id"]
+        for r in _read(engine, "MATCH (r:ExtractionRun) WHERE r.pack IN $packs RETURN r.run_id AS run_id", packs=packs)
+    }
+    records = [
+        r for r in engine.ledger.records() if r.purpose == "graph_extraction" and r.status == "ok" and r.run_id in runs
+    ]
+    return (
+        len(records),
+        sum(r.input_tokens for r in records),
+        sum(r.output_tokens for r in records),
+        f"ledger: {len(records)} extraction calls of {len(runs)} extraction runs of {', '.join(packs) or 'no pack'}",
+    )
 
 
 # -- consequences ---------------------------------------------------------------------------------
 
 
-def _embedding_consequence(engine: Any, cand_cfg: EngineConfig, current: Identity, candidate: Identity,
-                           env: Mapping[str, str], table: Any, price_key_: str | None,
-                           notes: list[str], can_call: bool) -> Consequence:
+def _embedding_consequence(
+    engine: Any,
+    cand_cfg: EngineConfig,
+    current: Identity,
+    candidate: Identity,
+    env: Mapping[str, str],
+    table: Any,
+    price_key_: str | None,
+    notes: list[str],
+    can_call: bool,
+) -> Consequence:
     n, chars, sample = _active_chunks(engine)
     avg_tokens = _approx_tokens(chars) / n if n else 0.0
     rate, per_text, how = None, None, ""
@@ -493,56 +574,78 @@ def _embedding_consequence(engine: Any, cand_cfg: EngineConfig, current: Identit
     tokens = round(per_text * n) if per_text else _approx_tokens(chars)
     token_how = "reported by the sample" if per_text else "characters / 4"
     cost = _cost(table, price_key_, tokens, 0)
-    cost_note = (f"{tokens} input tokens ({token_how}) at the candidate's rate" if cost is not None
-                 else f"cost unknown: the candidate has no price ({tokens} input tokens, {token_how})")
+    cost_note = (
+        f"{tokens} input tokens ({token_how}) at the candidate's rate"
+        if cost is not None
+        else f"cost unknown: the candidate has no price ({tokens} input tokens, {token_how})"
+    )
     dim = ""
     if current.dimension != candidate.dimension:
         dim = f"; dimension {current.dimension} -> {candidate.dimension} (a new vector index)"
     seconds = round(n / rate, 1) if rate else None
     return Consequence(
         kind="reindex",
-        summary=(f"embedder identity changes ({current.identity} -> {candidate.identity}){dim}: full blue/green "
-                 f"re-index of {n} active chunks before the candidate can serve queries; the eval gate refuses "
-                 "an embedder change without a complete re-index"),
-        chunks=n, estimated_seconds=seconds, rate_source=how, estimated_input_tokens=tokens,
-        estimated_cost_usd=cost, cost_note=cost_note,
-        commands=("RAG_CONFIG=<candidate config> rag reindex --keep-old", "make eval-gate"))
+        summary=(
+            f"embedder identity changes ({current.identity} -> {candidate.identity}){dim}: full blue/green "
+            f"re-index of {n} active chunks before the candidate can serve queries; the eval gate refuses "
+            "an embedder change without a complete re-index"
+        ),
+        chunks=n,
+        estimated_seconds=seconds,
+        rate_source=how,
+        estimated_input_tokens=tokens,
+        estimated_cost_usd=cost,
+        cost_note=cost_note,
+        commands=("RAG_CONFIG=<candidate config> rag reindex --keep-old", "make eval-gate"),
+    )
 
 
-def _extraction_consequence(engine: Any, cand_cfg: EngineConfig, current: Identity, candidate: Identity,
-                            table: Any, price_key_: str | None) -> Consequence:
+def _extraction_consequence(
+    engine: Any, cand_cfg: EngineConfig, current: Identity, candidate: Identity, table: Any, price_key_: str | None
+) -> Consequence:
     packs = [p.name for p in cand_cfg.enabled_packs if p.extraction]
     n, _chars, _ = _active_chunks(engine, packs) if packs else (0, 0, [])
     calls, tin, tout, how = _extraction_history(engine, packs) if packs else (0, 0, 0, "no pack extracts")
     if calls:
         est_in, est_out = round(tin / calls * n), round(tout / calls * n)
         cost = _cost(table, price_key_, est_in, est_out)
-        cost_note = ("at the candidate's rate" if cost is not None
-                     else "cost unknown: the candidate has no price")
+        cost_note = "at the candidate's rate" if cost is not None else "cost unknown: the candidate has no price"
     else:
         est_in = est_out = None
         cost = None
         cost_note = "tokens and cost unknown: the ledger has no extraction calls for these chunks"
     return Consequence(
         kind="reextract",
-        summary=(f"extraction model identity changes ({current.identity} -> {candidate.identity}): the extraction "
-                 f"cache is keyed by it, so {n} active chunks of {', '.join(packs) or 'no pack'} are re-extracted, "
-                 "then graph_writes and an eval"),
-        chunks=n, rate_source=how, estimated_input_tokens=est_in, estimated_output_tokens=est_out,
-        estimated_cost_usd=cost, cost_note=cost_note,
-        commands=("RAG_CONFIG=<candidate config> rag ingest", "make eval-gate"))
+        summary=(
+            f"extraction model identity changes ({current.identity} -> {candidate.identity}): the extraction "
+            f"cache is keyed by it, so {n} active chunks of {', '.join(packs) or 'no pack'} are re-extracted, "
+            "then graph_writes and an eval"
+        ),
+        chunks=n,
+        rate_source=how,
+        estimated_input_tokens=est_in,
+        estimated_output_tokens=est_out,
+        estimated_cost_usd=cost,
+        cost_note=cost_note,
+        commands=("RAG_CONFIG=<candidate config> rag ingest", "make eval-gate"),
+    )
 
 
 def _generation_consequence(current: Identity, candidate: Identity) -> Consequence:
     return Consequence(
         kind="eval_required",
-        summary=(f"generation model changes ({current.identity} -> {candidate.identity}): an eval answered by the "
-                 "candidate must pass the gate before it becomes the default (gate rule "
-                 "generation_changed_without_eval fails an extractive or stale report)"),
-        commands=("RAG_CONFIG=<candidate config> python -m evals.runner --config <candidate config> --generate "
-                  "--output var/eval/candidate.json",
-                  "python -m evals.gates --config <candidate config> --report var/eval/candidate.json "
-                  "--baseline-report evals/reports/BASELINE.json --output var/eval/gate.json"))
+        summary=(
+            f"generation model changes ({current.identity} -> {candidate.identity}): an eval answered by the "
+            "candidate must pass the gate before it becomes the default (gate rule "
+            "generation_changed_without_eval fails an extractive or stale report)"
+        ),
+        commands=(
+            "RAG_CONFIG=<candidate config> python -m evals.runner --config <candidate config> --generate "
+            "--output var/eval/candidate.json",
+            "python -m evals.gates --config <candidate config> --report var/eval/candidate.json "
+            "--baseline-report evals/reports/BASELINE.json --output var/eval/gate.json",
+        ),
+    )
 
 
 # -- load check -----------------------------------------------------------------------------------
@@ -569,21 +672,30 @@ def _redact_values(text: str, env: Mapping[str, str], names: set[str]) -> str:
     return text
 
 
-def load_check(cand_path: Path, root: Path, env: Mapping[str, str], secret_names: set[str],
-               timeout_s: float = LOAD_TIMEOUT_S) -> LoadCheck:
+def load_check(
+    cand_path: Path, root: Path, env: Mapping[str, str], secret_names: set[str], timeout_s: float = LOAD_TIMEOUT_S
+) -> LoadCheck:
     """Load the engine and ``rag_assets.definitions`` with the candidate config in a fresh interpreter."""
-    child = {**os.environ, **{k: v for k, v in env.items() if isinstance(v, str)},
-             "RAG_CONFIG": str(cand_path), "RAG_ROOT": str(root)}
+    child = {
+        **os.environ,
+        **{k: v for k, v in env.items() if isinstance(v, str)},
+        "RAG_CONFIG": str(cand_path),
+        "RAG_ROOT": str(root),
+    }
     for name in secret_names:
         if not child.get(name):
             child[name] = PLACEHOLDER
     started = time.perf_counter()
     try:
-        done = subprocess.run([sys.executable, "-c", _LOAD], cwd=root, env=child, capture_output=True, text=True,
-                              timeout=timeout_s)
+        done = subprocess.run(
+            [sys.executable, "-c", _LOAD], cwd=root, env=child, capture_output=True, text=True, timeout=timeout_s
+        )
     except subprocess.TimeoutExpired:
-        return LoadCheck(ok=False, seconds=round(time.perf_counter() - started, 1),
-                         error=f"loading did not finish within {timeout_s:.0f} s")
+        return LoadCheck(
+            ok=False,
+            seconds=round(time.perf_counter() - started, 1),
+            error=f"loading did not finish within {timeout_s:.0f} s",
+        )
     seconds = round(time.perf_counter() - started, 1)
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
     try:
@@ -600,9 +712,16 @@ def load_check(cand_path: Path, root: Path, env: Mapping[str, str], secret_names
 # -- the dry run ------------------------------------------------------------------------------------
 
 
-def dry_run(engine: Any, *, role: str, candidate: str | None = None, candidate_config: str | Path | None = None,
-            config_path: str | Path | None = None, sample: bool = True,
-            load_timeout_s: float = LOAD_TIMEOUT_S) -> SwapReport:
+def dry_run(
+    engine: Any,
+    *,
+    role: str,
+    candidate: str | None = None,
+    candidate_config: str | Path | None = None,
+    config_path: str | Path | None = None,
+    sample: bool = True,
+    load_timeout_s: float = LOAD_TIMEOUT_S,
+) -> SwapReport:
     """Compare the current model of ``role`` with a candidate; changes nothing.
 
     ``candidate``: a configured model to put in the role's default (its provider enabled if it was
@@ -616,8 +735,9 @@ def dry_run(engine: Any, *, role: str, candidate: str | None = None, candidate_c
     if role not in ROLES:
         raise ConfigError(f"unknown role {role!r}; roles: {list(ROLES)}")
     if (candidate is None) == (candidate_config is None):
-        raise ConfigError("name exactly one of a candidate model (--candidate) or a candidate config file "
-                          "(--candidate-config)")
+        raise ConfigError(
+            "name exactly one of a candidate model (--candidate) or a candidate config file (--candidate-config)"
+        )
     root = Path(engine.root)
     env: Mapping[str, str] = engine.env
     cfg: EngineConfig = engine.cfg
@@ -631,8 +751,10 @@ def dry_run(engine: Any, *, role: str, candidate: str | None = None, candidate_c
         mode, cand_file = "candidate_config", str(candidate_config)
         name = role_model(cand_cfg, role)
         if name is not None and (cand_cfg.model(name) is None or cand_cfg.model(name).role not in MODEL_ROLE[role]):
-            raise ConfigError(f"{candidate_config}: the {role} model {name!r} is not a configured "
-                              f"{' or '.join(MODEL_ROLE[role])} model")
+            raise ConfigError(
+                f"{candidate_config}: the {role} model {name!r} is not a configured "
+                f"{' or '.join(MODEL_ROLE[role])} model"
+            )
 
     current = _identity(cfg, role_model(cfg, role), env, root, probe=False)
     cand = _identity(cand_cfg, role_model(cand_cfg, role), env, root, probe=True)
@@ -643,11 +765,14 @@ def dry_run(engine: Any, *, role: str, candidate: str | None = None, candidate_c
     # credentials and reachability
     if cand.model is not None and cand.credential_env and not cand.credential_present:
         if cand.mode == "hosted":
-            reasons.append(f"missing credential: {cand.provider} is a hosted provider enabled by the candidate, and "
-                           f"environment variable {cand.credential_env} is not set")
+            reasons.append(
+                f"missing credential: {cand.provider} is a hosted provider enabled by the candidate, and "
+                f"environment variable {cand.credential_env} is not set"
+            )
         else:
-            reasons.append(f"missing credential: environment variable {cand.credential_env} of {cand.provider} "
-                           "is not set")
+            reasons.append(
+                f"missing credential: environment variable {cand.credential_env} of {cand.provider} is not set"
+            )
     if cand.reachable is False:
         reasons.append(f"unreachable local endpoint: {cand.reachability_note}")
     # every other enabled provider of the candidate config must start too (the registry checks them all)
@@ -655,8 +780,10 @@ def dry_run(engine: Any, *, role: str, candidate: str | None = None, candidate_c
         ProviderRegistry(cand_cfg, env)
     except RagError as exc:
         if type(exc).__name__ != "MissingCredential" or not any(r.startswith("missing credential") for r in reasons):
-            reasons.append(f"the candidate config is refused at startup: {type(exc).__name__}: "
-                           f"{_redact_values(str(exc), env, _secret_names(cfg, cand_cfg))}")
+            reasons.append(
+                f"the candidate config is refused at startup: {type(exc).__name__}: "
+                f"{_redact_values(str(exc), env, _secret_names(cfg, cand_cfg))}"
+            )
 
     losses = _capability_losses(role, current, cand)
     for loss in losses:
@@ -672,26 +799,38 @@ def dry_run(engine: Any, *, role: str, candidate: str | None = None, candidate_c
 
     consequences: list[Consequence] = []
     if same:
-        consequences.append(Consequence(kind="none", summary="same model identity: nothing to re-index, "
-                                                             "re-extract or re-evaluate for this role"))
+        consequences.append(
+            Consequence(
+                kind="none", summary="same model identity: nothing to re-index, re-extract or re-evaluate for this role"
+            )
+        )
     elif role == "embedding":
         can_call = sample and not any(r.startswith(("missing credential", "unreachable")) for r in reasons)
-        consequences.append(_embedding_consequence(engine, cand_cfg, current, cand, env, table,
-                                                   pricing_cand.price_key, notes, can_call))
+        consequences.append(
+            _embedding_consequence(engine, cand_cfg, current, cand, env, table, pricing_cand.price_key, notes, can_call)
+        )
     elif role == "extraction":
         consequences.append(_extraction_consequence(engine, cand_cfg, current, cand, table, pricing_cand.price_key))
     elif role == "generation":
         consequences.append(_generation_consequence(current, cand))
         if role_model(cfg, "extraction") == role_model(cfg, "generation") and cfg.defaults.extraction_model is None:
-            notes.append("extraction follows the generation model (no defaults.extraction_model): "
-                         "run the dry run for role extraction too")
+            notes.append(
+                "extraction follows the generation model (no defaults.extraction_model): "
+                "run the dry run for role extraction too"
+            )
     else:
-        consequences.append(Consequence(
-            kind="local_inference_change",
-            summary=f"query expansion / rerank change ({current.identity} -> {cand.identity}): retrieval order "
-                    "changes; run the eval gate before relying on it",
-            commands=("RAG_CONFIG=<candidate config> python -m evals.runner --config <candidate config> "
-                      "--output var/eval/candidate.json", "python -m evals.gates ...")))
+        consequences.append(
+            Consequence(
+                kind="local_inference_change",
+                summary=f"query expansion / rerank change ({current.identity} -> {cand.identity}): retrieval order "
+                "changes; run the eval gate before relying on it",
+                commands=(
+                    "RAG_CONFIG=<candidate config> python -m evals.runner --config <candidate config> "
+                    "--output var/eval/candidate.json",
+                    "python -m evals.gates ...",
+                ),
+            )
+        )
 
     cfg_path = Path(config_path) if config_path else Path(os.environ.get("RAG_CONFIG") or DEFAULT_CONFIG)
     rollback = _rollback(engine, role, under_root(root, cfg_path), changes, mode)
@@ -700,15 +839,30 @@ def dry_run(engine: Any, *, role: str, candidate: str | None = None, candidate_c
         cand_path = _write_config(cand_cfg, Path(tmp))
         check = load_check(cand_path, root, env, _secret_names(cfg, cand_cfg), timeout_s=load_timeout_s)
     if not check.ok:
-        reasons.append(f"application code change required: loading the engine and the Dagster Definitions "
-                       f"with the candidate config failed: {check.error}")
+        reasons.append(
+            f"application code change required: loading the engine and the Dagster Definitions "
+            f"with the candidate config failed: {check.error}"
+        )
 
     return SwapReport(
-        role=role, mode=mode, candidate_config_file=cand_file, changes=tuple(changes), current=current,
-        candidate=cand, same_identity=same, capability_losses=tuple(losses), pricing_current=pricing_cur,
-        pricing_candidate=pricing_cand, rollback=rollback, consequences=tuple(consequences),
-        status="blocked" if reasons else "ok", reasons=tuple(reasons), notes=tuple(notes),
-        application_code_change_required=not check.ok, load_check=check)
+        role=role,
+        mode=mode,
+        candidate_config_file=cand_file,
+        changes=tuple(changes),
+        current=current,
+        candidate=cand,
+        same_identity=same,
+        capability_losses=tuple(losses),
+        pricing_current=pricing_cur,
+        pricing_candidate=pricing_cand,
+        rollback=rollback,
+        consequences=tuple(consequences),
+        status="blocked" if reasons else "ok",
+        reasons=tuple(reasons),
+        notes=tuple(notes),
+        application_code_change_required=not check.ok,
+        load_check=check,
+    )
 
 
 def _secret_names(*cfgs: EngineConfig) -> set[str]:
@@ -721,29 +875,39 @@ def _secret_names(*cfgs: EngineConfig) -> set[str]:
 def _ident_lines(label: str, i: Identity) -> list[str]:
     if i.model is None:
         return [f"{label}: none (role off)"]
-    cred = ("no credential needed" if i.credential_env is None
-            else f"credential {i.credential_env}: {'present' if i.credential_present else 'MISSING'}")
+    cred = (
+        "no credential needed"
+        if i.credential_env is None
+        else f"credential {i.credential_env}: {'present' if i.credential_present else 'MISSING'}"
+    )
     where = f", endpoint {i.endpoint_host}" if i.endpoint_host else (f", {i.kind}" if i.kind else "")
     reach = f"; {i.reachability_note}" if i.reachability_note else ""
-    return [f"{label}: {i.model} = {i.provider}/{i.served_model} ({i.mode}{where})",
-            f"  identity {i.identity}; {cred}{reach}",
-            f"  capabilities: {', '.join(i.capabilities) or '-'}"]
+    return [
+        f"{label}: {i.model} = {i.provider}/{i.served_model} ({i.mode}{where})",
+        f"  identity {i.identity}; {cred}{reach}",
+        f"  capabilities: {', '.join(i.capabilities) or '-'}",
+    ]
 
 
 def _price_line(label: str, p: Pricing) -> str:
     if p.known:
         cached = f", cached input {p.cached_input_per_million}" if p.cached_input_per_million else ""
-        return (f"{label}: {p.price_key} input {p.input_per_million}{cached}, output {p.output_per_million} "
-                f"USD per million tokens (pricing {p.pricing_version})")
+        return (
+            f"{label}: {p.price_key} input {p.input_per_million}{cached}, output {p.output_per_million} "
+            f"USD per million tokens (pricing {p.pricing_version})"
+        )
     return f"{label}: {p.gap}"
 
 
 def render_text(report: SwapReport) -> str:
     r = report
-    lines = [f"provider swap dry run: role {r.role} — status {r.status.upper()}",
-             f"application_code_change_required: {str(r.application_code_change_required).lower()} "
-             f"(engine + Dagster Definitions loaded with the candidate config in {r.load_check.seconds} s"
-             + ("" if r.load_check.ok else f": {r.load_check.error}") + ")"]
+    lines = [
+        f"provider swap dry run: role {r.role} — status {r.status.upper()}",
+        f"application_code_change_required: {str(r.application_code_change_required).lower()} "
+        f"(engine + Dagster Definitions loaded with the candidate config in {r.load_check.seconds} s"
+        + ("" if r.load_check.ok else f": {r.load_check.error}")
+        + ")",
+    ]
     if r.candidate_config_file:
         lines.append(f"candidate config: {r.candidate_config_file}")
     lines.append("changes: " + ("; ".join(r.changes) if r.changes else "none for this role"))

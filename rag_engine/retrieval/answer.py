@@ -89,21 +89,33 @@ def _first_sentences(text: str, limit: int, max_chars: int) -> str:
     return out if len(out) <= max_chars else out[:max_chars].rsplit(" ", 1)[0] + " ..."
 
 
-def extractive_answer(context: AssembledContext, *, sentences: int = 2, max_chars: int = 600,
-                      error_type: str | None = None) -> Answer:
+def extractive_answer(
+    context: AssembledContext, *, sentences: int = 2, max_chars: int = 600, error_type: str | None = None
+) -> Answer:
     """The top chunk's first sentences, citing only that chunk (which is in the context)."""
     if not context.documents:
         return insufficient("empty_context", method="extractive", error_type=error_type)
     for doc in context.documents:
         text = _first_sentences(doc.text, sentences, max_chars)
         if text:
-            return Answer(text=text, citations=(doc.chunk_id,), insufficient_evidence=False, method="extractive",
-                          error_type=error_type)
+            return Answer(
+                text=text,
+                citations=(doc.chunk_id,),
+                insufficient_evidence=False,
+                method="extractive",
+                error_type=error_type,
+            )
     return insufficient("no_usable_text", method="extractive", error_type=error_type)
 
 
-def answer_question(client: ModelClient | None, query: str, context: AssembledContext, *,
-                    run_id: str | None = None, max_tokens: int | None = None) -> Answer:
+def answer_question(
+    client: ModelClient | None,
+    query: str,
+    context: AssembledContext,
+    *,
+    run_id: str | None = None,
+    max_tokens: int | None = None,
+) -> Answer:
     """Generate a cited answer, or "insufficient evidence"; never a citation outside ``context``."""
     if not context.documents:
         return insufficient("empty_context")
@@ -111,8 +123,14 @@ def answer_question(client: ModelClient | None, query: str, context: AssembledCo
         return extractive_answer(context)
     tolerant = not client.spec.supports("structured_output")
     try:
-        result = client.generate(build_messages(query, context), schema=AnswerDraft, purpose="answer",
-                                 run_id=run_id, max_tokens=max_tokens, tolerant=tolerant)
+        result = client.generate(
+            build_messages(query, context),
+            schema=AnswerDraft,
+            purpose="answer",
+            run_id=run_id,
+            max_tokens=max_tokens,
+            tolerant=tolerant,
+        )
     except ProviderError as exc:
         return extractive_answer(context, error_type=type(exc).__name__)
     draft: AnswerDraft = result.parsed  # type: ignore[assignment]
@@ -120,8 +138,13 @@ def answer_question(client: ModelClient | None, query: str, context: AssembledCo
     proposed = list(dict.fromkeys(c.strip() for c in draft.citations))
     valid = tuple(c for c in proposed if c in allowed)
     dropped = tuple(c for c in proposed if c not in allowed)
-    meta = dict(method="model", dropped_citations=len(dropped), dropped_citation_ids=dropped,
-                model=client.spec.identity, cost=result.usage.cost)
+    meta = {
+        "method": "model",
+        "dropped_citations": len(dropped),
+        "dropped_citation_ids": dropped,
+        "model": client.spec.identity,
+        "cost": result.usage.cost,
+    }
     if draft.insufficient_evidence:
         return insufficient("model_insufficient", **meta)
     if not valid:

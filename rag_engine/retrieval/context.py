@@ -128,33 +128,54 @@ def render_document(number: int, c: Candidate | DocumentItem) -> str:
     return f"{head}\n{c.text}"
 
 
-def _documents(candidates: Sequence[Candidate], budget: int,
-               count: Callable[[str], int]) -> tuple[list[DocumentItem], list[OverflowItem]]:
+def _documents(
+    candidates: Sequence[Candidate], budget: int, count: Callable[[str], int]
+) -> tuple[list[DocumentItem], list[OverflowItem]]:
     kept: list[DocumentItem] = []
     overflow: list[OverflowItem] = []
     seen: set[str] = set()
     remaining = budget
     for c in candidates:
         if c.chunk_id in seen:
-            overflow.append(OverflowItem(category="documents", item_id=c.chunk_id, tokens=0,
-                                         reason="duplicate_chunk", remaining=remaining))
+            overflow.append(
+                OverflowItem(
+                    category="documents", item_id=c.chunk_id, tokens=0, reason="duplicate_chunk", remaining=remaining
+                )
+            )
             continue
         seen.add(c.chunk_id)
         tokens = count(render_document(len(kept) + 1, c))
         if tokens > remaining:
-            overflow.append(OverflowItem(category="documents", item_id=c.chunk_id, tokens=tokens,
-                                         reason="over_budget", remaining=remaining))
+            overflow.append(
+                OverflowItem(
+                    category="documents", item_id=c.chunk_id, tokens=tokens, reason="over_budget", remaining=remaining
+                )
+            )
             continue
         remaining -= tokens
-        kept.append(DocumentItem(
-            number=len(kept) + 1, chunk_id=c.chunk_id, anchor=c.anchor, doc_id=c.doc_id, heading=c.heading,
-            collection=c.collection, text=c.text, sources=c.sources, exact=c.exact, via=c.via,
-            path_score=c.path_score, path=c.path, tokens=tokens))
+        kept.append(
+            DocumentItem(
+                number=len(kept) + 1,
+                chunk_id=c.chunk_id,
+                anchor=c.anchor,
+                doc_id=c.doc_id,
+                heading=c.heading,
+                collection=c.collection,
+                text=c.text,
+                sources=c.sources,
+                exact=c.exact,
+                via=c.via,
+                path_score=c.path_score,
+                path=c.path,
+                tokens=tokens,
+            )
+        )
     return kept, overflow
 
 
-def _conversation(turns: Sequence[dict], budget: int,
-                  count: Callable[[str], int]) -> tuple[list[MessageItem], list[OverflowItem]]:
+def _conversation(
+    turns: Sequence[dict], budget: int, count: Callable[[str], int]
+) -> tuple[list[MessageItem], list[OverflowItem]]:
     kept: list[MessageItem] = []
     overflow: list[OverflowItem] = []
     remaining = budget
@@ -164,8 +185,15 @@ def _conversation(turns: Sequence[dict], budget: int,
         tokens = count(f"{role}: {content}")
         if cut or tokens > remaining:
             reason = "older_than_dropped_turn" if cut else "over_budget"
-            overflow.append(OverflowItem(category="conversation", item_id=f"conversation[{index}]", tokens=tokens,
-                                         reason=reason, remaining=remaining))
+            overflow.append(
+                OverflowItem(
+                    category="conversation",
+                    item_id=f"conversation[{index}]",
+                    tokens=tokens,
+                    reason=reason,
+                    remaining=remaining,
+                )
+            )
             cut = True
             continue
         remaining -= tokens
@@ -173,8 +201,9 @@ def _conversation(turns: Sequence[dict], budget: int,
     return kept[::-1], overflow[::-1]
 
 
-def _tools(tools: Sequence[dict], budget: int,
-           count: Callable[[str], int]) -> tuple[list[ToolItem], list[OverflowItem]]:
+def _tools(
+    tools: Sequence[dict], budget: int, count: Callable[[str], int]
+) -> tuple[list[ToolItem], list[OverflowItem]]:
     kept: list[ToolItem] = []
     overflow: list[OverflowItem] = []
     remaining = budget
@@ -182,8 +211,15 @@ def _tools(tools: Sequence[dict], budget: int,
         name = str(spec.get("name") or spec.get("function", {}).get("name") or "")
         tokens = count(json.dumps(spec, sort_keys=True, default=str))
         if tokens > remaining:
-            overflow.append(OverflowItem(category="tools", item_id=f"tools[{index}]:{name}", tokens=tokens,
-                                         reason="over_budget", remaining=remaining))
+            overflow.append(
+                OverflowItem(
+                    category="tools",
+                    item_id=f"tools[{index}]:{name}",
+                    tokens=tokens,
+                    reason="over_budget",
+                    remaining=remaining,
+                )
+            )
             continue
         remaining -= tokens
         kept.append(ToolItem(index=index, name=name, spec=dict(spec), tokens=tokens))
@@ -207,14 +243,21 @@ def assemble_context(
         if tokens <= budgets.system:
             system.append(SystemItem(text=system_prompt, tokens=tokens))
         else:
-            overflow.append(OverflowItem(category="system", item_id="system", tokens=tokens, reason="over_budget",
-                                         remaining=budgets.system))
+            overflow.append(
+                OverflowItem(
+                    category="system", item_id="system", tokens=tokens, reason="over_budget", remaining=budgets.system
+                )
+            )
     documents, doc_overflow = _documents(candidates, budgets.documents, count_tokens)
     turns, turn_overflow = _conversation(conversation, budgets.conversation, count_tokens)
     tool_items, tool_overflow = _tools(tools, budgets.tools, count_tokens)
     counter = TOKEN_COUNTER if count_tokens is approx_tokens else getattr(count_tokens, "__name__", "custom")
     return AssembledContext(
-        budgets=budgets, token_counter=counter, system=tuple(system), documents=tuple(documents),
-        conversation=tuple(turns), tools=tuple(tool_items),
+        budgets=budgets,
+        token_counter=counter,
+        system=tuple(system),
+        documents=tuple(documents),
+        conversation=tuple(turns),
+        tools=tuple(tool_items),
         overflow=tuple(overflow + doc_overflow + turn_overflow + tool_overflow),
     )

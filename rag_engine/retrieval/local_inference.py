@@ -63,18 +63,25 @@ def _skipped(events: list[dict[str, Any]], step: str, reason: str) -> None:
 
 
 def _degraded(events: list[dict[str, Any]], step: str, exc: Exception) -> None:
-    events.append({"event": "local_inference_degraded", "step": step, "error_type": type(exc).__name__,
-                   "detail": str(exc)[:200]})
+    events.append(
+        {"event": "local_inference_degraded", "step": step, "error_type": type(exc).__name__, "detail": str(exc)[:200]}
+    )
 
 
 def _ask(client: ModelClient, prompt: str, schema: type[BaseModel], purpose: str, run_id: str | None) -> Any:
-    result = client.generate([{"role": "user", "content": prompt}], schema=schema, purpose=purpose, run_id=run_id,
-                             tolerant=not client.spec.supports("structured_output"))
+    result = client.generate(
+        [{"role": "user", "content": prompt}],
+        schema=schema,
+        purpose=purpose,
+        run_id=run_id,
+        tolerant=not client.spec.supports("structured_output"),
+    )
     return result.parsed
 
 
-def expand_query(client: ModelClient | None, query: str, *, events: list[dict[str, Any]],
-                 run_id: str | None = None) -> str:
+def expand_query(
+    client: ModelClient | None, query: str, *, events: list[dict[str, Any]], run_id: str | None = None
+) -> str:
     """The query followed by up to MAX_EXPANSIONS distinct alternative phrasings, or the query unchanged."""
     step = "query_expansion"
     reason = _missing(client, "query_expansion") or (None if query.strip() else "empty_query")
@@ -95,8 +102,9 @@ def expand_query(client: ModelClient | None, query: str, *, events: list[dict[st
         _degraded(events, step, exc)
         return query
     extra = extra[:MAX_EXPANSIONS]
-    events.append({"event": "local_inference_applied", "step": step, "model": client.spec.identity,
-                   "added": len(extra)})
+    events.append(
+        {"event": "local_inference_applied", "step": step, "model": client.spec.identity, "added": len(extra)}
+    )
     return " ".join([query.strip(), *extra])
 
 
@@ -108,11 +116,18 @@ def _check_permutation(order: list[str], ids: list[str]) -> None:
     if unknown or missing or duplicated:
         raise ProviderResponseInvalid(
             f"rerank order is not a permutation: {len(unknown)} unknown, {len(missing)} missing, "
-            f"{len(duplicated)} duplicated id(s)")
+            f"{len(duplicated)} duplicated id(s)"
+        )
 
 
-def rerank(client: ModelClient | None, query: str, candidates: list[Candidate], *,
-           events: list[dict[str, Any]], run_id: str | None = None) -> list[Candidate]:
+def rerank(
+    client: ModelClient | None,
+    query: str,
+    candidates: list[Candidate],
+    *,
+    events: list[dict[str, Any]],
+    run_id: str | None = None,
+) -> list[Candidate]:
     """The same candidates, reordered by the model with exact hits kept first; or the original order."""
     step = "rerank"
     reason = _missing(client, "rerank") or (None if len(candidates) > 1 else "fewer_than_two")
@@ -132,6 +147,12 @@ def rerank(client: ModelClient | None, query: str, candidates: list[Candidate], 
         return list(candidates)
     ranked = [by_id[i] for i in order]
     result = [c for c in ranked if c.exact] + [c for c in ranked if not c.exact]
-    events.append({"event": "local_inference_applied", "step": step, "model": client.spec.identity,
-                   "changed": [c.chunk_id for c in result] != [c.chunk_id for c in candidates]})
+    events.append(
+        {
+            "event": "local_inference_applied",
+            "step": step,
+            "model": client.spec.identity,
+            "changed": [c.chunk_id for c in result] != [c.chunk_id for c in candidates],
+        }
+    )
     return result

@@ -5,9 +5,10 @@ expansion (reported apart). Every step and its timing lands in the trace."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -74,8 +75,7 @@ def query_reference_keys(engine: Engine, text: str, packs: list[DomainPack] | No
     return question_references(engine, text, packs)[0]
 
 
-def question_references(engine: Engine, text: str,
-                        packs: list[DomainPack] | None = None) -> tuple[list[str], str]:
+def question_references(engine: Engine, text: str, packs: list[DomainPack] | None = None) -> tuple[list[str], str]:
     """(keys ``pack|key`` named in the question, the question without those references), through
     each pack's ``query_references`` (the question side of the pack's key scoping)."""
     keys: list[str] = []
@@ -106,8 +106,10 @@ def check_question(query: str, k: int | None, cfg: RetrievalConfig) -> int:
     if k is not None and not 1 <= k <= cfg.max_k:
         raise QueryInputError(f"k must be between 1 and {cfg.max_k}, got {k}")
     if len(query) > cfg.max_question_chars:
-        raise QueryInputError(f"the question has {len(query)} characters; the limit is "
-                              f"{cfg.max_question_chars} (retrieval.max_question_chars)")
+        raise QueryInputError(
+            f"the question has {len(query)} characters; the limit is "
+            f"{cfg.max_question_chars} (retrieval.max_question_chars)"
+        )
     try:
         query.encode("utf-8")
     except UnicodeEncodeError:
@@ -116,8 +118,17 @@ def check_question(query: str, k: int | None, cfg: RetrievalConfig) -> int:
 
 
 def _candidate(row: dict[str, Any], score: float, sources: tuple[str, ...], **extra: Any) -> Candidate:
-    return Candidate(chunk_id=row["chunk_id"], anchor=row["anchor"], doc_id=row["doc_id"], heading=row["heading"] or "",
-                     text=row["text"], collection=row["collection"], score=round(score, 6), sources=sources, **extra)
+    return Candidate(
+        chunk_id=row["chunk_id"],
+        anchor=row["anchor"],
+        doc_id=row["doc_id"],
+        heading=row["heading"] or "",
+        text=row["text"],
+        collection=row["collection"],
+        score=round(score, 6),
+        sources=sources,
+        **extra,
+    )
 
 
 class Fused(BaseModel):
@@ -132,8 +143,7 @@ class Fused(BaseModel):
     lexical_score: float | None
 
 
-def fuse(lists: dict[str, list[dict[str, Any]]], rrf_k: int,
-         weights: dict[str, float] | None = None) -> list[Fused]:
+def fuse(lists: dict[str, list[dict[str, Any]]], rrf_k: int, weights: dict[str, float] | None = None) -> list[Fused]:
     """Weighted reciprocal rank fusion: ``sum(weight_leg / (rrf_k + rank_leg))``, robust to
     incomparable score scales (BM25 vs cosine). A leg of weight 0 contributes nothing.
 
@@ -160,16 +170,19 @@ def fuse(lists: dict[str, list[dict[str, Any]]], rrf_k: int,
             if name == "lexical":
                 lexical[cid] = float(row.get("score") or 0.0)
     order = sorted(scores, key=lambda c: (-round(scores[c], 12), best[c], -lexical.get(c, float("-inf")), c))
-    return [Fused(row=rows[c], score=scores[c], sources=tuple(sources[c]), best_rank=best[c],
-                  lexical_score=lexical.get(c)) for c in order]
+    return [
+        Fused(row=rows[c], score=scores[c], sources=tuple(sources[c]), best_rank=best[c], lexical_score=lexical.get(c))
+        for c in order
+    ]
 
 
 def _is_zero(vector: list[float]) -> bool:
     return not any(vector)
 
 
-def exact_hits(rows: list[dict[str, Any]], docs_by_key: dict[str, list[str]], lexical: list[dict[str, Any]],
-               limit: int) -> tuple[list[dict[str, Any]], list[str], set[str]]:
+def exact_hits(
+    rows: list[dict[str, Any]], docs_by_key: dict[str, list[str]], lexical: list[dict[str, Any]], limit: int
+) -> tuple[list[dict[str, Any]], list[str], set[str]]:
     """(exact rows, ambiguous keys, documents answering an ambiguous key).
 
     An exact hit answers to a key that resolves to exactly one document; at most ``limit`` of
@@ -184,8 +197,15 @@ def exact_hits(rows: list[dict[str, Any]], docs_by_key: dict[str, list[str]], le
     return unique[:limit], ambiguous, ambiguous_docs
 
 
-def retrieve(engine: Engine, query: str, role: str, *, k: int | None = None,
-             collections: list[str] | None = None, weights: dict[str, float] | None = None) -> RetrievalResult:
+def retrieve(
+    engine: Engine,
+    query: str,
+    role: str,
+    *,
+    k: int | None = None,
+    collections: list[str] | None = None,
+    weights: dict[str, float] | None = None,
+) -> RetrievalResult:
     """Policy gate, then the legs (exact references, fulltext, vector) fused by weighted RRF,
     the planner and bounded traversal, then reference expansion (reported apart, after the top k).
 
@@ -199,8 +219,7 @@ def retrieve(engine: Engine, query: str, role: str, *, k: int | None = None,
         decision: PolicyDecision = gate(engine.cfg, role, collections)
         t["collections"] = list(decision.collections)
     events = [e for e in [decision.governance_event()] if e]
-    result = RetrievalResult(query=query, role=role, collections=decision.collections, candidates=[],
-                             events=events)
+    result = RetrievalResult(query=query, role=role, collections=decision.collections, candidates=[], events=events)
     if not decision.collections or not query.strip():
         result.trace = trace.steps
         return result
@@ -210,16 +229,20 @@ def retrieve(engine: Engine, query: str, role: str, *, k: int | None = None,
     embedding = _EMBEDDER_POOL.submit(_timed_embed, engine, query) if legs["dense"] > 0 else None
     packs = [p for p in engine.packs.values() if set(p.manifest.collections) & set(decision.collections)]
     with trace.step("exact_references", weight=legs["exact"], max_exact=cfg.max_exact) as t:
-        keys, residual = question_references(engine, query, packs) \
-            if legs["exact"] > 0 or cfg.ambiguous_ref_boost else ([], query)
+        keys, residual = (
+            question_references(engine, query, packs) if legs["exact"] > 0 or cfg.ambiguous_ref_boost else ([], query)
+        )
         key_rows, docs_by_key = store_reads.by_keys(drv, db, keys, decision.collections)
         # a question that is little more than its reference ("What does Article 17(1) require?")
         # is a lookup: its exact hits lead; otherwise they are one fused leg among the others
         lookup = bool(keys) and len(content_terms(residual)) <= cfg.lookup_max_terms
         t.update(keys=keys, answered=len(key_rows), lookup=lookup)
     with trace.step("lexical", weight=legs["lexical"]) as t:
-        lexical = store_reads.fulltext(drv, db, query, decision.collections, cfg.lexical_k) \
-            if legs["lexical"] > 0 or legs["exact"] > 0 else []
+        lexical = (
+            store_reads.fulltext(drv, db, query, decision.collections, cfg.lexical_k)
+            if legs["lexical"] > 0 or legs["exact"] > 0
+            else []
+        )
         t["hits"] = len(lexical)
     with trace.step("dense", embedder=engine.embedder_identity, weight=legs["dense"]) as t:
         dense: list[dict[str, Any]] = []
@@ -230,31 +253,54 @@ def retrieve(engine: Engine, query: str, role: str, *, k: int | None = None,
                 t["skipped"] = "zero_vector"
                 check_embedder(drv, db, engine.embedder_identity)  # a stale index still says so
             else:  # the embedder check runs in the vector query's own transaction
-                dense = store_reads.vector(drv, db, vec, decision.collections, cfg.dense_k,
-                                           identity=engine.embedder_identity)
+                dense = store_reads.vector(
+                    drv, db, vec, decision.collections, cfg.dense_k, identity=engine.embedder_identity
+                )
         t["hits"] = len(dense)
     with trace.step("fusion", method="weighted_rrf", rrf_k=cfg.rrf_k, weights=legs) as t:
-        exact_rows, ambiguous, ambiguous_docs = exact_hits(key_rows, docs_by_key, lexical, cfg.max_exact) \
-            if legs["exact"] > 0 else ([], [], set())
+        exact_rows, ambiguous, ambiguous_docs = (
+            exact_hits(key_rows, docs_by_key, lexical, cfg.max_exact) if legs["exact"] > 0 else ([], [], set())
+        )
         phrase = " ".join(content_terms(query))
         ref_ids = {r["chunk_id"] for r in exact_rows}
         phrase_rows = []
         if legs["exact"] > 0 and len(phrase.split()) >= 2:  # a lexical hit holding the whole question
-            phrase_rows = [r for r in lexical if r["chunk_id"] not in ref_ids
-                           and phrase in " ".join(content_terms(f"{r['heading']} {r['text']}"))][: cfg.max_exact]
+            phrase_rows = [
+                r
+                for r in lexical
+                if r["chunk_id"] not in ref_ids and phrase in " ".join(content_terms(f"{r['heading']} {r['text']}"))
+            ][: cfg.max_exact]
         exact_ids = ref_ids | {r["chunk_id"] for r in phrase_rows}
-        fused = fuse({"exact": exact_rows + phrase_rows, "lexical": lexical if legs["lexical"] > 0 else [],
-                      "dense": dense}, cfg.rrf_k, legs)
+        fused = fuse(
+            {"exact": exact_rows + phrase_rows, "lexical": lexical if legs["lexical"] > 0 else [], "dense": dense},
+            cfg.rrf_k,
+            legs,
+        )
         named = {f"{p.name}:{d}" for p in packs for d in p.documents_named(query)} if cfg.scope_boost else set()
-        boosted = _reference_boost(drv, db, fused, keys, ambiguous_docs, cfg.ambiguous_ref_boost / (cfg.rrf_k + 1),
-                                   named, cfg.scope_boost / (cfg.rrf_k + 1))
+        boosted = _reference_boost(
+            drv,
+            db,
+            fused,
+            keys,
+            ambiguous_docs,
+            cfg.ambiguous_ref_boost / (cfg.rrf_k + 1),
+            named,
+            cfg.scope_boost / (cfg.rrf_k + 1),
+        )
         if lookup:  # exact reference hits first, in their own order, then the rest as fused
             lead = {r["chunk_id"]: i for i, r in enumerate(exact_rows)}
             boosted.sort(key=lambda p: lead.get(p[0].row["chunk_id"], len(lead)))
-        candidates = [_candidate(f.row, score, _sources(f, exact_ids, phrase_rows), exact=f.row["chunk_id"] in exact_ids)
-                      for f, score in boosted][:k]
-        t.update(fused=len(fused), exact=len(exact_ids), ambiguous_keys=ambiguous, named_documents=sorted(named),
-                 boosted=sum(1 for f, score in boosted if score > f.score))
+        candidates = [
+            _candidate(f.row, score, _sources(f, exact_ids, phrase_rows), exact=f.row["chunk_id"] in exact_ids)
+            for f, score in boosted
+        ][:k]
+        t.update(
+            fused=len(fused),
+            exact=len(exact_ids),
+            ambiguous_keys=ambiguous,
+            named_documents=sorted(named),
+            boosted=sum(1 for f, score in boosted if score > f.score),
+        )
     graph_candidates: list[Candidate] = []
     with trace.step("planner") as t:
         decision_plan = plan(drv, db, query, packs, engine.cfg.planner, engine.cfg.traversal, decision.collections)
@@ -262,18 +308,34 @@ def retrieve(engine: Engine, query: str, role: str, *, k: int | None = None,
         result.plan = decision_plan.model_dump(mode="json")
     if decision_plan.traverse:
         with trace.step("traversal", max_depth=engine.cfg.traversal.max_depth) as t:
-            paths = traverse(drv, db, [(s.entity_id, s.name) for s in decision_plan.seeds], engine.cfg.traversal,
-                             decision.collections)
+            paths = traverse(
+                drv,
+                db,
+                [(s.entity_id, s.name) for s in decision_plan.seeds],
+                engine.cfg.traversal,
+                decision.collections,
+            )
             picked = candidate_chunks(paths, engine.cfg.traversal.max_candidates)
-            rows = {r["chunk_id"]: r for r in store_reads.chunks_by_id(drv, db, [c for c, _ in picked],
-                                                                       decision.collections)}
+            rows = {
+                r["chunk_id"]: r
+                for r in store_reads.chunks_by_id(drv, db, [c for c, _ in picked], decision.collections)
+            }
             for chunk_id, gp in picked:
                 if chunk_id in rows and chunk_id not in exact_ids:
-                    graph_candidates.append(_candidate(
-                        rows[chunk_id], gp.path_score, ("graph",), path_score=gp.path_score,
-                        path=tuple({"seed": gp.seed_name, **h.model_dump()} for h in gp.hops)))
-            t.update(paths=len(paths), candidates=len(graph_candidates),
-                     dropped_not_permitted=len(picked) - len([c for c, _ in picked if c in rows]))
+                    graph_candidates.append(
+                        _candidate(
+                            rows[chunk_id],
+                            gp.path_score,
+                            ("graph",),
+                            path_score=gp.path_score,
+                            path=tuple({"seed": gp.seed_name, **h.model_dump()} for h in gp.hops),
+                        )
+                    )
+            t.update(
+                paths=len(paths),
+                candidates=len(graph_candidates),
+                dropped_not_permitted=len(picked) - len([c for c, _ in picked if c in rows]),
+            )
     with trace.step("fusion_graph", max_graph=engine.cfg.traversal.max_candidates) as t:
         graph_ids = {c.chunk_id for c in graph_candidates}
         rest = [c for c in candidates if c.chunk_id not in graph_ids]
@@ -312,9 +374,16 @@ def _doc_of(row: dict[str, Any]) -> str:
     return f"{row.get('pack') or row['chunk_id'].split(':', 1)[0]}:{row['doc_id']}"
 
 
-def _reference_boost(drv: Any, db: str, fused: list[Fused], keys: list[str], ambiguous_docs: set[str],
-                     unit: float, named_docs: set[str] = frozenset(), scope_unit: float = 0.0
-                     ) -> list[tuple[Fused, float]]:
+def _reference_boost(
+    drv: Any,
+    db: str,
+    fused: list[Fused],
+    keys: list[str],
+    ambiguous_docs: set[str],
+    unit: float,
+    named_docs: set[str] = frozenset(),
+    scope_unit: float = 0.0,
+) -> list[tuple[Fused, float]]:
     """Bounded boosts from what the question names, reordered by the boosted score (ties as in
     ``fuse``): up to ``unit`` (a share of one RRF rank-1 score) for a candidate that cites the
     references the question names, half of it for one in a document answering a reference the
@@ -330,7 +399,12 @@ def _reference_boost(drv: Any, db: str, fused: list[Fused], keys: list[str], amb
         in_doc = 0.5 if doc in ambiguous_docs else 0.0
         bonus = unit * min(1.0, max(share, in_doc)) + (scope_unit if doc in named_docs else 0.0)
         out.append((f, f.score + bonus))
-    out.sort(key=lambda p: (-round(p[1], 12), p[0].best_rank,
-                            -(p[0].lexical_score if p[0].lexical_score is not None else float("-inf")),
-                            p[0].row["chunk_id"]))
+    out.sort(
+        key=lambda p: (
+            -round(p[1], 12),
+            p[0].best_rank,
+            -(p[0].lexical_score if p[0].lexical_score is not None else float("-inf")),
+            p[0].row["chunk_id"],
+        )
+    )
     return out

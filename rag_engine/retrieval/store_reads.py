@@ -12,8 +12,10 @@ from rag_engine.errors import EmbedderMismatch
 from rag_engine.graph.schema import CHUNK_FULLTEXT, VECTOR_INDEX
 
 _LUCENE_SPECIAL = re.compile(r'([+\-!(){}\[\]^"~*?:\\/]|&&|\|\|)')
-_CHUNK_FIELDS = ("c.chunk_id AS chunk_id, c.anchor AS anchor, c.heading AS heading, c.text AS text, "
-                 "c.collection AS collection, c.doc_id AS doc_id, c.doc_version AS doc_version")
+_CHUNK_FIELDS = (
+    "c.chunk_id AS chunk_id, c.anchor AS anchor, c.heading AS heading, c.text AS text, "
+    "c.collection AS collection, c.doc_id AS doc_id, c.doc_version AS doc_version"
+)
 
 
 MAX_QUERY_TERMS = 256
@@ -41,40 +43,63 @@ def fulltext(driver: neo4j.Driver, database: str, text: str, collections: tuple[
     if not q.strip():
         return []
     return read(
-        driver, database,
+        driver,
+        database,
         f"CALL db.index.fulltext.queryNodes('{CHUNK_FULLTEXT}', $q, {{limit: $fetch}}) YIELD node AS c, score "
         f"WHERE c.active AND coalesce(c.eligible, true) AND c.collection IN $collections "
         f"RETURN {_CHUNK_FIELDS}, score ORDER BY score DESC LIMIT $k",
-        q=q, collections=list(collections), k=k, fetch=k * 4,
+        q=q,
+        collections=list(collections),
+        k=k,
+        fetch=k * 4,
     )
 
 
 VECTOR_FETCH_CAP = 5000
 
 
-def _vector_in_tx(tx: neo4j.ManagedTransaction, embedding: list[float], collections: tuple[str, ...], k: int,
-                  identity: str) -> list[dict]:
-    meta = tx.run(f"MATCH (m:IndexMeta {{name: '{VECTOR_INDEX}'}}) "
-                  f"RETURN m.identity AS identity, coalesce(m.index, '{VECTOR_INDEX}') AS index").single()
+def _vector_in_tx(
+    tx: neo4j.ManagedTransaction, embedding: list[float], collections: tuple[str, ...], k: int, identity: str
+) -> list[dict]:
+    meta = tx.run(
+        f"MATCH (m:IndexMeta {{name: '{VECTOR_INDEX}'}}) "
+        f"RETURN m.identity AS identity, coalesce(m.index, '{VECTOR_INDEX}') AS index"
+    ).single()
     if meta is None:
         raise EmbedderMismatch("no chunk index exists yet: materialize chunk_index first")
     if meta["identity"] != identity:
-        raise EmbedderMismatch(f"index built with {meta['identity']!r}, query uses {identity!r}: "
-                               f"a full re-index is required (`rag reindex`)")
+        raise EmbedderMismatch(
+            f"index built with {meta['identity']!r}, query uses {identity!r}: "
+            f"a full re-index is required (`rag reindex`)"
+        )
     fetch = max(k * 5, 50)
     while True:
-        rows = [r.data() for r in tx.run(
-            "CALL db.index.vector.queryNodes($index, $fetch, $embedding) YIELD node AS c, score "
-            "WHERE c.active AND coalesce(c.eligible, true) AND c.collection IN $collections "
-            f"RETURN {_CHUNK_FIELDS}, score ORDER BY score DESC LIMIT $k",
-            index=meta["index"], embedding=embedding, collections=list(collections), k=k, fetch=fetch)]
+        rows = [
+            r.data()
+            for r in tx.run(
+                "CALL db.index.vector.queryNodes($index, $fetch, $embedding) YIELD node AS c, score "
+                "WHERE c.active AND coalesce(c.eligible, true) AND c.collection IN $collections "
+                f"RETURN {_CHUNK_FIELDS}, score ORDER BY score DESC LIMIT $k",
+                index=meta["index"],
+                embedding=embedding,
+                collections=list(collections),
+                k=k,
+                fetch=fetch,
+            )
+        ]
         if len(rows) >= k or fetch >= VECTOR_FETCH_CAP:
             return rows
         fetch = min(fetch * 4, VECTOR_FETCH_CAP)
 
 
-def vector(driver: neo4j.Driver, database: str, embedding: list[float], collections: tuple[str, ...],
-           k: int, identity: str | None = None) -> list[dict]:
+def vector(
+    driver: neo4j.Driver,
+    database: str,
+    embedding: list[float],
+    collections: tuple[str, ...],
+    k: int,
+    identity: str | None = None,
+) -> list[dict]:
     """Nearest permitted, current chunks from the active vector index (IndexMeta names it: a
     blue/green re-index switches it). With ``identity``, the embedder that made ``embedding`` is
     checked against the index's in the same transaction: a query vector can never be compared in
@@ -92,8 +117,9 @@ def vector(driver: neo4j.Driver, database: str, embedding: list[float], collecti
         return session.execute_read(_vector_in_tx, embedding, collections, k, identity)
 
 
-def by_keys(driver: neo4j.Driver, database: str, keys: list[str], collections: tuple[str, ...],
-            limit: int = 200) -> tuple[list[dict], dict[str, list[str]]]:
+def by_keys(
+    driver: neo4j.Driver, database: str, keys: list[str], collections: tuple[str, ...], limit: int = 200
+) -> tuple[list[dict], dict[str, list[str]]]:
     """Chunks answering to reference keys (``pack|key``) named in a question, and per key the
     documents (``pack:doc_id``) whose active chunks answer to it, whatever the caller's role.
 
@@ -104,18 +130,22 @@ def by_keys(driver: neo4j.Driver, database: str, keys: list[str], collections: t
     if not keys:
         return [], {}
     docs = read(
-        driver, database,
+        driver,
+        database,
         "MATCH (rk:RefKey)<-[:ANSWERS_TO]-(c:Chunk) WHERE rk.key IN $keys AND c.active "
         "RETURN rk.key AS key, collect(DISTINCT c.pack + ':' + c.doc_id) AS docs",
         keys=keys,
     )
     rows = read(
-        driver, database,
+        driver,
+        database,
         f"MATCH (rk:RefKey)<-[:ANSWERS_TO]-(c:Chunk) WHERE rk.key IN $keys AND c.active "
         f"AND c.collection IN $collections "
         f"RETURN {_CHUNK_FIELDS}, c.pack AS pack, c.ordinal AS ordinal, collect(rk.key) AS keys "
         f"ORDER BY c.pack, c.doc_id, c.ordinal LIMIT $limit",
-        keys=keys, collections=list(collections), limit=limit,
+        keys=keys,
+        collections=list(collections),
+        limit=limit,
     )
     return rows, {d["key"]: sorted(d["docs"]) for d in docs}
 
@@ -125,21 +155,25 @@ def citing(driver: neo4j.Driver, database: str, chunk_ids: list[str], keys: list
     if not chunk_ids or not keys:
         return {}
     rows = read(
-        driver, database,
+        driver,
+        database,
         "MATCH (c:Chunk)-[:CITES]->(rk:RefKey) WHERE c.chunk_id IN $ids AND rk.key IN $keys "
         "RETURN c.chunk_id AS chunk_id, count(DISTINCT rk) AS n",
-        ids=chunk_ids, keys=keys,
+        ids=chunk_ids,
+        keys=keys,
     )
     return {r["chunk_id"]: int(r["n"]) for r in rows}
 
 
-def referenced(driver: neo4j.Driver, database: str, chunk_ids: list[str], collections: tuple[str, ...],
-               k: int) -> list[dict]:
+def referenced(
+    driver: neo4j.Driver, database: str, chunk_ids: list[str], collections: tuple[str, ...], k: int
+) -> list[dict]:
     """Deterministic reference expansion: chunks the seeds cite (one hop, active, permitted)."""
     if not chunk_ids or k <= 0:
         return []
     return read(
-        driver, database,
+        driver,
+        database,
         f"UNWIND range(0, size($ids) - 1) AS rank "
         f"MATCH (s:Chunk {{chunk_id: $ids[rank]}})-[e:REFERENCES]->(c:Chunk) "
         f"WHERE c.active AND c.collection IN $collections AND NOT c.chunk_id IN $ids "
@@ -147,7 +181,9 @@ def referenced(driver: neo4j.Driver, database: str, chunk_ids: list[str], collec
         f"WITH c, collect({{rank: rank, via: e.raw, from: s.chunk_id}})[0] AS best "
         f"RETURN {_CHUNK_FIELDS}, best.rank AS seed_rank, best.via AS via, best.from AS from_chunk "
         f"ORDER BY seed_rank, c.chunk_id LIMIT $k",
-        ids=chunk_ids, collections=list(collections), k=k,
+        ids=chunk_ids,
+        collections=list(collections),
+        k=k,
     )
 
 
@@ -156,8 +192,10 @@ def chunks_by_id(driver: neo4j.Driver, database: str, chunk_ids: list[str], coll
     if not chunk_ids:
         return []
     return read(
-        driver, database,
+        driver,
+        database,
         f"MATCH (c:Chunk) WHERE c.chunk_id IN $ids AND c.active AND c.collection IN $collections "
         f"RETURN {_CHUNK_FIELDS}",
-        ids=chunk_ids, collections=list(collections),
+        ids=chunk_ids,
+        collections=list(collections),
     )

@@ -45,24 +45,35 @@ def make_engine(cfg: EngineConfig, tmp_path: Path, **updates) -> Engine:
     return Engine(cfg, ROOT, engine_env(tmp_path))
 
 
-@pytest.fixture()
+@pytest.fixture
 def fault_engine(base_config: EngineConfig, tmp_path: Path, neo4j_driver) -> Engine:
     eng = make_engine(base_config, tmp_path)
     yield eng
     eng.close()
 
 
-def llm_engine(cfg: EngineConfig, tmp_path: Path, server_url: str, *, budgets: dict | None = None,
-               graph: dict | None = None) -> Engine:
+def llm_engine(
+    cfg: EngineConfig, tmp_path: Path, server_url: str, *, budgets: dict | None = None, graph: dict | None = None
+) -> Engine:
     """An engine whose extraction model is the loopback OpenAI-compatible server."""
     from rag_engine.config import ModelConfig, ProviderConfig
 
-    provider = ProviderConfig(name="fake_llm", kind="openai_compatible", hosted=False, endpoint=server_url,
-                              max_retries=0, timeout_s=10)
-    model = ModelConfig(name="fake-chat", provider="fake_llm", role="generation", served_model="fake-model",
-                        capabilities=("generation", "structured_output"), pricing_ref="gpt-4o-mini")
-    updates: dict = {"providers": cfg.providers + (provider,), "models": cfg.models + (model,),
-                     "defaults": cfg.defaults.model_copy(update={"extraction_model": "fake-chat"})}
+    provider = ProviderConfig(
+        name="fake_llm", kind="openai_compatible", hosted=False, endpoint=server_url, max_retries=0, timeout_s=10
+    )
+    model = ModelConfig(
+        name="fake-chat",
+        provider="fake_llm",
+        role="generation",
+        served_model="fake-model",
+        capabilities=("generation", "structured_output"),
+        pricing_ref="gpt-4o-mini",
+    )
+    updates: dict = {
+        "providers": (*cfg.providers, provider),
+        "models": (*cfg.models, model),
+        "defaults": cfg.defaults.model_copy(update={"extraction_model": "fake-chat"}),
+    }
     if budgets:
         updates["budgets"] = cfg.budgets.model_copy(update=budgets)
     if graph:

@@ -56,13 +56,13 @@ def _doc(key: str) -> str:
 
 def _resolved_references(engine, pack: str) -> int:
     rows, _, _ = engine.driver.execute_query(
-        "MATCH (a:Chunk {pack: $p})-[r:REFERENCES]->(b:Chunk {pack: $p}) RETURN count(r) AS n", pack=pack, p=pack)
+        "MATCH (a:Chunk {pack: $p})-[r:REFERENCES]->(b:Chunk {pack: $p}) RETURN count(r) AS n", pack=pack, p=pack
+    )
     return rows[0]["n"]
 
 
 def test_engine_records_the_rejection_and_writes_the_rest(fault_engine, unique, tmp_path):
-    pack = temp_pack(fault_engine, unique, tmp_path / "corpus",
-                     {"policy.md": POLICY, "runbook.md": RUNBOOK, **BAD})
+    pack = temp_pack(fault_engine, unique, tmp_path / "corpus", {"policy.md": POLICY, "runbook.md": RUNBOOK, **BAD})
     reports = ingest_pack(fault_engine, pack, run_id=f"run-{unique}")
 
     chunks = reports["chunks"]
@@ -79,7 +79,8 @@ def test_engine_records_the_rejection_and_writes_the_rest(fault_engine, unique, 
         assert sorted(_doc(k) for k in report.done) == ["policy", "runbook"], step
 
     rows, _, _ = fault_engine.driver.execute_query(
-        "MATCH (c:Chunk {pack: $p, active: true}) RETURN collect(DISTINCT c.doc_id) AS docs", p=unique)
+        "MATCH (c:Chunk {pack: $p, active: true}) RETURN collect(DISTINCT c.doc_id) AS docs", p=unique
+    )
     assert sorted(rows[0]["docs"]) == ["policy", "runbook"]
     assert _resolved_references(fault_engine, unique) > 0  # POL-900 <-> RB-77 resolved
 

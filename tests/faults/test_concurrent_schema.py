@@ -12,7 +12,6 @@ import os
 import socket
 import subprocess
 import threading
-from pathlib import Path
 
 import neo4j
 import pytest
@@ -36,8 +35,13 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def fresh_neo4j(tmp_path_factory) -> str:
     state = tmp_path_factory.mktemp("fresh-neo4j")
-    env = {**os.environ, "NEO4J_LOCAL_PORT": str(_free_port()), "NEO4J_LOCAL_DIR": str(state),
-           "NEO4J_LOCAL_HEAP": "512m", "NEO4J_LOCAL_START_TIMEOUT": "240"}
+    env = {
+        **os.environ,
+        "NEO4J_LOCAL_PORT": str(_free_port()),
+        "NEO4J_LOCAL_DIR": str(state),
+        "NEO4J_LOCAL_HEAP": "512m",
+        "NEO4J_LOCAL_START_TIMEOUT": "240",
+    }
     started = subprocess.run([str(TOOLS / "start.sh")], env=env, capture_output=True, text=True, timeout=600)
     if started.returncode != 0:
         pytest.fail(f"could not start a throwaway Neo4j: {started.stderr[-2000:]}")
@@ -75,7 +79,7 @@ def test_concurrent_ingests_on_a_fresh_database_all_succeed(fresh_neo4j, base_co
         barrier.wait()
         try:
             outcomes[i] = ingest_pack(engines[i], packs[i], extract=False)
-        except Exception as exc:  # noqa: BLE001 - the outcome is what the test looks at
+        except Exception as exc:
             outcomes[i] = exc
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(INGESTS)]

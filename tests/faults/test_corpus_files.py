@@ -23,7 +23,8 @@ def doc(title: str, body: str) -> str:
 
 def _docs_in_graph(engine, pack: str) -> dict[str, str]:
     rows, _, _ = engine.driver.execute_query(
-        "MATCH (c:Chunk {pack: $p, active: true}) RETURN c.doc_id AS doc, c.text AS text ORDER BY doc", p=pack)
+        "MATCH (c:Chunk {pack: $p, active: true}) RETURN c.doc_id AS doc, c.text AS text ORDER BY doc", p=pack
+    )
     out: dict[str, str] = {}
     for r in rows:
         out[r["doc"]] = out.get(r["doc"], "") + r["text"]
@@ -35,13 +36,15 @@ def _by_doc(mapping: dict[str, str]) -> dict[str, str]:
 
 
 def test_two_names_for_one_doc_id_first_sorted_wins_the_other_is_rejected_truthfully(fault_engine, unique, tmp_path):
-    files = {"lost device.md": doc("Lost device", "Report it within one hour."),
-             "lost_device.md": doc("Lost device (copy)", "A different text under a colliding name.")}
+    files = {
+        "lost device.md": doc("Lost device", "Report it within one hour."),
+        "lost_device.md": doc("Lost device (copy)", "A different text under a colliding name."),
+    }
     assert {doc_id_for(Path(n)) for n in files} == {"lost_device"}
     pack = temp_pack(fault_engine, unique, tmp_path / "corpus", files)
     for _ in range(2):  # deterministic: the same file wins every run
         reports = ingest_pack(fault_engine, pack, extract=False)
-        (key, reason), = reports["source_documents"].rejected.items()
+        ((_key, reason),) = reports["source_documents"].rejected.items()
         assert "lost_device.md: maps to document id 'lost_device'" in reason and "lost device.md" in reason, reason
         assert "rename lost_device.md" in reason and "superseded" not in reason
         assert [_k.split("--")[0] for _k in reports["graph_writes"].done] == ["lost_device"]
@@ -55,8 +58,12 @@ def test_links_out_of_the_corpus_are_rejected_and_never_read(fault_engine, uniqu
     outside.mkdir()
     secret = outside / "secret.md"
     secret.write_text(doc("Secret", "SENTINEL-OUTSIDE-CORPUS must never be ingested."), encoding="utf-8")
-    pack = temp_pack(fault_engine, unique, tmp_path / "corpus",
-                     {"runbook.md": RUNBOOK, "inside.md": doc("Inside", "Linked from within the corpus.")})
+    pack = temp_pack(
+        fault_engine,
+        unique,
+        tmp_path / "corpus",
+        {"runbook.md": RUNBOOK, "inside.md": doc("Inside", "Linked from within the corpus.")},
+    )
     corpus = tmp_path / "corpus"
     os.symlink(secret, corpus / "passwd.md")
     os.symlink(corpus / "inside.md", corpus / "alias.md")  # a link inside the corpus is fine
@@ -73,8 +80,12 @@ def test_links_out_of_the_corpus_are_rejected_and_never_read(fault_engine, uniqu
 
 
 def test_hidden_files_are_skipped(fault_engine, unique, tmp_path):
-    pack = temp_pack(fault_engine, unique, tmp_path / "corpus",
-                     {"runbook.md": RUNBOOK, ".draft.md": doc("Draft", "An editor's unsaved draft.")})
+    pack = temp_pack(
+        fault_engine,
+        unique,
+        tmp_path / "corpus",
+        {"runbook.md": RUNBOOK, ".draft.md": doc("Draft", "An editor's unsaved draft.")},
+    )
     reports = ingest_pack(fault_engine, pack, extract=False)
     assert not reports["source_documents"].rejected
     assert sorted(_docs_in_graph(fault_engine, unique)) == ["runbook"]
@@ -84,8 +95,12 @@ def test_hidden_files_are_skipped(fault_engine, unique, tmp_path):
 def test_a_nul_byte_after_the_first_64_kb_rejects_the_document(fault_engine, unique, tmp_path):
     text = doc("Big", "word " * 16_000)  # ~80 KB of text
     assert len(text) > 70_000
-    pack = temp_pack(fault_engine, unique, tmp_path / "corpus",
-                     {"runbook.md": RUNBOOK, "big.md": text.encode() + b"\x00\x01\x02 binary tail"})
+    pack = temp_pack(
+        fault_engine,
+        unique,
+        tmp_path / "corpus",
+        {"runbook.md": RUNBOOK, "big.md": text.encode() + b"\x00\x01\x02 binary tail"},
+    )
     reports = ingest_pack(fault_engine, pack, extract=False)
     rejected = _by_doc(reports["source_documents"].rejected)
     assert set(rejected) == {"big"} and "looks binary (NUL bytes)" in rejected["big"]
@@ -93,8 +108,12 @@ def test_a_nul_byte_after_the_first_64_kb_rejects_the_document(fault_engine, uni
 
 
 def test_non_ascii_names_get_distinct_stable_ids(fault_engine, unique, tmp_path):
-    files = {"отчёт.md": doc("Report", "Quarterly report."), "счёт.md": doc("Invoice", "An invoice."),
-             "規則.md": doc("Rules", "House rules."), "café.md": doc("Cafe", "Opening hours.")}
+    files = {
+        "отчёт.md": doc("Report", "Quarterly report."),
+        "счёт.md": doc("Invoice", "An invoice."),
+        "規則.md": doc("Rules", "House rules."),
+        "café.md": doc("Cafe", "Opening hours."),
+    }
     ids = {name: doc_id_for(Path(name)) for name in files}
     assert len(set(ids.values())) == 4 and "document" not in ids.values()
     assert ids["café.md"] == "cafe"  # transliterated where ASCII has a form

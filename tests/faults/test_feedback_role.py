@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.cli import rag
 from rag_engine.errors import FeedbackError
 from rag_engine.graph.feedback import encode_path_id, record_feedback
 from tests.conftest import ROOT
+from tests.support.cli import rag
 
 CONFIG = str(ROOT / "config" / "engine.yaml")
 
@@ -47,8 +47,9 @@ def hop(p: str, src: str, dst: str, chunk: str) -> dict:
 
 
 def _feedback(capsys, path_id: str, role: str, actor: str) -> tuple[int, str]:
-    res = rag("--config", CONFIG, "feedback", "--path-id", path_id, "--role", role, "--verdict", "harmful",
-              "--actor", actor)
+    res = rag(
+        "--config", CONFIG, "feedback", "--path-id", path_id, "--role", role, "--verdict", "harmful", "--actor", actor
+    )
     return res.exit_code, res.stderr
 
 
@@ -82,8 +83,22 @@ def test_an_unknown_role_is_an_input_error(graph, capsys):
 def test_the_engine_api_checks_the_collections_it_is_given(neo4j_driver, graph):
     internal = [hop(graph, "finance", "payroll", "internal#1")]
     with pytest.raises(FeedbackError, match="does not hold"):
-        record_feedback(neo4j_driver, "neo4j", path=internal, verdict="useful", actor=f"{graph}-e", query="q",
-                        collections=("kb_public",))
-    obs = record_feedback(neo4j_driver, "neo4j", path=internal, verdict="useful", actor=f"{graph}-e", query="q",
-                          collections=("kb_public", "kb_internal"))
+        record_feedback(
+            neo4j_driver,
+            "neo4j",
+            path=internal,
+            verdict="useful",
+            actor=f"{graph}-e",
+            query="q",
+            collections=("kb_public",),
+        )
+    obs = record_feedback(
+        neo4j_driver,
+        "neo4j",
+        path=internal,
+        verdict="useful",
+        actor=f"{graph}-e",
+        query="q",
+        collections=("kb_public", "kb_internal"),
+    )
     assert obs.entities == 2 and obs.chunks == 1

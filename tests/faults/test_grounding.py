@@ -39,7 +39,10 @@ ANSWERS = {
     # grounded, but the model claims certainty
     "expenses": ([("Finance team", "team"), ("expense tool", "system")], [("Finance team", "expense tool", 1.0)]),
     # grounded through a pack alias (infosec -> Security team) and through normalization
-    "incidents": ([("Security team", "team"), ("IT service desk", "team")], [("Security team", "IT service desk", 0.7)]),
+    "incidents": (
+        [("Security team", "team"), ("IT service desk", "team")],
+        [("Security team", "IT service desk", 0.7)],
+    ),
 }
 
 
@@ -47,14 +50,18 @@ def responder(body: dict):
     user = body["messages"][-1]["content"]
     chunk_id = re.search(r"chunk_id: (\S+)", user).group(1)
     entities, rels = ANSWERS[chunk_id.rsplit("#", 1)[1]]
-    answer = {"chunk_id": chunk_id,
-              "entities": [{"name": n, "type": t, "description": ""} for n, t in entities],
-              "relationships": [{"source": s, "target": d, "type": "owns", "description": "", "confidence": c,
-                                 "chunk_id": chunk_id} for s, d, c in rels]}
+    answer = {
+        "chunk_id": chunk_id,
+        "entities": [{"name": n, "type": t, "description": ""} for n, t in entities],
+        "relationships": [
+            {"source": s, "target": d, "type": "owns", "description": "", "confidence": c, "chunk_id": chunk_id}
+            for s, d, c in rels
+        ],
+    }
     return ok(json.dumps(answer), model="fake-model-1", usage=usage(100, 50))
 
 
-@pytest.fixture()
+@pytest.fixture
 def server():
     with FakeOpenAI() as srv:
         srv.responder = responder
@@ -64,22 +71,25 @@ def server():
 def _edges(engine, pack: str) -> list[dict]:
     rows, _, _ = engine.driver.execute_query(
         "MATCH (a:Entity)-[r:RELATED {pack: $p}]->(b:Entity) RETURN a.name AS a, b.name AS b, properties(r) AS p "
-        "ORDER BY a", p=pack)
+        "ORDER BY a",
+        p=pack,
+    )
     return [dict(r) for r in rows]
 
 
-def test_ungrounded_entities_are_rejected_and_confidence_is_capped(base_config, tmp_path, server, unique,
-                                                                   neo4j_driver):
-    packs = tuple(p.model_copy(update={"max_confidence": 0.8}) if p.name == "company_x_kb" else p
-                  for p in base_config.packs)
+def test_ungrounded_entities_are_rejected_and_confidence_is_capped(base_config, tmp_path, server, unique, neo4j_driver):
+    packs = tuple(
+        p.model_copy(update={"max_confidence": 0.8}) if p.name == "company_x_kb" else p for p in base_config.packs
+    )
     engine = llm_engine(base_config.model_copy(update={"packs": packs}), tmp_path, server.base_url)
     pack = temp_pack(engine, unique, tmp_path / "corpus", {"ops.md": DOC})
     assert pack.entry.max_confidence == 0.8
     try:
         reports = ingest_pack(engine, pack, run_id=f"g-{unique}")
         (key,) = reports["llm_extraction"].done
-        records = {r["chunk_id"].rsplit("#", 1)[1]: r for r in
-                   engine.artifacts.read(unique, key, "llm_extraction")["records"]}
+        records = {
+            r["chunk_id"].rsplit("#", 1)[1]: r for r in engine.artifacts.read(unique, key, "llm_extraction")["records"]
+        }
 
         injected = records["injection"]
         assert injected["entities"] == [] and injected["relationships"] == []
@@ -88,16 +98,21 @@ def test_ungrounded_entities_are_rejected_and_confidence_is_capped(base_config, 
         assert records["incidents"]["rejected"] == {}  # an alias and a differently spaced/cased name are grounded
 
         edges = _edges(engine, unique)
-        assert {(e["a"], e["b"]) for e in edges} == {("Finance team", "expense tool"),
-                                                     ("Security team", "IT service desk")}
-        assert not [e for e in edges if "Payroll" in e["b"] or e["a"] == "Security" or "injection" in e["p"]["chunk_id"]]
+        assert {(e["a"], e["b"]) for e in edges} == {
+            ("Finance team", "expense tool"),
+            ("Security team", "IT service desk"),
+        }
+        assert not [
+            e for e in edges if "Payroll" in e["b"] or e["a"] == "Security" or "injection" in e["p"]["chunk_id"]
+        ]
         capped = next(e["p"] for e in edges if e["a"] == "Finance team")
         assert capped["confidence"] == 0.8 and capped["claimed_confidence"] == 1.0  # the claim, kept apart
         assert capped["confidence_bucket"] == "high" and capped["retrieval_eligible"] is True
         kept = next(e["p"] for e in edges if e["a"] == "Security team")
         assert kept["confidence"] == 0.7 and kept["claimed_confidence"] == 0.7
         rows, _, _ = engine.driver.execute_query(
-            "MATCH (e:Entity {pack: $p}) RETURN collect(e.name) AS names", p=unique)
+            "MATCH (e:Entity {pack: $p}) RETURN collect(e.name) AS names", p=unique
+        )
         assert "Payroll Database" not in rows[0]["names"] and "Security" not in rows[0]["names"]
     finally:
         engine.close()

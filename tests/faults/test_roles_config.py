@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import rag
 from rag_engine.config import load_config
 from rag_engine.errors import ConfigError, UnknownRoleCollection
 from tests.conftest import ROOT
+from tests.support.cli import rag
 
 CONFIG = (ROOT / "config" / "engine.yaml").read_text(encoding="utf-8")
 
@@ -35,8 +35,11 @@ def test_a_role_naming_an_unknown_collection_is_rejected_with_file_and_line(tmp_
         load_config(path)
     assert isinstance(exc.value, ConfigError)
     msg = str(exc.value)
-    assert f"engine.yaml:{line}: roles.ghost:" in msg and "no_such_collection" in msg and "kb_public'" not in msg.split(
-        "known")[0], msg
+    assert (
+        f"engine.yaml:{line}: roles.ghost:" in msg
+        and "no_such_collection" in msg
+        and "kb_public'" not in msg.split("known")[0]
+    ), msg
 
 
 def test_a_role_naming_a_disabled_packs_collection_is_rejected(tmp_path):

@@ -27,8 +27,9 @@ DEFAULT_OUTPUT = 200  # what the fake "model" writes when the request sets no ma
 def corpus(n_docs: int = 4, sections: int = 4) -> dict[str, str]:
     files = {}
     for d in range(n_docs):
-        body = "\n\n".join(f"## Part {s}\nThe Security team reviews system {d}.{s} every quarter and logs it."
-                           for s in range(sections))
+        body = "\n\n".join(
+            f"## Part {s}\nThe Security team reviews system {d}.{s} every quarter and logs it." for s in range(sections)
+        )
         files[f"doc{d}.md"] = f"---\ncollection: kb_internal\n---\n# Document {d}\n\n{body}\n"
     return files
 
@@ -40,19 +41,25 @@ def billed_like_a_provider(body: dict, completion: str) -> dict:
 
 
 def garbage(body: dict):
-    return ok("I am sorry, here is some prose instead of JSON " * 40, model="fake-model-1",
-              usage=billed_like_a_provider(body, "garbage"))
+    return ok(
+        "I am sorry, here is some prose instead of JSON " * 40,
+        model="fake-model-1",
+        usage=billed_like_a_provider(body, "garbage"),
+    )
 
 
 def valid(body: dict):
     user = body["messages"][-1]["content"]
     chunk_id = re.search(r"chunk_id: (\S+)", user).group(1)
-    answer = {"chunk_id": chunk_id, "entities": [{"name": "Security team", "type": "team", "description": ""}],
-              "relationships": []}
+    answer = {
+        "chunk_id": chunk_id,
+        "entities": [{"name": "Security team", "type": "team", "description": ""}],
+        "relationships": [],
+    }
     return ok(json.dumps(answer), model="fake-model-1", usage=billed_like_a_provider(body, "valid"))
 
 
-@pytest.fixture()
+@pytest.fixture
 def server():
     with FakeOpenAI() as srv:
         yield srv
@@ -60,21 +67,35 @@ def server():
 
 def _billed(engine, run_id: str) -> tuple[int, int, int]:
     records = engine.ledger.records(run_id=run_id)
-    return (sum(r.input_tokens + r.output_tokens for r in records), len(records),
-            sum(1 for r in records if r.status == "error"))
+    return (
+        sum(r.input_tokens + r.output_tokens for r in records),
+        len(records),
+        sum(1 for r in records if r.status == "error"),
+    )
 
 
 def _run_node(engine, run_id: str) -> dict:
     rows, _, _ = engine.driver.execute_query(
         "MATCH (r:ExtractionRun {run_id: $r}) RETURN r.tokens AS tokens, r.status AS status, r.chunks AS calls",
-        r=run_id)
+        r=run_id,
+    )
     return dict(rows[0])
 
 
 def test_invalid_answers_are_charged_and_the_first_run_profile_is_never_exceeded(
-        base_config, tmp_path, server, unique, neo4j_driver):
-    engine = llm_engine(base_config, tmp_path, server.base_url, budgets={
-        "max_chunks_per_run": 10, "max_tokens_per_run": 4000, "batch_size": 2, "max_output_tokens": MAX_OUTPUT})
+    base_config, tmp_path, server, unique, neo4j_driver
+):
+    engine = llm_engine(
+        base_config,
+        tmp_path,
+        server.base_url,
+        budgets={
+            "max_chunks_per_run": 10,
+            "max_tokens_per_run": 4000,
+            "batch_size": 2,
+            "max_output_tokens": MAX_OUTPUT,
+        },
+    )
     server.responder = garbage
     pack = temp_pack(engine, unique, tmp_path / "corpus", corpus())
     run_id = f"garbage-{unique}"
@@ -86,8 +107,11 @@ def test_invalid_answers_are_charged_and_the_first_run_profile_is_never_exceeded
         node = _run_node(engine, run_id)
         assert node["tokens"] == billed  # the run's budget saw exactly what the ledger billed
         assert node["status"] == "budget_exhausted" and node["calls"] == calls
-        skipped = [why for k in reports["llm_extraction"].done
-                   for why in engine.artifacts.read(unique, k, "llm_extraction")["skipped"].values()]
+        skipped = [
+            why
+            for k in reports["llm_extraction"].done
+            for why in engine.artifacts.read(unique, k, "llm_extraction")["skipped"].values()
+        ]
         assert skipped and set(skipped) == {"max_tokens_per_run"}
         assert all(c.body.get("max_tokens") == MAX_OUTPUT for c in server.calls("/chat/completions"))
     finally:
@@ -95,8 +119,17 @@ def test_invalid_answers_are_charged_and_the_first_run_profile_is_never_exceeded
 
 
 def test_the_budget_is_checked_per_call_not_per_batch(base_config, tmp_path, server, unique, neo4j_driver):
-    engine = llm_engine(base_config, tmp_path, server.base_url, budgets={
-        "max_chunks_per_run": 100, "max_tokens_per_run": 1500, "batch_size": 8, "max_output_tokens": MAX_OUTPUT})
+    engine = llm_engine(
+        base_config,
+        tmp_path,
+        server.base_url,
+        budgets={
+            "max_chunks_per_run": 100,
+            "max_tokens_per_run": 1500,
+            "batch_size": 8,
+            "max_output_tokens": MAX_OUTPUT,
+        },
+    )
     server.responder = valid
     pack = temp_pack(engine, unique, tmp_path / "corpus", corpus())
     run_id = f"batch-{unique}"
@@ -112,8 +145,12 @@ def test_the_budget_is_checked_per_call_not_per_batch(base_config, tmp_path, ser
 
 
 def test_a_call_whose_worst_case_does_not_fit_never_starts(base_config, tmp_path, server, unique, neo4j_driver):
-    engine = llm_engine(base_config, tmp_path, server.base_url, budgets={
-        "max_tokens_per_run": 100, "batch_size": 2, "max_output_tokens": MAX_OUTPUT})
+    engine = llm_engine(
+        base_config,
+        tmp_path,
+        server.base_url,
+        budgets={"max_tokens_per_run": 100, "batch_size": 2, "max_output_tokens": MAX_OUTPUT},
+    )
     server.responder = valid
     pack = temp_pack(engine, unique, tmp_path / "corpus", corpus(1, 2))
     try:

@@ -58,7 +58,8 @@ def test_front_matter_with_a_repeated_collection_rejects_the_document(fault_engi
     assert "salaries:5: duplicate key 'collection' (first at line 3)" in rejected[key], rejected[key]
     assert [k.split("--")[0] for k in reports["chunks"].done] == ["runbook"]  # the other document is written
     rows, _, _ = fault_engine.driver.execute_query(
-        "MATCH (c:Chunk {pack: $pack}) RETURN DISTINCT c.doc_id AS doc, c.collection AS col", pack=unique)
+        "MATCH (c:Chunk {pack: $pack}) RETURN DISTINCT c.doc_id AS doc, c.collection AS col", pack=unique
+    )
     assert [dict(r) for r in rows] == [{"doc": "runbook", "col": "kb_internal"}]
     assert graph_counts(fault_engine, unique)["documents"] == 1
 
@@ -67,13 +68,17 @@ def test_manifest_with_a_repeated_key_is_refused(fault_engine, tmp_path):
     from rag_engine.packs import load_pack
 
     manifest = (ROOT / "packs/company_x_kb/manifest.yaml").read_text(encoding="utf-8")
-    text = manifest.replace("default_collection: kb_internal\n",
-                            "default_collection: kb_internal\ndefault_collection: kb_public\n", 1)
+    text = manifest.replace(
+        "default_collection: kb_internal\n", "default_collection: kb_internal\ndefault_collection: kb_public\n", 1
+    )
     path = tmp_path / "manifest.yaml"
     path.write_text(text, encoding="utf-8")
     entry = fault_engine.cfg.pack("company_x_kb").model_copy(update={"manifest": str(path)})
-    with pytest.raises(PackError, match=rf"manifest.yaml:{_line(text, 'default_collection:', 2)}: "
-                                        r"duplicate key 'default_collection'"):
+    with pytest.raises(
+        PackError,
+        match=rf"manifest.yaml:{_line(text, 'default_collection:', 2)}: "
+        r"duplicate key 'default_collection'",
+    ):
         load_pack(entry, ROOT)
 
 
@@ -90,8 +95,11 @@ def test_pricing_with_a_repeated_model_is_refused(tmp_path):
     from rag_engine.providers.pricing import load_pricing
 
     path = tmp_path / "pricing.yaml"
-    path.write_text('version: "v1"\ncurrency: USD\nmodels:\n  m: {input_per_million: "1", output_per_million: "1"}\n'
-                    '  m: {input_per_million: "0", output_per_million: "0"}\n', encoding="utf-8")
+    path.write_text(
+        'version: "v1"\ncurrency: USD\nmodels:\n  m: {input_per_million: "1", output_per_million: "1"}\n'
+        '  m: {input_per_million: "0", output_per_million: "0"}\n',
+        encoding="utf-8",
+    )
     with pytest.raises(ConfigError, match=r"pricing.yaml:5: duplicate key 'm'"):
         load_pricing(path)
 

@@ -81,16 +81,16 @@ def _make_spec(
     dimension: int | None = None,
     **provider_overrides: Any,
 ) -> ModelSpec:
-    provider_fields: dict[str, Any] = dict(
-        name=f"test_{kind}",
-        kind=kind,
-        hosted=kind == "openai",
-        credential_env=credential_env,
-        endpoint=endpoint,
-        timeout_s=2.0,
-        max_retries=2,
-        backoff_base_s=0.01,
-    )
+    provider_fields: dict[str, Any] = {
+        "name": f"test_{kind}",
+        "kind": kind,
+        "hosted": kind == "openai",
+        "credential_env": credential_env,
+        "endpoint": endpoint,
+        "timeout_s": 2.0,
+        "max_retries": 2,
+        "backoff_base_s": 0.01,
+    }
     provider_fields.update(provider_overrides)
     provider = ProviderConfig(**provider_fields)
     model = ModelConfig(

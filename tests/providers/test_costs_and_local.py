@@ -36,7 +36,13 @@ def _cfg(default_url: str = "sqlite:///var/ledger.sqlite") -> EngineConfig:
 
 
 def _rec(**kw) -> UsageRecord:
-    fields = dict(purpose="answer", provider="openai", requested_model="gpt", input_tokens=100, output_tokens=10)
+    fields = {
+        "purpose": "answer",
+        "provider": "openai",
+        "requested_model": "gpt",
+        "input_tokens": 100,
+        "output_tokens": 10,
+    }
     fields.update(kw)
     return UsageRecord(**fields)
 

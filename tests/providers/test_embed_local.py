@@ -42,8 +42,9 @@ def _script(name: str, port: int, state: Path) -> subprocess.CompletedProcess:
 
 
 def _post(url: str, body: dict) -> dict:
-    req = urllib.request.Request(f"{url}/embeddings", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{url}/embeddings", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=120) as resp:
         return json.load(resp)
 
@@ -62,12 +63,17 @@ def server(tmp_path_factory):
 def _engine(tmp_path: Path, url: str, **model_updates) -> Engine:
     """The shipped config (e5-small is the default embedder) with private artifacts, ledger and cache."""
     cfg: EngineConfig = load_config(ROOT / "config" / "engine.yaml")
-    storage = cfg.storage.model_copy(update={"artifacts_dir": str(tmp_path / "artifacts"),
-                                             "embedding_cache": str(tmp_path / "embeddings.sqlite")})
-    models = tuple(m.model_copy(update=model_updates) if m.name == cfg.defaults.embedding_model else m
-                   for m in cfg.models)
-    env = {"NEO4J_URI": os.environ.get("NEO4J_URI", "bolt://127.0.0.1:7687"),
-           "RAG_LEDGER_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}", "RAG_EMBED_ENDPOINT": url}
+    storage = cfg.storage.model_copy(
+        update={"artifacts_dir": str(tmp_path / "artifacts"), "embedding_cache": str(tmp_path / "embeddings.sqlite")}
+    )
+    models = tuple(
+        m.model_copy(update=model_updates) if m.name == cfg.defaults.embedding_model else m for m in cfg.models
+    )
+    env = {
+        "NEO4J_URI": os.environ.get("NEO4J_URI", "bolt://127.0.0.1:7687"),
+        "RAG_LEDGER_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}",
+        "RAG_EMBED_ENDPOINT": url,
+    }
     return Engine(cfg.model_copy(update={"storage": storage, "models": models}), ROOT, env)
 
 
@@ -103,9 +109,11 @@ def test_questions_find_their_passage(server, tmp_path):
     """A neural embedder, not a lexical one: the paraphrased question is nearest to its passage."""
     engine = _engine(tmp_path, server["url"])
     try:
-        passages = ["Report a lost laptop within one hour, as the runbook describes.",
-                    "The cafeteria is open from eight to three on weekdays.",
-                    "Invoices are paid within thirty days of receipt."]
+        passages = [
+            "Report a lost laptop within one hour, as the runbook describes.",
+            "The cafeteria is open from eight to three on weekdays.",
+            "Invoices are paid within thirty days of receipt.",
+        ]
         p = np.array(engine.embed_texts(passages, purpose="index"))
         q = np.array(engine.embed_texts(["my notebook computer went missing, what now?"], purpose="query")[0])
     finally:
@@ -139,7 +147,8 @@ def test_index_batches_and_records_the_identity(indexed):
     # the index and every chunk carry the identity, mode scheme included
     assert schema.current_embedder(engine.driver, engine.database)["identity"] == IDENTITY
     rows, _, _ = engine.driver.execute_query(
-        "MATCH (c:Chunk {pack: $pack}) RETURN DISTINCT c.embedder AS e, size(c.embedding) AS d", pack=pack.name)
+        "MATCH (c:Chunk {pack: $pack}) RETURN DISTINCT c.embedder AS e, size(c.embedding) AS d", pack=pack.name
+    )
     assert [dict(r) for r in rows] == [{"e": IDENTITY, "d": 384}]
 
 
@@ -181,8 +190,14 @@ def test_stopped_server_is_a_typed_provider_error(indexed, tmp_path):
 
     # the CLI reports it as a typed error with exit code 2, not a traceback
     env = {**os.environ, "RAG_EMBED_ENDPOINT": url, "RAG_LEDGER_URL": f"sqlite:///{tmp_path / 'cli.sqlite'}"}
-    out = subprocess.run([sys.executable, "-m", "rag_engine.cli", "query", QUESTION, "--role", "employee",
-                          "--no-generate"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "rag_engine.cli", "query", QUESTION, "--role", "employee", "--no-generate"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2, out.stdout + out.stderr
     assert "error: ProviderError: provider 'local_embed': connection failed" in out.stderr
     assert "Traceback" not in out.stderr

@@ -22,7 +22,7 @@ from rag_engine.providers.ledger import UsageLedger, UsageRecord, ledger_url
 
 
 def _rec(**overrides) -> UsageRecord:
-    fields = dict(purpose="test", provider="p", requested_model="m", input_tokens=10, output_tokens=5)
+    fields = {"purpose": "test", "provider": "p", "requested_model": "m", "input_tokens": 10, "output_tokens": 5}
     fields.update(overrides)
     return UsageRecord(**fields)
 

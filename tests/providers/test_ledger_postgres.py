@@ -12,10 +12,22 @@ from rag_engine.providers.ledger import UsageLedger, UsageRecord
 
 
 def _record(run_id: str, i: int, cost: Decimal | None) -> UsageRecord:
-    return UsageRecord(run_id=run_id, purpose="test", provider="p", requested_model="m", reported_model="m-2024",
-                       input_tokens=10 + i, cached_input_tokens=None if i % 2 else 4, output_tokens=3,
-                       reasoning_tokens=None, latency_ms=1, status="ok", error_type=None,
-                       pricing_version="v1", cost=cost)
+    return UsageRecord(
+        run_id=run_id,
+        purpose="test",
+        provider="p",
+        requested_model="m",
+        reported_model="m-2024",
+        input_tokens=10 + i,
+        cached_input_tokens=None if i % 2 else 4,
+        output_tokens=3,
+        reasoning_tokens=None,
+        latency_ms=1,
+        status="ok",
+        error_type=None,
+        pricing_version="v1",
+        cost=cost,
+    )
 
 
 def _writer(url: str, run_id: str, n: int) -> None:
@@ -50,5 +62,9 @@ def test_postgres_ledger_concurrent_writers_and_unknown_cost(postgres_url):
     assert int(frame["calls"].sum()) == 101 and int(frame["unknown_cost_calls"].sum()) == 1
     ledger.dispose()
     with sqlalchemy.create_engine(url).connect() as conn:
-        assert conn.execute(sqlalchemy.text("SELECT count(*) FROM usage_records WHERE run_id = :r"),
-                            {"r": run_id}).scalar() == 101
+        assert (
+            conn.execute(
+                sqlalchemy.text("SELECT count(*) FROM usage_records WHERE run_id = :r"), {"r": run_id}
+            ).scalar()
+            == 101
+        )

@@ -36,18 +36,24 @@ def _closed_port() -> int:
 
 def _endpoints(hosted: str, local: str, *, default_embedder: str = "e5-small"):
     """Edit of the variant config: the openai provider and local_llm answer on loopback."""
+
     def edit(text: str) -> str:
-        text = text.replace("    credential_env: OPENAI_API_KEY\n",
-                            f"    credential_env: OPENAI_API_KEY\n    endpoint: {hosted}\n")
+        text = text.replace(
+            "    credential_env: OPENAI_API_KEY\n", f"    credential_env: OPENAI_API_KEY\n    endpoint: {hosted}\n"
+        )
         text = text.replace("endpoint: http://127.0.0.1:8080/v1", f"endpoint: {local}")
         text = text.replace("    dimension: 1536\n", f"    dimension: {FAKE_DIM}\n")
         return text.replace("  embedding_model: e5-small ", f"  embedding_model: {default_embedder} ")
+
     return edit
 
 
 def _engine(path: str, tmp_path: Path, **extra: str) -> Engine:
-    env = {"NEO4J_URI": os.environ.get("NEO4J_URI", "bolt://127.0.0.1:7687"),
-           "RAG_LEDGER_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}", **extra}
+    env = {
+        "NEO4J_URI": os.environ.get("NEO4J_URI", "bolt://127.0.0.1:7687"),
+        "RAG_LEDGER_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}",
+        **extra,
+    }
     if os.environ.get("RAG_EMBED_ENDPOINT"):
         env["RAG_EMBED_ENDPOINT"] = os.environ["RAG_EMBED_ENDPOINT"]
     return Engine(load_config(path), ROOT, env)
@@ -60,8 +66,9 @@ def _no_leak(report: SwapReport) -> str:
 
 
 def _active(engine: Engine) -> int:
-    records, _, _ = engine.driver.execute_query("MATCH (c:Chunk {active: true}) RETURN count(c) AS n",
-                                                database_=engine.database)
+    records, _, _ = engine.driver.execute_query(
+        "MATCH (c:Chunk {active: true}) RETURN count(c) AS n", database_=engine.database
+    )
     return records[0]["n"]
 
 
@@ -166,8 +173,12 @@ def test_local_embedding_swap(ingested, variant, tmp_path, fake):
 
 def test_candidate_that_does_not_load_requires_code(variant, tmp_path, fake):
     path = variant("base", edit=_endpoints(fake.base_url, fake.base_url))
-    cand = variant("broken", edit=lambda s: _endpoints(fake.base_url, fake.base_url)(s).replace(
-        "module: packs.company_x_kb.pack", "module: packs.no_such_pack_module"))
+    cand = variant(
+        "broken",
+        edit=lambda s: _endpoints(fake.base_url, fake.base_url)(s).replace(
+            "module: packs.company_x_kb.pack", "module: packs.no_such_pack_module"
+        ),
+    )
     report = dry_run(_engine(path, tmp_path), role="generation", candidate_config=cand, config_path=path)
     assert report.application_code_change_required is True and report.status == "blocked"
     assert "no_such_pack_module" in report.load_check.error
@@ -176,15 +187,26 @@ def test_candidate_that_does_not_load_requires_code(variant, tmp_path, fake):
 def test_cli_swap_json_and_exit_codes(variant, tmp_path, fake):
     path = variant("cli", edit=_endpoints(fake.base_url, fake.base_url))
     env = {"RAG_LEDGER_URL": f"sqlite:///{tmp_path / 'cli-ledger.sqlite'}", "OPENAI_API_KEY": SENTINEL}
-    res = rag("--config", path, "providers", "swap", "--role", "generation", "--candidate", "local-chat", "--json",
-              env=env)
+    res = rag(
+        "--config", path, "providers", "swap", "--role", "generation", "--candidate", "local-chat", "--json", env=env
+    )
     assert res.exit_code == 0, res.stderr
     data = json.loads(res.stdout)
     assert data["status"] == "ok" and data["application_code_change_required"] is False
     assert data["candidate"]["model"] == "local-chat" and SENTINEL not in res.stdout + res.stderr
-    text = rag("--config", path, "providers", "swap", "--role", "generation", "--candidate", "gpt-4o-mini",
-               env={**env, "OPENAI_API_KEY": ""})
+    text = rag(
+        "--config",
+        path,
+        "providers",
+        "swap",
+        "--role",
+        "generation",
+        "--candidate",
+        "gpt-4o-mini",
+        env={**env, "OPENAI_API_KEY": ""},
+    )
     assert text.exit_code == 1 and "OPENAI_API_KEY" in text.stdout and "status BLOCKED" in text.stdout
-    bad = rag("--config", path, "providers", "swap", "--role", "nonsense", "--candidate", "local-chat", "--json",
-              env=env)
+    bad = rag(
+        "--config", path, "providers", "swap", "--role", "nonsense", "--candidate", "local-chat", "--json", env=env
+    )
     assert bad.exit_code == 2 and json.loads(bad.stdout)["error"]["type"] == "ConfigError"

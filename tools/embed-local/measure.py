@@ -38,10 +38,14 @@ def main(argv: list[str] | None = None) -> int:
 
     base = Engine.from_path()
     work = Path(tempfile.mkdtemp(prefix="embed-measure-"))
-    storage = base.cfg.storage.model_copy(update={"embedding_cache": str(work / "cache.sqlite"),
-                                                  "artifacts_dir": str(work / "artifacts")})
-    engine = Engine(base.cfg.model_copy(update={"storage": storage}), base.root,
-                    {**base.env, "RAG_LEDGER_URL": f"sqlite:///{work / 'ledger.sqlite'}"})
+    storage = base.cfg.storage.model_copy(
+        update={"embedding_cache": str(work / "cache.sqlite"), "artifacts_dir": str(work / "artifacts")}
+    )
+    engine = Engine(
+        base.cfg.model_copy(update={"storage": storage}),
+        base.root,
+        {**base.env, "RAG_LEDGER_URL": f"sqlite:///{work / 'ledger.sqlite'}"},
+    )
     base.close()
     pack = engine.pack(args.pack)
     spec = engine.registry.embedding
@@ -54,11 +58,15 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps(report.failed, indent=2), file=sys.stderr)
                 return 1
             chunks = report.total("embedded")
-            out[label] = {"chunks": chunks, "seconds": report.seconds,
-                          "chunks_per_s": round(chunks / report.seconds, 1),
-                          "embed_requests": report.total("embed_requests"),
-                          "cache_hits": report.total("embed_cache_hits"),
-                          "load_before": before, "load_after": _load()}
+            out[label] = {
+                "chunks": chunks,
+                "seconds": report.seconds,
+                "chunks_per_s": round(chunks / report.seconds, 1),
+                "embed_requests": report.total("embed_requests"),
+                "cache_hits": report.total("embed_cache_hits"),
+                "load_before": before,
+                "load_after": _load(),
+            }
             print(f"[{label}] {out[label]}", file=sys.stderr)
         golden = yaml.safe_load((engine.root / engine.cfg.pack(pack.name).fixtures / "queries.yaml").read_text())
         questions = [q["question"] for q in golden["queries"]][: args.queries]
@@ -68,8 +76,12 @@ def main(argv: list[str] | None = None) -> int:
             started = time.perf_counter()
             engine.embed_texts([q], purpose="query")
             times.append((time.perf_counter() - started) * 1000)
-        out["query_embed_ms"] = {"n": len(times), "p50": round(statistics.median(times), 1),
-                                 "max": round(max(times), 1), "load": _load()}
+        out["query_embed_ms"] = {
+            "n": len(times),
+            "p50": round(statistics.median(times), 1),
+            "max": round(max(times), 1),
+            "load": _load(),
+        }
     finally:
         engine.close()
     print(json.dumps(out, indent=2))

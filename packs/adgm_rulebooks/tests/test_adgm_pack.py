@@ -65,8 +65,16 @@ def report():
 
 
 def _doc(pack, doc_id: str, text: str) -> SourceDocument:
-    return SourceDocument(pack=pack.name, doc_id=doc_id, version=content_hash(text)[:12], title=doc_id,
-                          text=text, collection="adgm_public", language="en", source_path=f"corpus/{doc_id}.jsonl")
+    return SourceDocument(
+        pack=pack.name,
+        doc_id=doc_id,
+        version=content_hash(text)[:12],
+        title=doc_id,
+        text=text,
+        collection="adgm_public",
+        language="en",
+        source_path=f"corpus/{doc_id}.jsonl",
+    )
 
 
 def _keys(text: str, own: str | None) -> list[str]:
@@ -74,6 +82,7 @@ def _keys(text: str, own: str | None) -> list[str]:
 
 
 # -- the pack and its corpus -------------------------------------------------------------------
+
 
 def test_manifest_matches_config_entry(entry, pack):
     assert entry is not None and entry.enabled
@@ -109,7 +118,7 @@ def test_one_chunk_per_passage_with_verbatim_text(pack, docs, chunks, by_anchor)
         mine = [c for c in chunks if c.doc_id == doc.doc_id]
         assert [c.anchor for c in mine] == [f"{doc.doc_id}#{encode_local_id(pid)}" for pid, _ in passages]
         assert [c.text for c in mine] == [text for _, text in passages]  # verbatim, never split
-        assert all(c.heading == f"{header['code']} {pid}" for c, (pid, _) in zip(mine, passages))
+        assert all(c.heading == f"{header['code']} {pid}" for c, (pid, _) in zip(mine, passages, strict=False))
     assert sum(1 for c in chunks if c.text == "") == 38  # rules whose paragraphs are passages
     c = by_anchor["aml#9.3.1B.Guidance.5."]
     assert c.text.startswith("An Authorised Person is also required to comply with the outsourcing obligations")
@@ -120,7 +129,9 @@ def test_one_chunk_per_passage_with_verbatim_text(pack, docs, chunks, by_anchor)
 def test_chunk_ids_are_stable_across_runs(entry, chunks):
     fresh = load_pack(entry, ROOT)
     again = [c for r in discover(fresh) for c in fresh.chunk(load_document(fresh, r.partition_key, max_bytes=10**8))]
-    assert [(c.chunk_id, c.content_hash, c.keys) for c in again] == [(c.chunk_id, c.content_hash, c.keys) for c in chunks]
+    assert [(c.chunk_id, c.content_hash, c.keys) for c in again] == [
+        (c.chunk_id, c.content_hash, c.keys) for c in chunks
+    ]
 
 
 def test_min_chunk_words_keeps_headings_as_targets_only(pack, chunks, by_anchor):
@@ -131,23 +142,28 @@ def test_min_chunk_words_keeps_headings_as_targets_only(pack, chunks, by_anchor)
     heading = by_anchor["aml#4.5"]
     assert heading.text.strip() == "Record keeping" and heading in below
     assert "aml:4.5" in heading.keys  # still an exact reference target
-    print(f"\n[adgm] documents=32 chunks={len(chunks)} under_min_chunk_words={len(below)} "
-          f"empty={sum(1 for c in chunks if not c.text)}")
+    print(
+        f"\n[adgm] documents=32 chunks={len(chunks)} under_min_chunk_words={len(below)} "
+        f"empty={sum(1 for c in chunks if not c.text)}"
+    )
 
 
 def test_strict_document_parsing(pack):
-    good = ('{"code": "XYZ", "document_id": 99, "passages": 1, "title": "T"}\n'
-            '{"passage_id": "1.1", "text": "A rule."}\n')
+    good = '{"code": "XYZ", "document_id": 99, "passages": 1, "title": "T"}\n{"passage_id": "1.1", "text": "A rule."}\n'
     assert [c.anchor for c in pack.chunk(_doc(pack, "xyz", good))] == ["xyz#1.1"]
     bad = {
         "wrong header": '{"code": "XYZ", "passages": 1, "title": "T"}\n{"passage_id": "1.1", "text": "x"}\n',
         "count": '{"code": "XYZ", "document_id": 1, "passages": 2, "title": "T"}\n{"passage_id": "1.1", "text": "x"}\n',
         "code": '{"code": "ABC", "document_id": 1, "passages": 1, "title": "T"}\n{"passage_id": "1.1", "text": "x"}\n',
         "not json": '{"code": "XYZ", "document_id": 1, "passages": 1, "title": "T"}\n## 1.1\n',
-        "duplicate": ('{"code": "XYZ", "document_id": 1, "passages": 2, "title": "T"}\n'
-                      '{"passage_id": "1.1", "text": "x"}\n{"passage_id": "1.1", "text": "y"}\n'),
-        "extra field": ('{"code": "XYZ", "document_id": 1, "passages": 1, "title": "T"}\n'
-                        '{"passage_id": "1.1", "text": "x", "note": 1}\n'),
+        "duplicate": (
+            '{"code": "XYZ", "document_id": 1, "passages": 2, "title": "T"}\n'
+            '{"passage_id": "1.1", "text": "x"}\n{"passage_id": "1.1", "text": "y"}\n'
+        ),
+        "extra field": (
+            '{"code": "XYZ", "document_id": 1, "passages": 1, "title": "T"}\n'
+            '{"passage_id": "1.1", "text": "x", "note": 1}\n'
+        ),
         "empty id": '{"code": "XYZ", "document_id": 1, "passages": 1, "title": "T"}\n{"passage_id": " ", "text": "x"}\n',
     }
     for label, text in bad.items():
@@ -158,17 +174,21 @@ def test_strict_document_parsing(pack):
 
 # -- local ids and numbers -----------------------------------------------------------------------
 
-@pytest.mark.parametrize("passage_id, local", [
-    ("9.3.1B.Guidance.5.", "9.3.1B.Guidance.5."),
-    ("3.3.31", "3.3.31"),
-    ("9.2.2.(3)", "9.2.2.(3)"),
-    ("Part 4", "Part%204"),
-    ("Part 6.Chapter 1.58.(2)", "Part%206.Chapter%201.58.(2)"),
-    ("7.2.4.Guidance on anonymous accounts", "7.2.4.Guidance%20on%20anonymous%20accounts"),
-    ("117)", "117)"),
-    ("APP 7", "APP%207"),
-    ("a/b#c", "a%2Fb%23c"),
-])
+
+@pytest.mark.parametrize(
+    ("passage_id", "local"),
+    [
+        ("9.3.1B.Guidance.5.", "9.3.1B.Guidance.5."),
+        ("3.3.31", "3.3.31"),
+        ("9.2.2.(3)", "9.2.2.(3)"),
+        ("Part 4", "Part%204"),
+        ("Part 6.Chapter 1.58.(2)", "Part%206.Chapter%201.58.(2)"),
+        ("7.2.4.Guidance on anonymous accounts", "7.2.4.Guidance%20on%20anonymous%20accounts"),
+        ("117)", "117)"),
+        ("APP 7", "APP%207"),
+        ("a/b#c", "a%2Fb%23c"),
+    ],
+)
 def test_local_id_encoding_round_trip(passage_id, local):
     assert encode_local_id(passage_id) == local
     assert encode_local_id(local) == local  # idempotent
@@ -183,22 +203,25 @@ def test_every_anchor_decodes_to_its_passage_id(docs, by_anchor):
             assert anchor in by_anchor and urllib.parse.unquote(anchor.split("#", 1)[1]) == pid
 
 
-@pytest.mark.parametrize("doc, passage_id, number", [
-    ("cobs", "3.3.31", "3.3.31"),
-    ("pru", "9.2.2.(3)", "9.2.2(3)"),
-    ("aml", "9.3.1B.Guidance.5.", "9.3.1b.guidance.5"),
-    ("pru", "APP4.A4.3.6", "a4.3.6"),
-    ("mkt", "APP 7", "app7"),
-    ("fsmr", "Part 6.Chapter 1.58.(2)", "58(2)"),
-    ("fsmr", "Part 4.33.", "33"),
-    ("fsmr", "Part 12", "part12"),
-    ("fsmr", "Part 12.Chapter 3", "part12.chapter3"),
-    ("funds", "PART 4.9.4.2.(1)", "9.4.2(1)"),
-    ("funds", "PART 5.16", "16"),
-    ("funds", "PART 4", "part4"),
-    ("gn-cd", "117)", "117"),
-    ("gn-va", "166).a)", "166(a)"),
-])
+@pytest.mark.parametrize(
+    ("doc", "passage_id", "number"),
+    [
+        ("cobs", "3.3.31", "3.3.31"),
+        ("pru", "9.2.2.(3)", "9.2.2(3)"),
+        ("aml", "9.3.1B.Guidance.5.", "9.3.1b.guidance.5"),
+        ("pru", "APP4.A4.3.6", "a4.3.6"),
+        ("mkt", "APP 7", "app7"),
+        ("fsmr", "Part 6.Chapter 1.58.(2)", "58(2)"),
+        ("fsmr", "Part 4.33.", "33"),
+        ("fsmr", "Part 12", "part12"),
+        ("fsmr", "Part 12.Chapter 3", "part12.chapter3"),
+        ("funds", "PART 4.9.4.2.(1)", "9.4.2(1)"),
+        ("funds", "PART 5.16", "16"),
+        ("funds", "PART 4", "part4"),
+        ("gn-cd", "117)", "117"),
+        ("gn-va", "166).a)", "166(a)"),
+    ],
+)
 def test_passage_numbers(doc, passage_id, number):
     assert number_of(passage_id, doc) == number
 
@@ -212,6 +235,7 @@ def test_chunks_answer_scoped_unscoped_and_contained_point_keys(by_anchor):
 
 
 # -- references --------------------------------------------------------------------------------
+
 
 def test_internal_references_are_scoped_to_the_citing_instrument(pack, by_anchor):
     refs = {r.normalized for r in pack.extract_references(by_anchor["aml#5.1.1.Guidance.5."])}
@@ -243,7 +267,10 @@ def test_lists_and_ranges(pack):
     assert _keys("GEN 3.3.31 and 3.3.32 and PRU 6.8", "aml") == ["gen:3.3.31", "gen:3.3.32", "pru:6.8"]
     assert _keys("Rule 9.1.1(3) or (4)", "aml") == ["aml:9.1.1(3)", "aml:9.1.1(4)"]
     assert _keys("chapter 3, chapter 4 of Part 12, and Part 13 of FSMR", "mir") == [
-        "fsmr:part12.chapter3", "fsmr:part12.chapter4", "fsmr:part13"]
+        "fsmr:part12.chapter3",
+        "fsmr:part12.chapter4",
+        "fsmr:part13",
+    ]
     assert _keys("COBS Rules 17.1 to 17.2, section 58 of FSMR", "gn-ds") == ["cobs:17.1", "cobs:17.2", "fsmr:58"]
 
 
@@ -261,12 +288,13 @@ def test_cites_keys_are_always_scoped_and_never_the_chunks_own(pack, chunks):
         assert all(":" in r.normalized for r in refs), c.anchor
         assert not {r.normalized for r in refs} & set(c.keys), c.anchor
         assert all(r.ref_type in pack.manifest.reference_types for r in refs)
-        assert all(c.text[r.start:r.end] == r.raw for r in refs)
+        assert all(c.text[r.start : r.end] == r.raw for r in refs)
 
 
 def test_query_references_map_qualified_and_bare_numbers(pack):
     def keys(q):
         return [r.normalized for r in pack.query_references(q)]
+
     assert keys("What does COBS Rule 17.5 require?") == ["cobs:17.5"]
     assert keys("What does Rule 3.8.1 say?") == ["3.8.1"]
     assert keys("section 58 of the FSMR") == ["fsmr:58"]
@@ -293,6 +321,7 @@ def test_bare_question_keys_are_answered_in_several_documents(chunks):
 
 # -- reference resolution against the gold -------------------------------------------------------
 
+
 def test_xref_eval_meets_its_thresholds(report):
     m = report["metrics"]
     for t in ("Internal", "External"):
@@ -312,7 +341,8 @@ def test_xref_gate_passes_against_the_committed_baseline(report, config):
     worse["metrics"]["External"]["recall"] -= 0.05
     assert xref.gate(worse, baseline, config.evals.max_drop) == [
         f"External recall: {worse['metrics']['External']['recall']} < baseline "
-        f"{baseline['metrics']['External']['recall']} - {config.evals.max_drop}"]
+        f"{baseline['metrics']['External']['recall']} - {config.evals.max_drop}"
+    ]
 
 
 def test_python_resolution_is_the_engine_rule(pack, config):
@@ -324,10 +354,12 @@ def test_python_resolution_is_the_engine_rule(pack, config):
 
 # -- golden queries ----------------------------------------------------------------------------
 
+
 def test_golden_queries_point_at_existing_readable_anchors(config, pack, by_anchor):
     golden = yaml_safe.load_file(ROOT / "packs" / PACK / "golden" / "queries.yaml")
     assert golden["pack"] == PACK and str(ROOT / "packs" / PACK / "golden" / "queries.yaml").endswith(
-        next(p for p in config.evals.golden if PACK in p))
+        next(p for p in config.evals.golden if PACK in p)
+    )
     role = golden["role"]
     queries = golden["queries"]
     assert len(queries) >= 60 and len({q["id"] for q in queries}) == len(queries)
@@ -343,13 +375,16 @@ def test_golden_queries_point_at_existing_readable_anchors(config, pack, by_anch
             assert by_anchor[anchor].collection in config.roles[role], (q["id"], anchor)
             assert retrieval_eligible(by_anchor[anchor].text, pack.manifest.min_chunk_words), (q["id"], anchor)
     numbered = [q for q in queries if q["kind"] == "rule_number"]
-    assert all(":" in r.normalized for q in numbered for r in pack.query_references(q["question"])), \
+    assert all(":" in r.normalized for q in numbered for r in pack.query_references(q["question"])), (
         "a rule_number question names its instrument"
+    )
     assert all(re.search(r"\d", q["question"]) for q in numbered)
     print(f"\n[adgm] golden queries by kind: {dict(sorted(kinds.items()))}")
 
 
 def test_documents_named_by_code_or_title(pack):
-    assert pack.documents_named("What does COBS require of an Authorised Person under the Fund Rules?") == \
-        ["cobs", "funds"]
+    assert pack.documents_named("What does COBS require of an Authorised Person under the Fund Rules?") == [
+        "cobs",
+        "funds",
+    ]
     assert pack.documents_named("What must a firm do when onboarding a client?") == []

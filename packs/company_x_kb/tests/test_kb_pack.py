@@ -19,15 +19,22 @@ PACK = "company_x_kb"
 
 def _document(pack, doc_id: str, text: str, source_path: str = "inline.md") -> SourceDocument:
     title, collection, language = pack.describe_document(doc_id, text)
-    return SourceDocument(pack="company_x_kb", doc_id=doc_id, version=content_hash(text)[:12], title=title, text=text,
-                          collection=collection, language=language, source_path=source_path)
+    return SourceDocument(
+        pack="company_x_kb",
+        doc_id=doc_id,
+        version=content_hash(text)[:12],
+        title=title,
+        text=text,
+        collection=collection,
+        language=language,
+        source_path=source_path,
+    )
 
 
 def _documents(pack) -> list[SourceDocument]:
     """Discover documents the way the engine does: manifest glob, content-hash version."""
     return [
-        _document(pack, path.stem, path.read_text(encoding="utf-8"),
-                  path.relative_to(pack.root).as_posix())
+        _document(pack, path.stem, path.read_text(encoding="utf-8"), path.relative_to(pack.root).as_posix())
         for path in sorted(pack.corpus_dir.glob(pack.manifest.document_glob))
     ]
 
@@ -124,14 +131,16 @@ def test_chunk_ids_unique_and_stable_across_runs(entry, chunks):
     assert len({c.chunk_id for c in chunks}) == len(chunks)
     fresh = load_pack(entry, ROOT)
     again = [c for d in _documents(fresh) for c in fresh.chunk(d)]
-    assert [(c.chunk_id, c.content_hash, c.keys, c.collection) for c in again] == \
-        [(c.chunk_id, c.content_hash, c.keys, c.collection) for c in chunks]
+    assert [(c.chunk_id, c.content_hash, c.keys, c.collection) for c in again] == [
+        (c.chunk_id, c.content_hash, c.keys, c.collection) for c in chunks
+    ]
 
 
 def test_duplicate_headings_and_long_sections(pack):
-    body = ("---\nid: RB-9\ncollection: kb_internal\n---\n# Runbook nine\n\n## Steps\n\nfirst\n\n"
-            "## Steps\n\nsecond\n\n## Long\n\n" + "\n\n".join(f"Paragraph {i} " + "word " * 60
-                                                            for i in range(12)))
+    body = (
+        "---\nid: RB-9\ncollection: kb_internal\n---\n# Runbook nine\n\n## Steps\n\nfirst\n\n"
+        "## Steps\n\nsecond\n\n## Long\n\n" + "\n\n".join(f"Paragraph {i} " + "word " * 60 for i in range(12))
+    )
     doc = _document(pack, "rb-9", body)
     small = type(pack)(pack.entry, pack.manifest.model_copy(update={"max_chunk_chars": 400}), pack.root)
     got = small.chunk(doc)
@@ -141,8 +150,7 @@ def test_duplicate_headings_and_long_sections(pack):
     assert all(len(c.text) <= 400 for c in got)
     assert got[0].keys == ("runbook:rb-9",)
     long_parts = [c for c in got if c.anchor.split("#")[1].startswith("long")]
-    assert " ".join(c.text for c in long_parts).split() == \
-        body.split("## Long", 1)[1].split()
+    assert " ".join(c.text for c in long_parts).split() == body.split("## Long", 1)[1].split()
 
 
 def test_bad_documents_raise_pack_error(pack):
@@ -153,26 +161,31 @@ def test_bad_documents_raise_pack_error(pack):
 
 
 def test_references_extracted_and_normalized(pack, by_anchor):
-    refs = {(r.ref_type, r.normalized, r.raw)
-            for r in pack.extract_references(by_anchor["pol-001-information-security#roles-and-responsibilities"])}
+    refs = {
+        (r.ref_type, r.normalized, r.raw)
+        for r in pack.extract_references(by_anchor["pol-001-information-security#roles-and-responsibilities"])
+    }
     assert ("runbook", "runbook:rb-1", "RB-1") in refs
     assert ("policy", "policy:pol-012", "POL-012") in refs
     ticket = pack.extract_references(by_anchor["rb-4-vpn-setup#troubleshooting"])
     assert [(r.ref_type, r.normalized) for r in ticket] == [("ticket", "ticket:tck-1042")]
     chunk = by_anchor["rb-4-vpn-setup#troubleshooting"]
-    assert chunk.text[ticket[0].start:ticket[0].end] == "TCK-1042"
+    assert chunk.text[ticket[0].start : ticket[0].end] == "TCK-1042"
 
 
 def test_normalizer_canonical_forms_and_allowed_types(pack):
     doc = _document(pack, "x", "---\ncollection: kb_public\n---\n# X\n")
-    chunk = make_chunk(doc, 0, "a", "A", "See POL-12, pol-13, RB-03, TCK-981 and HR-7; also XPOL-1.",
-                       ("policy:pol-099",))
-    assert [r.normalized for r in pack.extract_references(chunk)] == \
-        ["policy:pol-012", "runbook:rb-3", "ticket:tck-0981"]
+    chunk = make_chunk(
+        doc, 0, "a", "A", "See POL-12, pol-13, RB-03, TCK-981 and HR-7; also XPOL-1.", ("policy:pol-099",)
+    )
+    assert [r.normalized for r in pack.extract_references(chunk)] == [
+        "policy:pol-012",
+        "runbook:rb-3",
+        "ticket:tck-0981",
+    ]
     self_ref = make_chunk(doc, 0, "a", "A", "This is POL-099.", ("policy:pol-099",))
     assert pack.extract_references(self_ref) == []
-    narrow = type(pack)(pack.entry, pack.manifest.model_copy(update={"reference_types": ("ticket",)}),
-                        pack.root)
+    narrow = type(pack)(pack.entry, pack.manifest.model_copy(update={"reference_types": ("ticket",)}), pack.root)
     assert [r.ref_type for r in narrow.extract_references(chunk)] == ["ticket"]
 
 
@@ -183,9 +196,11 @@ def test_reference_resolution_counts(pack, chunks):
     keys = {k for c in chunks for k in c.keys}
     resolved = [r for r in refs if r.normalized in keys]
     unresolved = sorted({r.normalized for r in refs if r.normalized not in keys})
-    print(f"\n[kb] documents={len({c.doc_id for c in chunks})} chunks={len(chunks)} references={len(refs)} "
-          f"resolved={len(resolved)} unresolved={len(refs) - len(resolved)} {unresolved} "
-          f"extract_seconds={elapsed:.4f}")
+    print(
+        f"\n[kb] documents={len({c.doc_id for c in chunks})} chunks={len(chunks)} references={len(refs)} "
+        f"resolved={len(resolved)} unresolved={len(refs) - len(resolved)} {unresolved} "
+        f"extract_seconds={elapsed:.4f}"
+    )
     assert len(resolved) >= 25
     assert len(resolved) / len(refs) >= 0.8
     # documents cite ids the knowledge base does not hold (retired policy, an unwritten runbook)

@@ -23,10 +23,18 @@ def _documents(pack) -> list[SourceDocument]:
     for path in sorted(pack.corpus_dir.glob(pack.manifest.document_glob)):
         text = path.read_text(encoding="utf-8")
         title, collection, language = pack.describe_document(path.stem, text)
-        docs.append(SourceDocument(
-            pack=pack.name, doc_id=path.stem, version=content_hash(text)[:12], title=title, text=text,
-            collection=collection, language=language,
-            source_path=path.relative_to(pack.root).as_posix()))
+        docs.append(
+            SourceDocument(
+                pack=pack.name,
+                doc_id=path.stem,
+                version=content_hash(text)[:12],
+                title=title,
+                text=text,
+                collection=collection,
+                language=language,
+                source_path=path.relative_to(pack.root).as_posix(),
+            )
+        )
     return docs
 
 
@@ -72,8 +80,11 @@ def test_corpus_documents_and_notice(pack, docs):
     names = sorted(d.doc_id for d in docs)
     assert names[:11] == [f"gdpr-ch{n:02d}" for n in range(1, 12)]
     assert [n for n in names if "recitals" in n] == [
-        "gdpr-recitals-001-050", "gdpr-recitals-051-100",
-        "gdpr-recitals-101-150", "gdpr-recitals-151-173"]
+        "gdpr-recitals-001-050",
+        "gdpr-recitals-051-100",
+        "gdpr-recitals-101-150",
+        "gdpr-recitals-151-173",
+    ]
     assert len(docs) == 15
     notice = pack.corpus_dir / "NOTICE.md"
     assert notice.is_file() and "CC-BY-4.0" in notice.read_text(encoding="utf-8")
@@ -91,8 +102,9 @@ def test_chunk_ids_unique_and_stable_across_runs(entry, docs, chunks):
     assert len({c.anchor for c in chunks}) == len(chunks)
     fresh = load_pack(entry, ROOT)  # a second, independent pack instance
     again = [c for d in _documents(fresh) for c in fresh.chunk(d)]
-    assert [(c.chunk_id, c.content_hash, c.keys) for c in again] == \
-        [(c.chunk_id, c.content_hash, c.keys) for c in chunks]
+    assert [(c.chunk_id, c.content_hash, c.keys) for c in again] == [
+        (c.chunk_id, c.content_hash, c.keys) for c in chunks
+    ]
     for c in chunks:
         assert c.chunk_id == f"legal_regulatory:{c.doc_id}--{c.doc_version}#{c.anchor.split('#', 1)[1]}"
 
@@ -106,8 +118,10 @@ def test_every_chunk_has_keys_and_fits(pack, chunks):
     assert {f"article:{n}" for n in range(1, 100)} <= keys
     assert {f"recital:{n}" for n in range(1, 174)} <= keys
     assert {f"chapter:{n}" for n in range(1, 12)} <= keys
-    print(f"\n[legal] documents={len({c.doc_id for c in chunks})} chunks={len(chunks)} "
-          f"split_parts={sum(1 for c in chunks if '(part ' in c.heading)}")
+    print(
+        f"\n[legal] documents={len({c.doc_id for c in chunks})} chunks={len(chunks)} "
+        f"split_parts={sum(1 for c in chunks if '(part ' in c.heading)}"
+    )
 
 
 def test_paragraph_chunk_carries_points_heading_and_keys(by_anchor):
@@ -158,37 +172,57 @@ def test_known_references_are_extracted_and_normalized(pack, by_anchor):
     assert {("article:13", "Articles 13 and 14"), ("article:14", "Articles 13 and 14")} <= art12
     assert {f"article:{n}" for n in range(15, 23)} | {"article:34"} <= {n for n, _ in art12}
     assert ("chapter:9", "Chapter IX") in _refs(pack, by_anchor["gdpr-ch02#art6-p2"])
-    assert ("regulation:45/2001/ec", "Regulation (EC) No 45/2001") in \
-        _refs(pack, by_anchor["gdpr-ch01#art2-p3"])
+    assert ("regulation:45/2001/ec", "Regulation (EC) No 45/2001") in _refs(pack, by_anchor["gdpr-ch01#art2-p3"])
     for ref in pack.extract_references(by_anchor["gdpr-ch02#art6-p4"]):
-        assert by_anchor["gdpr-ch02#art6-p4"].text[ref.start:ref.end] == ref.raw
+        assert by_anchor["gdpr-ch02#art6-p4"].text[ref.start : ref.end] == ref.raw
         assert ref.source_chunk_id == by_anchor["gdpr-ch02#art6-p4"].chunk_id
 
 
 def _synthetic(pack, text, keys=("article:40(3)",)):
-    doc = SourceDocument(pack="legal_regulatory", doc_id="synthetic", version="v1", title="t", text=text,
-                         collection="legal_public", language="en", source_path="synthetic.md")
+    doc = SourceDocument(
+        pack="legal_regulatory",
+        doc_id="synthetic",
+        version="v1",
+        title="t",
+        text=text,
+        collection="legal_public",
+        language="en",
+        source_path="synthetic.md",
+    )
     return pack.extract_references(make_chunk(doc, 0, "x", "x", text, keys))
 
 
 def test_normalizer_rules_on_synthetic_text(pack):
-    refs = _synthetic(pack, "Where Article 6(1)(a) applies, see Recital 12 and Regulation (EU) No 1049/2001; "
-                            "paragraphs 1 and 2 apply, as do Articles 15 to 18; see also Article 83(4), (5) and (6).")
+    refs = _synthetic(
+        pack,
+        "Where Article 6(1)(a) applies, see Recital 12 and Regulation (EU) No 1049/2001; "
+        "paragraphs 1 and 2 apply, as do Articles 15 to 18; see also Article 83(4), (5) and (6).",
+    )
     found = [(r.ref_type, r.normalized, r.raw) for r in refs]
     assert ("article", "article:6(1)", "Article 6(1)(a)") in found
     assert ("recital", "recital:12", "Recital 12") in found
     assert ("regulation", "regulation:1049/2001/eu", "Regulation (EU) No 1049/2001") in found
     assert ("article", "article:40(1)", "paragraphs 1 and 2") in found
     assert ("article", "article:40(2)", "paragraphs 1 and 2") in found
-    assert [n for _, n, raw in found if raw == "Articles 15 to 18"] == \
-        ["article:15", "article:16", "article:17", "article:18"]
-    assert [n for _, n, raw in found if raw.startswith("Article 83")] == \
-        ["article:83(4)", "article:83(5)", "article:83(6)"]
+    assert [n for _, n, raw in found if raw == "Articles 15 to 18"] == [
+        "article:15",
+        "article:16",
+        "article:17",
+        "article:18",
+    ]
+    assert [n for _, n, raw in found if raw.startswith("Article 83")] == [
+        "article:83(4)",
+        "article:83(5)",
+        "article:83(6)",
+    ]
 
 
 def test_articles_of_other_instruments_are_not_gdpr_articles(pack):
-    refs = _synthetic(pack, "Article 16 TFEU and Article 8(1) of the Charter, and Article 2 of "
-                            "Directive 95/46/EC, and Article 25(6) or Article 26(4) of Directive 95/46/EC.")
+    refs = _synthetic(
+        pack,
+        "Article 16 TFEU and Article 8(1) of the Charter, and Article 2 of "
+        "Directive 95/46/EC, and Article 25(6) or Article 26(4) of Directive 95/46/EC.",
+    )
     assert {r.normalized for r in refs} == {"directive:95/46/ec"}
     # relative paragraphs need a current article; a recital has none
     assert _synthetic(pack, "as referred to in paragraph 2", keys=("recital:5",)) == []
@@ -197,8 +231,7 @@ def test_articles_of_other_instruments_are_not_gdpr_articles(pack):
 
 
 def test_only_manifest_reference_types_are_emitted(pack, by_anchor):
-    narrow = type(pack)(pack.entry, pack.manifest.model_copy(update={"reference_types": ("article",)}),
-                        pack.root)
+    narrow = type(pack)(pack.entry, pack.manifest.model_copy(update={"reference_types": ("article",)}), pack.root)
     chunk = by_anchor["gdpr-ch11#art94-p2"]  # cites Directive 95/46/EC and articles
     assert {r.ref_type for r in pack.extract_references(chunk)} >= {"directive"}
     assert {r.ref_type for r in narrow.extract_references(chunk)} <= {"article"}
@@ -214,8 +247,10 @@ def test_reference_resolution_counts(pack, chunks):
     resolved = [r for r in refs if r.normalized in keys]
     unresolved = [r for r in refs if r.normalized not in keys]
     by_type = Counter(r.ref_type for r in unresolved)
-    print(f"\n[legal] references={len(refs)} resolved={len(resolved)} unresolved={len(unresolved)} "
-          f"unresolved_by_type={dict(by_type)} extract_seconds={elapsed:.3f}")
+    print(
+        f"\n[legal] references={len(refs)} resolved={len(resolved)} unresolved={len(unresolved)} "
+        f"unresolved_by_type={dict(by_type)} extract_seconds={elapsed:.3f}"
+    )
     assert len(resolved) >= 600
     assert len(resolved) / len(refs) >= 0.9
     # every article and chapter the GDPR cites exists in the corpus; what stays unresolved is other
@@ -223,8 +258,9 @@ def test_reference_resolution_counts(pack, chunks):
     assert set(by_type) <= {"directive", "regulation"}
     assert Counter(r.normalized for r in unresolved)["directive:95/46/ec"] >= 10
     # the deterministic reference set is the same on every run
-    assert [(r.source_chunk_id, r.normalized, r.start) for r in refs] == \
-        [(r.source_chunk_id, r.normalized, r.start) for c in chunks for r in pack.extract_references(c)]
+    assert [(r.source_chunk_id, r.normalized, r.start) for r in refs] == [
+        (r.source_chunk_id, r.normalized, r.start) for c in chunks for r in pack.extract_references(c)
+    ]
 
 
 def test_whole_corpus_chunks_and_extracts_fast(pack, docs):
@@ -254,8 +290,17 @@ def test_golden_queries_point_at_existing_anchors(pack, by_anchor):
 
 def test_malformed_documents_raise_a_clear_pack_error(pack):
     def doc(text):
-        return SourceDocument(pack="legal_regulatory", doc_id="bad", version="v1", title="t", text=text,
-                              collection="legal_public", language="en", source_path="bad.md")
+        return SourceDocument(
+            pack="legal_regulatory",
+            doc_id="bad",
+            version="v1",
+            title="t",
+            text=text,
+            collection="legal_public",
+            language="en",
+            source_path="bad.md",
+        )
+
     with pytest.raises(PackError, match="bad: no articles or recitals"):
         pack.chunk(doc(""))
     with pytest.raises(PackError, match="bad:1: expected"):
@@ -266,6 +311,7 @@ def test_malformed_documents_raise_a_clear_pack_error(pack):
 
 def test_unsupported_normalizer_version_is_refused(pack):
     from packs.legal_regulatory.pack import build_pack
+
     with pytest.raises(PackError, match="normalizer_version"):
         build_pack(pack.entry, pack.manifest.model_copy(update={"normalizer_version": "99"}), ROOT)
 
@@ -278,6 +324,7 @@ def test_rules_fingerprint_tracks_manifest(pack):
 
 def test_build_corpus_reproduces_the_committed_corpus(pack, tmp_path):
     from packs.legal_regulatory import build_corpus
+
     source = ROOT / build_corpus.DEFAULT_SOURCE
     if not source.is_file():
         pytest.skip(f"source corpus not available at {build_corpus.DEFAULT_SOURCE}")
