@@ -73,14 +73,13 @@ def _active(engine: Engine) -> int:
 
 
 @pytest.fixture
-def ingested(variant, tmp_path, fake):
-    """The tiny variant pack ingested (with the configured e5 embedder, no extraction)."""
+def ingested(variant, tmp_path, fake, unique):
+    """The tiny variant pack (two documents) ingested with the configured e5 embedder, no extraction."""
     from rag_engine.ingest import ingest_pack
 
     path = variant("swap", edit=_endpoints(fake.base_url, fake.base_url))
     eng = _engine(path, tmp_path)
-    for pack in eng.packs.values():
-        ingest_pack(eng, pack, extract=False)
+    ingest_pack(eng, eng.pack(unique), extract=False)
     yield eng
     eng.close()
 
