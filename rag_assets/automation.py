@@ -24,12 +24,17 @@ from __future__ import annotations
 import logging
 import warnings
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
 from rag_assets.resources import engine_for
 from rag_engine.engine import Engine
+from rag_engine.errors import RegistryError
+from rag_engine.packs import DomainPack
+
+if TYPE_CHECKING:  # since_last_handled's return type, which dagster does not export
+    from dagster._core.definitions.declarative_automation.automation_condition import BuiltinAutomationCondition
 
 log = logging.getLogger("rag_engine.automation")
 
@@ -50,6 +55,13 @@ def model_is_free(engine: Engine, model_name: str) -> bool:
     return not spec.provider.hosted and spec.model.pricing_ref is None
 
 
+def required_model(name: str | None, setting: str) -> str:
+    """A model name the caller needs: an unset default fails as an unknown model, as the registry would."""
+    if name is None:
+        raise RegistryError(f"unknown model None ({setting} is not set)")
+    return name
+
+
 def _price(engine: Engine, model_name: str, input_tokens: int, output_tokens: int) -> Decimal | None:
     if model_is_free(engine, model_name):
         return Decimal(0)
@@ -57,12 +69,12 @@ def _price(engine: Engine, model_name: str, input_tokens: int, output_tokens: in
     return engine.pricing.price(spec.model.pricing_ref, input_tokens, 0, output_tokens)
 
 
-def _chunk_texts(engine: Engine, pack, key: str) -> list[str]:
+def _chunk_texts(engine: Engine, pack: DomainPack, key: str) -> list[str]:
     from rag_engine.documents import load_document
 
     try:
         return [c.text for c in pack.chunk(load_document(pack, key, max_bytes=engine.cfg.max_document_bytes))]
-    except Exception:
+    except Exception:  # noqa: BLE001 - an estimate: a document that does not load or chunk counts no calls
         return []
 
 
@@ -84,7 +96,10 @@ def extraction_estimate(engine: Engine, pack_name: str, keys: list[str]) -> dict
             calls += len(texts)
             tokens_in += sum(len(t) // CHARS_PER_TOKEN + PROMPT_OVERHEAD_TOKENS for t in texts)
     tokens_out = calls * engine.cfg.budgets.max_output_tokens
-    cost = _price(engine, name, tokens_in, tokens_out) if calls else Decimal(0)
+    if calls:
+        cost = _price(engine, required_model(name, "defaults.extraction_model"), tokens_in, tokens_out)
+    else:
+        cost = Decimal(0)
     return {
         "model": name,
         "calls": calls,
@@ -103,7 +118,7 @@ def eval_estimate(engine: Engine) -> dict[str, Any]:
     for path in engine.cfg.evals.golden:
         try:
             questions += len(load_golden(engine.root / path).get("queries", []))
-        except Exception:
+        except Exception:  # noqa: BLE001 - an estimate: an unreadable golden file counts no questions
             continue
     budget = engine.cfg.context
     tokens_in = questions * (budget.system + budget.documents + budget.conversation)
@@ -175,14 +190,20 @@ class CostWithinLimit(dg.AutomationCondition):
         return dg.AutomationResult(context, true_subset=candidates if ok else context.get_empty_subset())
 
 
+def since_last_handled(condition: dg.AutomationCondition[Any]) -> BuiltinAutomationCondition[Any]:
+    """``condition.since_last_handled()``: dagster types its self as
+    AutomationCondition[AssetKey | AssetCheckKey] (invariant), which an asset condition is not."""
+    return condition.since_last_handled()
+
+
 def _triggered() -> dg.AutomationCondition:
     """New or updated upstream partitions, new partitions, or this asset's own code version."""
     return (
-        (
+        since_last_handled(
             dg.AutomationCondition.newly_missing()
             | dg.AutomationCondition.any_deps_updated()
             | dg.AutomationCondition.code_version_changed()
-        ).since_last_handled()
+        )
     ).with_label("new data, updated deps or changed code version")
 
 
@@ -232,7 +253,7 @@ def eval_step(config_path: str) -> dg.AutomationCondition:
 def nightly() -> dg.AutomationCondition:
     """graph_quality: every night at 03:00 UTC (it reads the whole graph; no asset deps)."""
     return (
-        dg.AutomationCondition.cron_tick_passed("0 3 * * *", "UTC").since_last_handled()
+        since_last_handled(dg.AutomationCondition.cron_tick_passed("0 3 * * *", "UTC"))
         & ~dg.AutomationCondition.in_progress()
     ).with_label("nightly 03:00 UTC")
 

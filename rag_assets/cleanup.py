@@ -7,6 +7,8 @@
 Without approved_by and reason the run fails before anything is deleted. dry_run counts only.
 """
 
+from typing import Any
+
 import dagster as dg
 
 from rag_assets.resources import EngineResource
@@ -20,11 +22,11 @@ class CleanupConfig(dg.Config):
 
 
 @dg.op(description="Delete dangling edges, stale mentions, superseded chunks and orphan entities.")
-def cleanup_stale_paths(context: dg.OpExecutionContext, config: CleanupConfig, rag: EngineResource) -> dict:
+def cleanup_stale_paths(context: dg.OpExecutionContext, config: CleanupConfig, rag: EngineResource) -> dict[str, Any]:
     engine = rag.engine()
     packs = sorted(engine.packs)
     would = plan_cleanup(engine.driver, engine.database, packs)
-    context.log.info(f"would remove: {would}")
+    context.log.info("would remove: %s", would)
     if config.dry_run:
         return {"dry_run": True, "would_remove": would}
     if not (config.approved_by.strip() and config.reason.strip()):
@@ -51,5 +53,5 @@ def cleanup_stale_paths(context: dg.OpExecutionContext, config: CleanupConfig, r
 
 
 @dg.job(name="graph_cleanup", description="Approved removal of stale graph paths (see module docstring).")
-def graph_cleanup():
+def graph_cleanup() -> None:
     cleanup_stale_paths()

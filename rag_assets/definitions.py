@@ -9,6 +9,7 @@ error, and the other packs' assets, sensors, the automation sensor and the night
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import dagster as dg
 
@@ -26,14 +27,22 @@ from rag_assets.swap import provider_swap_dry_run
 from rag_engine.config import slice_hash
 from rag_engine.engine import DEFAULT_CONFIG
 
+if TYPE_CHECKING:  # define_asset_job's return type, which dagster does not export
+    from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
+
 
 def build_definitions(config_path: str | None = None) -> dg.Definitions:
     config_path = config_path or os.environ.get("RAG_CONFIG", DEFAULT_CONFIG)
     engine = engine_for(config_path)  # raises ConfigError / RegistryError subclasses
     broken = broken_packs(config_path)
     packs_version = slice_hash("packs-v1", {n: p.manifest.version for n, p in engine.packs.items()}, broken)
-    assets: list = [build_domain_packs(packs_version), usage_costs, graph_quality]
-    jobs, sensors = [graph_quality_job, graph_cleanup, provider_swap_dry_run], [automation_sensor()]
+    assets: list[dg.AssetsDefinition] = [build_domain_packs(packs_version), usage_costs, graph_quality]
+    jobs: list[dg.JobDefinition | UnresolvedAssetJobDefinition] = [
+        graph_quality_job,
+        graph_cleanup,
+        provider_swap_dry_run,
+    ]
+    sensors: list[dg.SensorDefinition] = [automation_sensor()]
     for pack in engine.packs.values():
         assets += build_ingestion_assets(engine, pack, config_path)
         job = ingestion_job(pack.name)

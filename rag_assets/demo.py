@@ -10,26 +10,27 @@ import time
 import dagster as dg
 
 from rag_assets.definitions import build_definitions
-from rag_assets.partitions import document_versions
+from rag_assets.partitions import document_versions, partitions_name
 from rag_assets.sensors import plan_partitions
 from rag_engine.documents import discover
+from rag_engine.packs import DomainPack
 
 RANGE_START = "dagster/asset_partition_range_start"
 RANGE_END = "dagster/asset_partition_range_end"
 
 
-def register_partitions(instance: dg.DagsterInstance, pack) -> list[str]:
-    parts = document_versions(pack.name)
+def register_partitions(instance: dg.DagsterInstance, pack: DomainPack) -> list[str]:
+    name = partitions_name(document_versions(pack.name))
     found = [r.partition_key for r in discover(pack)]
-    add, superseded = plan_partitions(list(instance.get_dynamic_partitions(parts.name)), found)
+    add, superseded = plan_partitions(list(instance.get_dynamic_partitions(name)), found)
     for key in superseded:
-        instance.delete_dynamic_partition(parts.name, key)
+        instance.delete_dynamic_partition(name, key)
     if add:
-        instance.add_dynamic_partitions(parts.name, add)
-    return list(instance.get_dynamic_partitions(parts.name))
+        instance.add_dynamic_partitions(name, add)
+    return list(instance.get_dynamic_partitions(name))
 
 
-def materialize_pack(defs: dg.Definitions, instance: dg.DagsterInstance, pack) -> dg.ExecuteInProcessResult:
+def materialize_pack(defs: dg.Definitions, instance: dg.DagsterInstance, pack: DomainPack) -> dg.ExecuteInProcessResult:
     keys = register_partitions(instance, pack)
     job = defs.resolve_job_def(f"{pack.name}__ingest")
     return job.execute_in_process(
@@ -43,7 +44,7 @@ QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 def step_lines(result: dg.ExecuteInProcessResult) -> list[str]:
     """One line per step of the run: asset, partitions materialized, seconds."""
-    lines = []
+    lines: list[str] = []
     for event in result.all_events:
         if event.event_type_value in ("STEP_SUCCESS", "STEP_FAILURE"):
             seconds = getattr(event.event_specific_data, "duration_ms", None)
@@ -55,6 +56,8 @@ def step_lines(result: dg.ExecuteInProcessResult) -> list[str]:
 
 def main() -> int:
     defs = build_definitions()
+    if defs.resources is None:
+        raise RuntimeError("build_definitions() returned Definitions without resources (the demo needs 'rag')")
     engine = defs.resources["rag"].engine()
     with dg.DagsterInstance.get() as instance:
         for pack in engine.packs.values():

@@ -1,14 +1,18 @@
 """Discover new document versions: add their partitions and request one run for all of them."""
 
 import time
+from typing import TYPE_CHECKING
 
 import dagster as dg
 
-from rag_assets.partitions import document_versions
+from rag_assets.partitions import document_versions, partitions_name
 from rag_assets.resources import EngineResource
 from rag_engine.documents import discover
 from rag_engine.ingest import withdraw_missing_documents
 from rag_engine.llm_extraction import budget_skipped_partitions
+
+if TYPE_CHECKING:  # define_asset_job's return type, which dagster does not export
+    from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
 
 def plan_partitions(current: list[str], found: list[str]) -> tuple[list[str], list[str]]:
@@ -20,8 +24,11 @@ def plan_partitions(current: list[str], found: list[str]) -> tuple[list[str], li
     return add, drop
 
 
-def build_document_sensor(pack_name: str, job) -> dg.SensorDefinition:
+def build_document_sensor(
+    pack_name: str, job: "dg.JobDefinition | UnresolvedAssetJobDefinition"
+) -> dg.SensorDefinition:
     parts = document_versions(pack_name)
+    parts_name = partitions_name(parts)
 
     @dg.sensor(
         name=f"{pack_name}__new_document_versions",
@@ -37,8 +44,8 @@ def build_document_sensor(pack_name: str, job) -> dg.SensorDefinition:
         found = [r.partition_key for r in refs]
         withdrawn = withdraw_missing_documents(engine, pack, [r.doc_id for r in refs if r.problem is None])
         if withdrawn:
-            context.log.warning(f"withdrawn from retrieval (no longer in the corpus): {withdrawn}")
-        current = list(context.instance.get_dynamic_partitions(parts.name))
+            context.log.warning("withdrawn from retrieval (no longer in the corpus): %s", withdrawn)
+        current = list(context.instance.get_dynamic_partitions(parts_name))
         add, superseded = plan_partitions(current, found)
         if not add and not superseded:
             pending = budget_skipped_partitions(engine, pack, [k for k in current if k in set(found)])
@@ -60,11 +67,13 @@ def build_document_sensor(pack_name: str, job) -> dg.SensorDefinition:
                     ]
                 )
             return dg.SkipReason(f"no new document versions among {len(found)} documents")
-        requests = [parts.build_add_request(add)] if add else []
+        requests: list[dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest] = (
+            [parts.build_add_request(add)] if add else []
+        )
         if superseded:
-            context.log.info(f"superseded or removed versions dropped from partitions: {superseded}")
+            context.log.info("superseded or removed versions dropped from partitions: %s", superseded)
             requests.append(parts.build_delete_request(superseded))
-        runs = []
+        runs: list[dg.RunRequest] = []
         if add:
             runs.append(
                 dg.RunRequest(

@@ -9,6 +9,8 @@ It only reads: the report (identities, credential variable names, capability los
 gaps, rollback, re-index / re-extraction consequences, status) becomes the op's output metadata.
 """
 
+from typing import Any
+
 import dagster as dg
 
 from rag_assets.resources import EngineResource
@@ -24,7 +26,7 @@ class SwapConfig(dg.Config):
 
 
 @dg.op(description="Compare the current provider of a role with a candidate, without changing anything.")
-def swap_dry_run(context: dg.OpExecutionContext, config: SwapConfig, rag: EngineResource) -> dict:
+def swap_dry_run(context: dg.OpExecutionContext, config: SwapConfig, rag: EngineResource) -> dict[str, Any]:
     if not (config.candidate or config.candidate_config):
         raise dg.Failure(description="name a candidate: set candidate (a model name) or candidate_config (a file)")
     try:
@@ -42,7 +44,7 @@ def swap_dry_run(context: dg.OpExecutionContext, config: SwapConfig, rag: Engine
     )
     data = report.model_dump(mode="json") if hasattr(report, "model_dump") else dict(report)
     status = str(data.get("status", "unknown"))
-    (context.log.info if status == "ok" else context.log.warning)(f"swap dry run {config.role}: {status}")
+    (context.log.info if status == "ok" else context.log.warning)("swap dry run %s: %s", config.role, status)
     context.add_output_metadata(
         {
             "status": status,
@@ -59,5 +61,5 @@ def swap_dry_run(context: dg.OpExecutionContext, config: SwapConfig, rag: Engine
     tags={"cost": "free"},
     description="Provider replacement dry run for one role (see module docstring); changes nothing.",
 )
-def provider_swap_dry_run():
+def provider_swap_dry_run() -> None:
     swap_dry_run()

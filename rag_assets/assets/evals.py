@@ -11,10 +11,11 @@ import json
 import shutil
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
-from evals.gates import evaluate_gate, load_acceptance
+from evals.gates import GateResult, evaluate_gate, load_acceptance
 from evals.report import dump_report, load_report, report_sha256
 from evals.runner import run_eval
 from rag_assets.automation import eval_step, model_is_free
@@ -26,7 +27,7 @@ from rag_engine.graph.extraction import prompt_hash
 from rag_engine.query import SYSTEM_PROMPT
 
 
-def _acceptance_for(folder: Path, baseline_sha: str, candidate_sha: str) -> tuple[dict | None, str | None]:
+def _acceptance_for(folder: Path, baseline_sha: str, candidate_sha: str) -> tuple[dict[str, Any] | None, str | None]:
     for path in sorted(folder.glob("*")):
         if path.suffix.lower() not in {".yaml", ".yml", ".json"}:
             continue
@@ -59,7 +60,7 @@ def eval_code_version(engine: Engine) -> str:
     )
 
 
-def gate_table(result) -> dg.TableMetadataValue:
+def gate_table(result: GateResult) -> dg.TableMetadataValue:
     """The gate's per-metric comparison, one row per gate metric."""
     rows = [
         dg.TableRecord(
@@ -91,7 +92,7 @@ def gate_table(result) -> dg.TableMetadataValue:
     return dg.MetadataValue.table(rows, schema=schema)
 
 
-def build_eval_assets(pack_keys: list[dg.AssetKey], engine: Engine, config_path: str) -> list:
+def build_eval_assets(pack_keys: list[dg.AssetKey], engine: Engine, config_path: str) -> list[dg.AssetsDefinition]:
     gen_free = model_is_free(engine, engine.cfg.defaults.generation_model)
 
     @dg.asset(
@@ -120,10 +121,10 @@ def build_eval_assets(pack_keys: list[dg.AssetKey], engine: Engine, config_path:
         gen, emb = engine.registry.generation, engine.registry.embedding
         metrics = {k: v for k, v in report.metrics.model_dump(by_alias=True).items() if v is not None}
         context.log.info(
-            "eval: "
-            + ", ".join(
+            "eval: %s",
+            ", ".join(
                 f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
-            )
+            ),
         )
         return dg.MaterializeResult(
             metadata={

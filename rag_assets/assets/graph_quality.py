@@ -7,6 +7,7 @@ counts, graph sizes and the cleanup status are reported as metadata and always p
 """
 
 from datetime import timedelta
+from typing import Any
 
 import dagster as dg
 
@@ -46,7 +47,7 @@ def _specs() -> list[dg.AssetCheckSpec]:
     return specs
 
 
-def _sizes(report: dict) -> dict[str, int]:
+def _sizes(report: dict[str, Any]) -> dict[str, int]:
     size = report["graph_size"]
     return {
         "documents": int(size.get("documents", 0)),
@@ -58,8 +59,8 @@ def _sizes(report: dict) -> dict[str, int]:
     }
 
 
-def _checks(report: dict) -> list[dg.AssetCheckResult]:
-    out = []
+def _checks(report: dict[str, Any]) -> list[dg.AssetCheckResult]:
+    out: list[dg.AssetCheckResult] = []
     for name, field in {**BLOCKING, **WARNING}.items():
         count = int(report[field]["count"])
         out.append(
@@ -122,7 +123,7 @@ def graph_quality(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.
     report = quality_report(engine.driver, engine.database, sorted(engine.packs))
     failing = [n for n, f in BLOCKING.items() if report[f]["count"]]
     if failing:
-        context.log.error(f"blocking graph quality checks fail: {failing}; see `rag cleanup --dry-run`")
+        context.log.error("blocking graph quality checks fail: %s; see `rag cleanup --dry-run`", failing)
     return dg.MaterializeResult(
         metadata={
             "packs": dg.MetadataValue.json(report["packs"]),

@@ -8,6 +8,7 @@ run's partitions, report progress and turn the step report into metadata.
 import time
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import dagster as dg
 
@@ -21,10 +22,10 @@ from rag_engine.errors import EmbedderMismatch
 from rag_engine.llm_extraction import extraction_step, finish_run, new_budget
 from rag_engine.packs import DomainPack
 
-StepFn = Callable[[Engine, DomainPack, str], dict]
+StepFn = Callable[[Engine, DomainPack, str], dict[str, Any]]
 
 
-ROW_COUNT = {
+ROW_COUNT: dict[str, str | None] = {
     "source_documents": None,
     "chunks": "chunks",
     "references": "references",
@@ -35,13 +36,13 @@ ROW_COUNT = {
 """Which figure of a step's partition report is its row count (graph_writes: edges, summed)."""
 
 
-def _scalar(value):
+def _scalar(value: object) -> int | float | str | None:
     return value if isinstance(value, (int, float, str)) and not isinstance(value, bool) else None
 
 
-def partition_metadata(step: str, outcome: str, figures: dict, seconds: float) -> dict:
+def partition_metadata(step: str, outcome: str, figures: dict[str, Any], seconds: float) -> dict[str, Any]:
     """One partition's own figures (never the run's totals): what the UI shows per partition."""
-    meta: dict = {"outcome": outcome, "seconds": round(seconds, 3)}
+    meta: dict[str, Any] = {"outcome": outcome, "seconds": round(seconds, 3)}
     if outcome != "done":
         meta["reason"] = str(figures.get("reason", ""))
         meta["dagster/row_count"] = 0
@@ -53,8 +54,8 @@ def partition_metadata(step: str, outcome: str, figures: dict, seconds: float) -
     if step == "graph_writes":
         meta["edges"] = int(figures.get("resolved", 0)) + int(figures.get("relationships", 0))
         meta["dagster/row_count"] = meta["edges"]
-    elif ROW_COUNT.get(step):
-        meta["dagster/row_count"] = int(figures.get(ROW_COUNT[step], 0))
+    elif row_figure := ROW_COUNT.get(step):
+        meta["dagster/row_count"] = int(figures.get(row_figure, 0))
     return meta
 
 
@@ -66,8 +67,8 @@ def _run_summary(report: ingest.StepReport, totals: tuple[str, ...]) -> str:
     )
 
 
-def _failure_metadata(report: ingest.StepReport, totals: tuple[str, ...]) -> dict:
-    meta: dict = {
+def _failure_metadata(report: ingest.StepReport, totals: tuple[str, ...]) -> dict[str, Any]:
+    meta: dict[str, Any] = {
         "partitions_done": len(report.done),
         "partitions_failed": len(report.failed),
         "partitions_rejected": len(report.rejected),
@@ -88,7 +89,7 @@ def _run(
     fn: StepFn,
     totals: tuple[str, ...],
     check: "str | None" = None,
-    extra: "Callable[[str], dict] | None" = None,
+    extra: "Callable[[str], dict[str, Any]] | None" = None,
 ) -> dg.MaterializeResult:
     """Run one step over the run's partitions; each partition's materialization carries its own
     figures (``extra(key)`` adds per-partition figures the step does not return, e.g. tokens)."""
@@ -96,9 +97,9 @@ def _run(
     pack = engine.pack(pack_name)
     keys = list(context.partition_keys)
     seconds: dict[str, float] = {}
-    added: dict[str, dict] = {}
+    added: dict[str, dict[str, Any]] = {}
 
-    def timed(key: str) -> dict:
+    def timed(key: str) -> dict[str, Any]:
         started = time.perf_counter()
         try:
             return fn(engine, pack, key)
@@ -109,7 +110,7 @@ def _run(
 
     report = ingest.run_step(step, keys, timed, progress=context.log.info)
     for key, reason in {**report.rejected, **report.failed}.items():
-        context.log.error(f"{key}: {reason}")
+        context.log.error("%s: %s", key, reason)
     summary = _run_summary(report, totals)
     if report.failed:  # the others' work is written; the run says which partitions to re-run
         raise dg.Failure(
@@ -121,7 +122,7 @@ def _run(
             description=f"{step}: no partition of this run could be processed",
             metadata=_failure_metadata(report, totals),
         )
-    context.log.info(f"run totals: {summary}")
+    context.log.info("run totals: %s", summary)
     for key in keys:
         if key in report.done:
             outcome, figures = "done", {**report.done[key], **added.get(key, {})}
@@ -129,7 +130,7 @@ def _run(
             outcome = "rejected" if key in report.rejected else "skipped"
             figures = {"reason": report.rejected.get(key) or report.skipped.get(key, "")}
         context.add_asset_metadata(partition_metadata(step, outcome, figures, seconds.get(key, 0.0)), partition_key=key)
-    checks = []
+    checks: list[dg.AssetCheckResult] = []
     if check:
         checks.append(
             dg.AssetCheckResult(
@@ -169,7 +170,9 @@ def _extraction_failures(engine: Engine, pack_name: str, keys: list[str]) -> dic
     return dict(sorted(counts.items()))
 
 
-def _reindex_then_index(context: dg.AssetExecutionContext, engine: Engine, pack: DomainPack, key: str) -> dict:
+def _reindex_then_index(
+    context: dg.AssetExecutionContext, engine: Engine, pack: DomainPack, key: str
+) -> dict[str, Any]:
     """chunk_index under a new embedder identity: the blue/green re-index (rag_engine.reindex)
     moves every current chunk to the new index while the old one keeps serving, then this
     partition is indexed under the new identity."""
@@ -178,16 +181,19 @@ def _reindex_then_index(context: dg.AssetExecutionContext, engine: Engine, pack:
     except EmbedderMismatch as exc:
         from rag_engine.reindex import run_reindex
 
-        context.log.warning(f"embedder identity changed ({exc}); running the blue/green re-index")
+        context.log.warning("embedder identity changed (%s); running the blue/green re-index", exc)
         report = run_reindex(
             engine,
             progress=lambda p: context.log.info(
-                f"reindex {p.phase}: {p.done}/{p.total} chunks ({p.cache_hits} from cache, {p.seconds:.1f}s)"
+                "reindex %s: %s/%s chunks (%s from cache, %.1fs)", p.phase, p.done, p.total, p.cache_hits, p.seconds
             ),
         )
         context.log.info(
-            f"reindex {report.status}: {report.previous_identity} -> {report.identity}, "
-            f"{report.embedded_chunks} chunks embedded"
+            "reindex %s: %s -> %s, %s chunks embedded",
+            report.status,
+            report.previous_identity,
+            report.identity,
+            report.embedded_chunks,
         )
         if report.status not in ("switched", "already_active"):
             raise
@@ -200,7 +206,7 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
     parts = document_versions(name)
     versions = code_versions(engine, pack)
     free_tags = {"cost": "free", "pack": name}
-    common = {
+    common: dict[str, Any] = {
         "partitions_def": parts,
         "group_name": group,
         "backfill_policy": dg.BackfillPolicy.single_run(),
@@ -209,7 +215,9 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
         "automation_condition": automation.free_step(),
         "tags": free_tags,
     }
-    extraction_free = automation.model_is_free(engine, engine.cfg.defaults.extraction_model)
+    extraction_free = automation.model_is_free(
+        engine, automation.required_model(engine.cfg.defaults.extraction_model, "defaults.extraction_model")
+    )
 
     def key(asset: str) -> dg.AssetKey:
         return dg.AssetKey([name, asset])
@@ -300,10 +308,10 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
         engine = rag.engine()
         budget = new_budget(engine)
 
-        def step(e: Engine, p: DomainPack, k: str) -> dict:
+        def step(e: Engine, p: DomainPack, k: str) -> dict[str, Any]:
             tokens, cost, calls, hits = budget.tokens, budget.cost, budget.chunks, budget.cache_hits
             out = extraction_step(e, p, k, run_id=context.run.run_id, budget=budget)
-            figures = {
+            figures: dict[str, Any] = {
                 "tokens": budget.tokens - tokens,
                 "llm_calls": budget.chunks - calls,
                 "cache_hits": budget.cache_hits - hits,
@@ -324,11 +332,15 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
         )
         summary = finish_run(engine, engine.pack(name), context.run.run_id, budget)
         if budget.skipped:
-            context.log.warning(f"budget exhausted: {budget.skipped} chunks skipped; a later run continues")
+            context.log.warning("budget exhausted: %s chunks skipped; a later run continues", budget.skipped)
         context.log.info(
-            f"extraction run: {summary['status']}, {summary['chunks']} calls, "
-            f"{summary['cache_hits']} cache hits, {summary['tokens']} tokens, "
-            f"cost {summary['cost'] if summary['cost'] is not None else 'unknown'} ({summary['model']})"
+            "extraction run: %s, %s calls, %s cache hits, %s tokens, cost %s (%s)",
+            summary["status"],
+            summary["chunks"],
+            summary["cache_hits"],
+            summary["tokens"],
+            summary["cost"] if summary["cost"] is not None else "unknown",
+            summary["model"],
         )
         failures = _extraction_failures(engine, name, list(context.partition_keys))
         ok = not failures and not budget.skipped
@@ -352,7 +364,7 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
             ),
         )
         if failures:
-            context.log.warning(f"extraction calls failed: {detail}")
+            context.log.warning("extraction calls failed: %s", detail)
         return dg.MaterializeResult(check_results=[*result.check_results, check])
 
     # graph_writes waits for chunk_index: a version is live (its chunks active) once indexed

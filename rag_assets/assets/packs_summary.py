@@ -6,6 +6,7 @@ taking every pack down; the failed ``packs_loaded`` check names it with its type
 
 import dagster as dg
 
+from rag_assets.automation import since_last_handled
 from rag_assets.resources import EngineResource
 from rag_engine.pack_report import pack_summary
 
@@ -23,9 +24,9 @@ def build_domain_packs(code_version: str) -> dg.AssetsDefinition:
         kinds={"python"},
         owners=["team:rag-platform"],
         tags={"cost": "free"},
-        automation_condition=(
+        automation_condition=since_last_handled(
             dg.AutomationCondition.code_version_changed() | dg.AutomationCondition.newly_missing()
-        ).since_last_handled()
+        )
         & ~dg.AutomationCondition.in_progress(),
         check_specs=[
             dg.AssetCheckSpec(

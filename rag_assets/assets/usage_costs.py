@@ -1,9 +1,13 @@
 """usage_costs: the usage ledger summarised by provider, model and run (pandas)."""
 
+from decimal import Decimal
+from typing import Any
+
 import dagster as dg
 
 from rag_assets.resources import EngineResource
 from rag_engine.config import under_root
+from rag_engine.engine import Engine
 
 
 @dg.asset(
@@ -18,8 +22,8 @@ from rag_engine.config import under_root
 def usage_costs(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
     engine = rag.engine()
     frame = engine.ledger.summary_frame()
-    known = [c for c in frame["cost"] if c is not None] if len(frame) else []
-    meta = {
+    known: list[Decimal] = [c for c in frame["cost"] if c is not None] if len(frame) else []
+    meta: dict[str, Any] = {
         "calls": int(frame["calls"].sum()) if len(frame) else 0,
         "unknown_cost_calls": int(frame["unknown_cost_calls"].sum()) if len(frame) else 0,
         "known_cost_usd": str(sum(known)) if known else "0",
@@ -32,7 +36,7 @@ def usage_costs(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.Ma
     return dg.MaterializeResult(metadata=meta)
 
 
-def _quality_per_dollar(engine, known_costs) -> "float | None":
+def _quality_per_dollar(engine: Engine, known_costs: list[Decimal]) -> float | None:
     """nDCG@10 of the latest eval report per dollar spent, once eval reports exist."""
     import json
 
