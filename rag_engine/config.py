@@ -457,7 +457,8 @@ def _redact(value: Any) -> Any:
 
 
 def redacted_dump(cfg: EngineConfig) -> dict[str, Any]:
-    return _redact(cfg.model_dump(mode="json"))
+    dumped: dict[str, Any] = _redact(cfg.model_dump(mode="json"))  # a dict in, a dict out
+    return dumped
 
 
 def config_hash(cfg: EngineConfig) -> str:

@@ -9,6 +9,7 @@ import os
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import neo4j
 
@@ -19,6 +20,12 @@ from rag_engine.graph.connection import Neo4jTarget, neo4j_target, open_driver
 from rag_engine.packs import DomainPack, load_packs
 from rag_engine.providers.embedders import HashEmbedder
 from rag_engine.providers.registry import ProviderRegistry
+
+if TYPE_CHECKING:
+    from rag_engine.providers.clients import ModelClient
+    from rag_engine.providers.embedding_cache import EmbeddingCache
+    from rag_engine.providers.ledger import UsageLedger
+    from rag_engine.providers.pricing import PriceTable
 
 DEFAULT_CONFIG = "config/engine.yaml"
 
@@ -76,21 +83,21 @@ class Engine:
 
     # -- models ------------------------------------------------------------------------
     @cached_property
-    def ledger(self):
+    def ledger(self) -> UsageLedger:
         """The append-only usage ledger every metered model call writes to."""
         from rag_engine.providers.ledger import UsageLedger, ledger_url
 
         return UsageLedger(ledger_url(self.cfg, self.env, self.root))
 
     @cached_property
-    def pricing(self):
+    def pricing(self) -> PriceTable:
         from rag_engine.providers.pricing import pricing_for
 
         return pricing_for(self.cfg, self.root)
 
-    def client(self, model_name: str):
+    def client(self, model_name: str) -> ModelClient:
         """A metered client (ledger + pricing) for a configured model, cached per process."""
-        cache = self.__dict__.setdefault("_clients", {})
+        cache: dict[str, ModelClient] = self.__dict__.setdefault("_clients", {})
         if model_name not in cache:
             from rag_engine.providers.clients import build_client
 
@@ -105,7 +112,7 @@ class Engine:
         return cache[model_name]
 
     @cached_property
-    def embedder(self):
+    def embedder(self) -> HashEmbedder | ModelClient:
         """The active embedder. The local hash embedder is plain computation (not metered);
         any provider-backed embedder goes through the metered client."""
         spec = self.registry.embedding
@@ -114,7 +121,7 @@ class Engine:
         return self.client(spec.name)
 
     @cached_property
-    def embedding_cache(self):
+    def embedding_cache(self) -> EmbeddingCache | None:
         """Passage embeddings already paid for (``storage.embedding_cache``), or None: off, or the
         local hash embedder, which computes faster than a cache lookup."""
         path = self.cfg.storage.embedding_cache

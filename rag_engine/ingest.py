@@ -120,7 +120,7 @@ def chunks_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
     doc = SourceDocument.model_validate(_upstream(engine, pack, key, SOURCE))
     try:
         chunks = pack.chunk(doc)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any pack failure rejects this one document, recorded below
         # recorded like a source rejection, so every later step skips this partition
         reason = str(exc) if isinstance(exc, (PackError, DocumentError)) else f"{type(exc).__name__}: {exc}"
         engine.artifacts.write(pack.name, key, CHUNKS, {"rejected": f"the pack refused this document: {reason}"})
@@ -187,12 +187,15 @@ def index_step(
 
     chunks = load_chunks(engine, pack, key)
     spec = engine.registry.embedding
-    prop = schema.ensure_vector_index(engine.driver, engine.database, spec.identity, spec.model.dimension)
+    dimension = spec.model.dimension
+    if dimension is None:  # config validation requires one on every embedding model
+        raise ConfigError(f"embedding model {spec.name!r} has no dimension")
+    prop = schema.ensure_vector_index(engine.driver, engine.database, spec.identity, dimension)
     result = embed_batched(
         [f"{c.heading}\n{c.text}" for c in chunks],
         lambda batch: engine.embed_texts(batch, purpose="index", run_id=run_id),
         identity=spec.identity,
-        dimension=spec.model.dimension,
+        dimension=dimension,
         batch_size=spec.model.batch_size,
         cache=engine.embedding_cache,
         progress=progress
@@ -385,16 +388,18 @@ def ingest_pack(
     withdraw_missing_documents(engine, pack, [r.doc_id for r in found if r.problem is None])
     budget = new_budget(engine)
     obs = observer or IngestObserver()
+
+    def index_partition(e: Engine, p: DomainPack, k: str) -> dict[str, Any]:
+        def on_batch(ep: Any) -> None:
+            obs.embedding(p.name, k, ep)
+
+        return index_step(e, p, k, run_id=run_id, progress=on_batch if observer else None)
+
     steps: list[tuple[str, Callable[..., dict[str, Any]]]] = [
         ("source_documents", source_step),
         ("chunks", chunks_step),
         ("references", references_step),
-        (
-            "chunk_index",
-            lambda e, p, k: index_step(
-                e, p, k, run_id=run_id, progress=(lambda ep, k=k: obs.embedding(p.name, k, ep)) if observer else None
-            ),
-        ),
+        ("chunk_index", index_partition),
     ]
     if extract:
         steps.append(("llm_extraction", lambda e, p, k: extraction_step(e, p, k, run_id=run_id, budget=budget)))
@@ -416,13 +421,14 @@ def ingest_pack(
 
         todo = [k for k in keys if not (skip_unchanged and unchanged(k))]
         obs.step_started(pack.name, name, len(keys), len(keys) - len(todo))
-        reports[name] = report = run_step(
-            name,
-            todo,
-            lambda k, fn=fn: fn(engine, pack, k),
-            progress,
-            on_done=lambda k, outcome, name=name: obs.partition_done(pack.name, name, k, outcome),
-        )
+
+        def run_partition(k: str, fn: Callable[..., dict[str, Any]] = fn) -> dict[str, Any]:
+            return fn(engine, pack, k)
+
+        def on_done(k: str, outcome: str, name: str = name) -> None:
+            obs.partition_done(pack.name, name, k, outcome)
+
+        reports[name] = report = run_step(name, todo, run_partition, progress, on_done=on_done)
         report.unchanged = [k for k in keys if k not in set(todo)]
         for k in todo:
             ran[k].add(name)

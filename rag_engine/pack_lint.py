@@ -164,7 +164,7 @@ def _chunk_corpus(pack: DomainPack, max_bytes: int, out: _Collector) -> tuple[in
         except RagError as exc:
             out.error("document_rejected", str(exc), where)
             continue
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a pack's chunker failing is a lint finding, not a lint crash
             out.error("chunker_failed", f"{type(exc).__name__}: {exc}", where)
             continue
         if not doc_chunks:
@@ -221,7 +221,7 @@ def lint_references(pack: DomainPack, chunks: list[ChunkRecord], out: _Collector
     for c in chunks:
         try:
             refs = pack.extract_references(c)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a pack's extractor failing is a lint finding for that chunk
             out.error("references_failed", f"extract_references raised {type(exc).__name__}: {exc}", c.anchor)
             continue
         for r in refs:

@@ -33,14 +33,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rag_engine import yaml_safe
-from rag_engine.config import EngineConfig, PackEntry
-from rag_engine.errors import PackError
+from rag_engine.config import EngineConfig
+from rag_engine.config import PackEntry as PackEntry  # re-exported: packs may import only rag_engine.packs
+from rag_engine.errors import PackError as PackError  # re-exported: packs may import only rag_engine.packs
 
 ENTRY_POINT_GROUP = "rag_engine.packs"
 
@@ -259,7 +260,7 @@ def _load_manifest(entry: PackEntry, root: Path) -> PackManifest:
 def _resolve_factory(entry: PackEntry, root: Path) -> Callable[..., DomainPack]:
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name == entry.name:
-            return ep.load()
+            return cast("Callable[..., DomainPack]", ep.load())  # EntryPoint.load() is typed Any
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
     try:
@@ -269,7 +270,7 @@ def _resolve_factory(entry: PackEntry, root: Path) -> Callable[..., DomainPack]:
     factory = getattr(module, entry.factory, None)
     if not callable(factory):
         raise PackError(f"pack {entry.name!r}: {entry.module} has no callable {entry.factory!r}")
-    return factory
+    return cast("Callable[..., DomainPack]", factory)  # an attribute of a module imported by name
 
 
 def load_pack(entry: PackEntry, root: Path) -> DomainPack:

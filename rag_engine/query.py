@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from rag_engine.engine import Engine
 from rag_engine.errors import RagError
 from rag_engine.graph.planner import content_terms
+from rag_engine.providers.clients import ModelClient
 from rag_engine.retrieval.answer import Answer, answer_question, extractive_answer, insufficient
 from rag_engine.retrieval.context import AssembledContext, assemble_context
 from rag_engine.retrieval.local_inference import expand_query, rerank
@@ -40,7 +41,7 @@ class QueryOutcome(BaseModel):
     latency_ms: float
 
 
-def _client(engine: Engine, name: str | None):
+def _client(engine: Engine, name: str | None) -> ModelClient | None:
     if not name:
         return None
     try:
@@ -71,7 +72,7 @@ def run_query(
     k: int | None = None,
     generate: bool = True,
     local_inference: bool = True,
-    conversation: list[dict] | None = None,
+    conversation: list[dict[str, Any]] | None = None,
     run_id: str | None = None,
     weights: dict[str, float] | None = None,
     session_id: str | None = None,

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from rag_engine import approvals
 from rag_engine.errors import ApprovalMismatch, ApprovalRequired
+from rag_engine.graph.connection import single_record
 from rag_engine.retrieval.store_reads import read
 
 
@@ -123,7 +124,7 @@ def run_cleanup(
 
     def work(tx: neo4j.ManagedTransaction) -> dict[str, int]:
         now = {
-            name: tx.run(f"{match} RETURN count(x) AS n", packs=packs).single()["n"]
+            name: single_record(tx.run(f"{match} RETURN count(x) AS n", packs=packs), f"cleanup count {name}")["n"]
             for name, (match, _) in STALE.items()
         }
         if now != plan:
@@ -131,7 +132,7 @@ def run_cleanup(
                 f"the cleanup plan changed since it was approved ({now} != {plan}); nothing was deleted"
             )
         removed = {
-            name: tx.run(f"{match} {action} RETURN count(*) AS n", packs=packs).single()["n"]
+            name: single_record(tx.run(f"{match} {action} RETURN count(*) AS n", packs=packs), f"cleanup {name}")["n"]
             for name, (match, action) in STALE.items()
         }
         tx.run(

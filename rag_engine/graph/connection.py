@@ -21,7 +21,10 @@ class Neo4jTarget:
     uri_env: str = "NEO4J_URI"
 
     def __repr__(self) -> str:  # never show credentials, only where they come from
-        return f"Neo4jTarget(uri={self.uri!r}, database={self.database!r}, auth from ${self.user_env}/${self.password_env})"
+        return (
+            f"Neo4jTarget(uri={self.uri!r}, database={self.database!r}, "
+            f"auth from ${self.user_env}/${self.password_env})"
+        )
 
 
 def neo4j_target(cfg: EngineConfig, env: Mapping[str, str] | None = None) -> Neo4jTarget:
@@ -65,3 +68,14 @@ def check_reachable(driver: neo4j.Driver, target: Neo4jTarget) -> None:
             f"local one with `make neo4j-start`, or point ${target.uri_env} at yours",
             uri=target.uri,
         ) from None
+
+
+def single_record(result: neo4j.Result, what: str) -> neo4j.Record:
+    """The one record of a query that always returns exactly one row (an aggregate such as
+    ``count`` or ``collect``); a clear StoreError instead of indexing None if it did not."""
+    from rag_engine.errors import StoreError
+
+    record = result.single()
+    if record is None:
+        raise StoreError(f"Neo4j returned no row for {what}")
+    return record

@@ -30,7 +30,8 @@ class ExtractionCache:
         path = self._path(key)
         if not path.is_file():
             return None
-        return json.loads(path.read_text(encoding="utf-8"))
+        entry: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        return entry
 
     def put(self, key: str, entry: dict[str, Any]) -> None:
         path = self._path(key)

@@ -26,24 +26,35 @@ import hashlib
 import json
 import uuid
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 import neo4j
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from rag_engine.errors import FeedbackError
+from rag_engine.graph.connection import single_record
 
 Verdict = Literal["useful", "harmful"]
 VERDICTS: tuple[str, ...] = ("useful", "harmful")
 
 
+def _is_verdict(verdict: str) -> TypeGuard[Verdict]:
+    return verdict in VERDICTS
+
+
 class PathHop(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    source_id: str = Field(min_length=1, validation_alias=AliasChoices("source_id", "source", "from_id"))
-    target_id: str = Field(min_length=1, validation_alias=AliasChoices("target_id", "target", "to_id"))
+    source_id: str = Field(  # type: ignore[pydantic-alias]  # several input names (by validation)
+        min_length=1, validation_alias=AliasChoices("source_id", "source", "from_id")
+    )
+    target_id: str = Field(  # type: ignore[pydantic-alias]  # several input names (by validation)
+        min_length=1, validation_alias=AliasChoices("target_id", "target", "to_id")
+    )
     type: str = Field(min_length=1)
-    chunk_id: str = Field(min_length=1, validation_alias=AliasChoices("chunk_id", "evidence_chunk_id"))
+    chunk_id: str = Field(  # type: ignore[pydantic-alias]  # several input names (by validation)
+        min_length=1, validation_alias=AliasChoices("chunk_id", "evidence_chunk_id")
+    )
 
 
 class Observation(BaseModel):
@@ -148,7 +159,7 @@ def record_feedback(
 
     ``collections``: what the caller's role may read (``policy.gate``); nodes outside them are
     unknown to this caller. None (trusted in-process callers only) checks existence alone."""
-    if verdict not in VERDICTS:
+    if not _is_verdict(verdict):
         raise FeedbackError(f"verdict must be one of {list(VERDICTS)}, got {verdict!r}")
     if not actor.strip():
         raise FeedbackError("feedback needs an actor")
@@ -168,18 +179,23 @@ def record_feedback(
     }
 
     def work(tx: neo4j.ManagedTransaction) -> Observation:
-        found = tx.run(
+        found_result = tx.run(
             _FOUND,
             entity_ids=entity_ids,
             chunk_ids=chunk_ids,
             collections=None if collections is None else list(collections),
-        ).single()
+        )
+        found = single_record(found_result, "feedback path lookup")
         missing = (set(entity_ids) - set(found["entities"])) | (set(chunk_ids) - set(found["chunks"]))
         if missing:
             raise FeedbackError(f"path refers to {len(missing)} node(s) the graph does not hold")
-        created_at = tx.run(_CREATE, **params).single()["created_at"]
-        n_entities = tx.run(_OBSERVES, observation_id=params["observation_id"], entity_ids=entity_ids).single()["n"]
-        n_chunks = tx.run(_ABOUT_CHUNK, observation_id=params["observation_id"], chunk_ids=chunk_ids).single()["n"]
+        created_at = single_record(tx.run(_CREATE, params), "observation create")["created_at"]
+        n_entities = single_record(
+            tx.run(_OBSERVES, observation_id=params["observation_id"], entity_ids=entity_ids), "OBSERVES edges"
+        )["n"]
+        n_chunks = single_record(
+            tx.run(_ABOUT_CHUNK, observation_id=params["observation_id"], chunk_ids=chunk_ids), "ABOUT_CHUNK edges"
+        )["n"]
         return Observation(
             observation_id=params["observation_id"],
             verdict=verdict,

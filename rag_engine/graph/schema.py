@@ -27,11 +27,12 @@ import re
 import threading
 import time
 import weakref
+from typing import Any
 
 import neo4j
 from neo4j.exceptions import ClientError, TransientError
 
-from rag_engine.errors import EmbedderMismatch
+from rag_engine.errors import EmbedderMismatch, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ _locks: weakref.WeakKeyDictionary[neo4j.Driver, threading.Lock] = weakref.WeakKe
 _locks_guard = threading.Lock()
 
 
-def run_schema_statement(driver: neo4j.Driver, database: str, stmt: str, **params) -> None:
+def run_schema_statement(driver: neo4j.Driver, database: str, stmt: str, **params: Any) -> None:
     """One schema statement in its own auto-commit transaction, retried on transient errors
     (deadlocks between concurrent schema changes) with jittered exponential backoff."""
     for attempt in range(1, SCHEMA_ATTEMPTS + 1):
@@ -126,7 +127,7 @@ def safe_name(name: str) -> str:
     return name
 
 
-def current_embedder(driver: neo4j.Driver, database: str) -> dict | None:
+def current_embedder(driver: neo4j.Driver, database: str) -> dict[str, Any] | None:
     """The active index: identity, dimension, index (vector index name) and property (chunk
     property holding its vectors); None before the first chunk_index."""
     records, _, _ = driver.execute_query(
@@ -181,13 +182,16 @@ def ensure_vector_index(driver: neo4j.Driver, database: str, identity: str, dime
             property=prop,
         )
         existing = current_embedder(driver, database)
+        if existing is None:
+            raise StoreError("the IndexMeta node just merged could not be read back")
         if existing["identity"] != identity:  # a concurrent first index with another embedder won
             raise EmbedderMismatch(
                 f"the chunk index was just built with embedder {existing['identity']!r}; "
                 f"the active embedder is {identity!r}"
             )
     run_schema_statement(driver, database, "CALL db.awaitIndexes(300)")
-    return existing["property"]
+    active_property: str = existing["property"]
+    return active_property
 
 
 def check_embedder(driver: neo4j.Driver, database: str, identity: str) -> None:
@@ -200,7 +204,7 @@ def check_embedder(driver: neo4j.Driver, database: str, identity: str) -> None:
         )
 
 
-def index_coverage(driver: neo4j.Driver, database: str, packs: list[str] | None = None) -> dict | None:
+def index_coverage(driver: neo4j.Driver, database: str, packs: list[str] | None = None) -> dict[str, Any] | None:
     """The active index and how many current chunks (of ``packs``, default all) lack its vector:
     ``{embedder_identity, complete, missing, active_chunks}``; None without an index. On the
     first index's shared property the chunk's ``embedder`` marker must match too."""

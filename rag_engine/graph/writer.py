@@ -14,6 +14,7 @@ from typing import Any
 
 import neo4j
 
+from rag_engine.graph.connection import single_record
 from rag_engine.packs import ChunkRecord, ReferenceRecord
 
 
@@ -144,11 +145,13 @@ def write_chunks_per_row(
 ) -> None:
     """The naive path (one transaction per chunk). Kept only so the benchmark can compare."""
     key = version_key(pack, key)
+
+    def work(tx: neo4j.ManagedTransaction, row: dict[str, Any]) -> None:
+        tx.run(_WRITE_CHUNKS, rows=[row], key=key, pack=pack).consume()
+
     with driver.session(database=database) as session:
         for c in chunks:
-            session.execute_write(
-                lambda tx, row=chunk_row(c): tx.run(_WRITE_CHUNKS, rows=[row], key=key, pack=pack).consume()
-            )
+            session.execute_write(work, chunk_row(c))
 
 
 _SET_EMBEDDINGS = """
@@ -273,9 +276,9 @@ def withdraw_missing(
     'withdrawn', their chunks inactive) and references into them are re-derived."""
 
     def work(tx: neo4j.ManagedTransaction) -> list[str]:
-        withdrawn = tx.run(_WITHDRAW, pack=pack, present=list(present)).single()["withdrawn"]
+        withdrawn = single_record(tx.run(_WITHDRAW, pack=pack, present=list(present)), "withdraw")["withdrawn"]
         for doc_id in withdrawn:
-            keys = tx.run(_DOC_KEYS, pack=pack, doc_id=doc_id).single()["keys"]
+            keys = single_record(tx.run(_DOC_KEYS, pack=pack, doc_id=doc_id), "document keys")["keys"]
             tx.run(_DROP_DOC_REFERENCES, pack=pack, doc_id=doc_id).consume()
             _resolve(tx, pack, keys, resolution_version)
         return list(withdrawn)
@@ -308,10 +311,10 @@ def resolve_references(
     version = version_key(pack, key)
 
     def work(tx: neo4j.ManagedTransaction) -> dict[str, int]:
-        keys = tx.run(_DOC_KEYS, pack=pack, doc_id=doc_id).single()["keys"]
+        keys = single_record(tx.run(_DOC_KEYS, pack=pack, doc_id=doc_id), "document keys")["keys"]
         tx.run(_DROP_DOC_REFERENCES, pack=pack, doc_id=doc_id).consume()
         _resolve(tx, pack, keys, resolution_version)
-        rec = tx.run(_COUNT_CITES, key=version).single()
+        rec = single_record(tx.run(_COUNT_CITES, key=version), "citation counts")
         return {
             "resolved": int(rec["resolved"] or 0),
             "unresolved": int(rec["unresolved"] or 0),
@@ -327,7 +330,7 @@ def resolve_pack(driver: neo4j.Driver, database: str, *, pack: str, resolution_v
 
     def work(tx: neo4j.ManagedTransaction) -> int:
         tx.run(_DROP_PACK_REFERENCES, pack=pack).consume()
-        keys = tx.run(_ALL_KEYS, pack=pack).single()["keys"]
+        keys = single_record(tx.run(_ALL_KEYS, pack=pack), "pack keys")["keys"]
         _resolve(tx, pack, keys, resolution_version)
         return len(keys)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
-from typing import Literal
+from typing import Literal, TypedDict, Unpack
 
 from pydantic import BaseModel, ConfigDict
 
@@ -68,7 +68,21 @@ class Answer(BaseModel):
     error_type: str | None = None  # set when the model failed and the extractive fallback answered
 
 
-def insufficient(reason: Reason, *, method: Method = "none", **extra: object) -> Answer:
+class AnswerExtra(TypedDict, total=False):
+    """The optional ``Answer`` fields ``insufficient`` passes through."""
+
+    dropped_citations: int
+    dropped_citation_ids: tuple[str, ...]
+    model: str | None
+    cost: Decimal | None
+    error_type: str | None
+
+
+class _ModelMeta(AnswerExtra):
+    method: Method
+
+
+def insufficient(reason: Reason, *, method: Method = "none", **extra: Unpack[AnswerExtra]) -> Answer:
     return Answer(text=INSUFFICIENT, citations=(), insufficient_evidence=True, reason=reason, method=method, **extra)
 
 
@@ -138,7 +152,7 @@ def answer_question(
     proposed = list(dict.fromkeys(c.strip() for c in draft.citations))
     valid = tuple(c for c in proposed if c in allowed)
     dropped = tuple(c for c in proposed if c not in allowed)
-    meta = {
+    meta: _ModelMeta = {
         "method": "model",
         "dropped_citations": len(dropped),
         "dropped_citation_ids": dropped,

@@ -31,6 +31,7 @@ from rag_engine.config import ContextBudgetsConfig
 from rag_engine.retrieval.retriever import Candidate
 
 Category = Literal["system", "documents", "conversation", "tools"]
+OverflowReason = Literal["over_budget", "duplicate_chunk", "older_than_dropped_turn"]
 CATEGORIES: tuple[Category, ...] = ("system", "documents", "conversation", "tools")
 TOKEN_COUNTER = "approx_chars_div_4"
 
@@ -63,7 +64,7 @@ class DocumentItem(_Frozen):
     exact: bool = False
     via: str | None = None
     path_score: float | None = None
-    path: tuple[dict, ...] | None = None
+    path: tuple[dict[str, Any], ...] | None = None
     tokens: int
 
 
@@ -85,7 +86,7 @@ class OverflowItem(_Frozen):
     category: Category
     item_id: str  # chunk_id, "system", "conversation[i]" or "tools[i]:name"
     tokens: int
-    reason: Literal["over_budget", "duplicate_chunk", "older_than_dropped_turn"]
+    reason: OverflowReason
     remaining: int  # budget left in the category when the item was considered
 
 
@@ -174,7 +175,7 @@ def _documents(
 
 
 def _conversation(
-    turns: Sequence[dict], budget: int, count: Callable[[str], int]
+    turns: Sequence[dict[str, Any]], budget: int, count: Callable[[str], int]
 ) -> tuple[list[MessageItem], list[OverflowItem]]:
     kept: list[MessageItem] = []
     overflow: list[OverflowItem] = []
@@ -184,7 +185,7 @@ def _conversation(
         role, content = str(turns[index].get("role", "user")), str(turns[index].get("content", ""))
         tokens = count(f"{role}: {content}")
         if cut or tokens > remaining:
-            reason = "older_than_dropped_turn" if cut else "over_budget"
+            reason: OverflowReason = "older_than_dropped_turn" if cut else "over_budget"
             overflow.append(
                 OverflowItem(
                     category="conversation",
@@ -202,7 +203,7 @@ def _conversation(
 
 
 def _tools(
-    tools: Sequence[dict], budget: int, count: Callable[[str], int]
+    tools: Sequence[dict[str, Any]], budget: int, count: Callable[[str], int]
 ) -> tuple[list[ToolItem], list[OverflowItem]]:
     kept: list[ToolItem] = []
     overflow: list[OverflowItem] = []
@@ -231,8 +232,8 @@ def assemble_context(
     *,
     budgets: ContextBudgetsConfig,
     system_prompt: str,
-    conversation: Sequence[dict] = (),
-    tools: Sequence[dict] = (),
+    conversation: Sequence[dict[str, Any]] = (),
+    tools: Sequence[dict[str, Any]] = (),
     count_tokens: Callable[[str], int] = approx_tokens,
 ) -> AssembledContext:
     """Fill each category up to its own budget; whatever does not fit is listed in ``overflow``."""

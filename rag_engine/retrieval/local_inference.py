@@ -88,6 +88,7 @@ def expand_query(
     if reason:
         _skipped(events, step, reason)
         return query
+    assert client is not None, "_missing reports a None client as no_model_configured"
     try:
         parsed: Expansion = _ask(client, _EXPAND.format(n=MAX_EXPANSIONS, query=query), Expansion, step, run_id)
         seen = {query.strip().casefold()}
@@ -134,6 +135,7 @@ def rerank(
     if reason:
         _skipped(events, step, reason)
         return list(candidates)
+    assert client is not None, "_missing reports a None client as no_model_configured"
     by_id = {c.chunk_id: c for c in candidates}
     passages = "\n\n".join(f"chunk_id={c.chunk_id}\n{c.text[:RERANK_TEXT_CHARS]}" for c in candidates)
     try:

@@ -7,6 +7,8 @@ for but may not read are reported as a governance event, never silently dropped.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict
 
 from rag_engine.config import EngineConfig
@@ -20,7 +22,7 @@ class PolicyDecision(BaseModel):
     collections: tuple[str, ...]
     blocked: tuple[str, ...] = ()
 
-    def governance_event(self) -> dict | None:
+    def governance_event(self) -> dict[str, Any] | None:
         if not self.blocked:
             return None
         return {"event": "collections_blocked", "role": self.role, "blocked": list(self.blocked)}

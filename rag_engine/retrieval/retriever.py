@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
@@ -38,7 +39,7 @@ class Candidate(BaseModel):
     via: str | None = None
     """For expansion candidates: the reference text that led here."""
     path_score: float | None = None
-    path: tuple[dict, ...] | None = None
+    path: tuple[dict[str, Any], ...] | None = None
     """For graph candidates: the hops (entities, relationship type, confidence, evidence chunk)."""
 
 
@@ -381,7 +382,7 @@ def _reference_boost(
     keys: list[str],
     ambiguous_docs: set[str],
     unit: float,
-    named_docs: set[str] = frozenset(),
+    named_docs: AbstractSet[str] = frozenset(),
     scope_unit: float = 0.0,
 ) -> list[tuple[Fused, float]]:
     """Bounded boosts from what the question names, reordered by the boosted score (ties as in

@@ -38,7 +38,9 @@ def read(driver: neo4j.Driver, database: str, query: str, **params: Any) -> list
         return session.execute_read(work)
 
 
-def fulltext(driver: neo4j.Driver, database: str, text: str, collections: tuple[str, ...], k: int) -> list[dict]:
+def fulltext(
+    driver: neo4j.Driver, database: str, text: str, collections: tuple[str, ...], k: int
+) -> list[dict[str, Any]]:
     q = lucene_escape(text)
     if not q.strip():
         return []
@@ -60,7 +62,7 @@ VECTOR_FETCH_CAP = 5000
 
 def _vector_in_tx(
     tx: neo4j.ManagedTransaction, embedding: list[float], collections: tuple[str, ...], k: int, identity: str
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     meta = tx.run(
         f"MATCH (m:IndexMeta {{name: '{VECTOR_INDEX}'}}) "
         f"RETURN m.identity AS identity, coalesce(m.index, '{VECTOR_INDEX}') AS index"
@@ -99,7 +101,7 @@ def vector(
     collections: tuple[str, ...],
     k: int,
     identity: str | None = None,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Nearest permitted, current chunks from the active vector index (IndexMeta names it: a
     blue/green re-index switches it). With ``identity``, the embedder that made ``embedding`` is
     checked against the index's in the same transaction: a query vector can never be compared in
@@ -119,7 +121,7 @@ def vector(
 
 def by_keys(
     driver: neo4j.Driver, database: str, keys: list[str], collections: tuple[str, ...], limit: int = 200
-) -> tuple[list[dict], dict[str, list[str]]]:
+) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
     """Chunks answering to reference keys (``pack|key``) named in a question, and per key the
     documents (``pack:doc_id``) whose active chunks answer to it, whatever the caller's role.
 
@@ -167,7 +169,7 @@ def citing(driver: neo4j.Driver, database: str, chunk_ids: list[str], keys: list
 
 def referenced(
     driver: neo4j.Driver, database: str, chunk_ids: list[str], collections: tuple[str, ...], k: int
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Deterministic reference expansion: chunks the seeds cite (one hop, active, permitted)."""
     if not chunk_ids or k <= 0:
         return []
@@ -187,7 +189,9 @@ def referenced(
     )
 
 
-def chunks_by_id(driver: neo4j.Driver, database: str, chunk_ids: list[str], collections: tuple[str, ...]) -> list[dict]:
+def chunks_by_id(
+    driver: neo4j.Driver, database: str, chunk_ids: list[str], collections: tuple[str, ...]
+) -> list[dict[str, Any]]:
     """Graph evidence chunks, still subject to the policy gate and to being current."""
     if not chunk_ids:
         return []
