@@ -24,7 +24,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import Column, DateTime, Index, Integer, MetaData, String, Table, Text, func, select
+from sqlalchemy import Column, DateTime, Index, Integer, MetaData, RowMapping, String, Table, Text, func, select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from rag_engine.approvals import DELETE_AUDIT_RECORDS, Approval, require
@@ -146,8 +146,9 @@ class AuditTrail:
         try:
             with self._engine.begin() as conn:
                 for rec in records:
-                    new_id = conn.execute(audit_records.insert().values(**self._row(rec))).inserted_primary_key[0]
-                    out.append(rec.model_copy(update={"id": new_id}))
+                    key = conn.execute(audit_records.insert().values(**self._row(rec))).inserted_primary_key
+                    assert key is not None, "a single-row INSERT always reports its primary key"
+                    out.append(rec.model_copy(update={"id": key[0]}))
         except SQLAlchemyError as exc:
             raise AuditError(f"audit trail write failed ({type(exc).__name__})") from None
         return out
@@ -242,7 +243,7 @@ class AuditTrail:
         return {**plan, "deleted": deleted, "approved_by": approval.approved_by if approval else None}
 
 
-def _to_record(row: Mapping[str, Any]) -> AuditRecord:
+def _to_record(row: RowMapping) -> AuditRecord:
     data = dict(row)
     created = data["created_at"]
     if created is not None and created.tzinfo is None:  # SQLite drops the offset; we always write UTC
@@ -258,7 +259,8 @@ def audit_trail(engine: Engine) -> AuditTrail:
         from rag_engine.providers.ledger import ledger_url
 
         cache["_audit_trail"] = AuditTrail(ledger_url(engine.cfg, engine.env, engine.root))
-    return cache["_audit_trail"]
+    trail: AuditTrail = cache["_audit_trail"]
+    return trail
 
 
 # -- the query record --------------------------------------------------------------------------
@@ -330,7 +332,12 @@ class QueryAudit:
             "events": [e.get("event") for e in outcome.events],
             "latency_ms": outcome.latency_ms,
         }
-        common = {"created_at": now, "query_id": self.query_id, "session_id": self.session_id, "role": retrieval.role}
+        common: dict[str, Any] = {
+            "created_at": now,
+            "query_id": self.query_id,
+            "session_id": self.session_id,
+            "role": retrieval.role,
+        }
         records = [AuditRecord(event="query", payload=payload, **common)]
         for e in outcome.events:
             name = e.get("event")

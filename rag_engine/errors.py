@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rag_engine.providers.ledger import UsageRecord
+
 
 class RagError(Exception):
     """Root of every error the engine raises on purpose."""
@@ -82,7 +87,7 @@ class PolicyError(RagError):
 class ProviderError(RagError):
     """A model provider call failed after retries."""
 
-    usage = None
+    usage: UsageRecord | None = None
     """The call's usage record (set by ModelClient): a failed call may have been billed, e.g. an
     answer that does not match the schema; budgets charge its tokens."""
 

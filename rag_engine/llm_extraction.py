@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
+from collections.abc import Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -30,6 +31,7 @@ from rag_engine.graph.models import RawExtraction
 from rag_engine.ingest import load_chunks
 from rag_engine.packs import ChunkRecord, DomainPack
 from rag_engine.providers.ratelimit import estimate_tokens
+from rag_engine.providers.results import GenerationResult
 
 log = logging.getLogger(__name__)
 EXTRACTION = "llm_extraction"
@@ -67,7 +69,7 @@ class RunBudget:
     cache_hits: int = 0
     failures: int = 0
     skipped: int = 0
-    rejected: Counter = field(default_factory=Counter)
+    rejected: Counter[str] = field(default_factory=Counter)
 
     def worst_case(self, prompt_estimate: int) -> int:
         return math.ceil(prompt_estimate * self.prompt_ratio) + self.max_output_tokens
@@ -125,7 +127,10 @@ def _rebind(raw: RawExtraction, asked: str, current: str) -> RawExtraction:
     asked about now belongs to the current chunk. Anything naming another chunk stays foreign."""
     if asked == current:
         return raw
-    swap = lambda cid: current if cid == asked else cid  # noqa: E731
+
+    def swap(cid: str) -> str:
+        return current if cid == asked else cid
+
     return raw.model_copy(
         update={
             "chunk_id": swap(raw.chunk_id),
@@ -158,9 +163,10 @@ def extraction_step(engine: Engine, pack: DomainPack, key: str, *, run_id: str, 
 
     skipped: dict[str, str] = {}
     failed: dict[str, str] = {}
-    running: dict[Future, tuple[ChunkRecord, int, int]] = {}  # call -> (chunk, worst case, prompt estimate)
+    # call -> (chunk, worst case, prompt estimate)
+    running: dict[Future[GenerationResult], tuple[ChunkRecord, int, int]] = {}
 
-    def call(messages: list[dict[str, Any]]):
+    def call(messages: list[dict[str, Any]]) -> GenerationResult:
         return client.generate(
             messages,
             schema=RawExtraction,
@@ -170,7 +176,7 @@ def extraction_step(engine: Engine, pack: DomainPack, key: str, *, run_id: str, 
             max_tokens=budget.max_output_tokens,
         )
 
-    def collect(futures) -> None:
+    def collect(futures: Iterable[Future[GenerationResult]]) -> None:
         for fut in futures:
             chunk, worst, prompt_estimate = running.pop(fut)
             try:
@@ -192,11 +198,13 @@ def extraction_step(engine: Engine, pack: DomainPack, key: str, *, run_id: str, 
                 prompt_tokens=usage.input_tokens,
             )
             model = usage.reported_model or spec.model.served_model
-            raw_by_chunk[chunk.chunk_id] = (result.parsed, run_id, model)
+            parsed = result.parsed
+            assert isinstance(parsed, RawExtraction), "generate(schema=RawExtraction) answers a RawExtraction"
+            raw_by_chunk[chunk.chunk_id] = (parsed, run_id, model)
             cache.put(
                 cache_key(chunk.content_hash, phash, spec.identity),
                 {
-                    "raw": result.parsed.model_dump(mode="json"),
+                    "raw": parsed.model_dump(mode="json"),
                     "run_id": run_id,
                     "model": model,
                     "chunk_id": chunk.chunk_id,
@@ -272,7 +280,7 @@ def finish_run(engine: Engine, pack: DomainPack, run_id: str, budget: RunBudget)
     from rag_engine.graph import writer
 
     spec = engine.registry.extraction
-    summary = {
+    summary: dict[str, Any] = {
         "run_id": run_id,
         "model": spec.identity,
         "prompt_hash": prompt_hash(pack.manifest),

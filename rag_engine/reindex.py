@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from typing import Literal
+from collections.abc import Callable, Iterable
+from typing import Any, Literal
 
 import neo4j
 from pydantic import BaseModel, ConfigDict
 
 from rag_engine.engine import Engine
-from rag_engine.errors import EmbedderMismatch
+from rag_engine.errors import ConfigError, EmbedderMismatch, StoreError
 from rag_engine.graph import schema
 from rag_engine.providers.embedding_cache import embed_batched
 
@@ -43,6 +43,7 @@ MAX_CATCH_UP = 20
 """Switch attempts: chunks activated while we embedded are caught up before each attempt."""
 
 Phase = Literal["prepare", "embed", "switch", "drop", "done"]
+Status = Literal["switched", "already_active", "interrupted", "no_index"]
 
 
 class _Frozen(BaseModel):
@@ -62,7 +63,7 @@ class ReindexProgress(_Frozen):
 
 
 class ReindexReport(_Frozen):
-    status: Literal["switched", "already_active", "interrupted", "no_index"]
+    status: Status
     """switched: the configured embedder's index is now active; already_active: it was already;
     interrupted: ``stop_after`` stopped it before the switch (a rerun continues); no_index:
     nothing was ever indexed (chunk_index builds the first index)."""
@@ -87,18 +88,18 @@ class ReindexReport(_Frozen):
     retired_kept: tuple[str, ...] = ()
 
 
-def _read(engine: Engine, query: str, **params) -> list[dict]:
+def _read(engine: Engine, query: str, **params: Any) -> list[dict[str, Any]]:
     records, _, _ = engine.driver.execute_query(
         query, database_=engine.database, routing_=neo4j.RoutingControl.READ, **params
     )
     return [r.data() for r in records]
 
 
-def _write(engine: Engine, query: str, **params) -> None:
+def _write(engine: Engine, query: str, **params: Any) -> None:
     engine.driver.execute_query(query, database_=engine.database, **params)
 
 
-def _missing(engine: Engine, prop: str, limit: int) -> list[dict]:
+def _missing(engine: Engine, prop: str, limit: int) -> list[dict[str, Any]]:
     return _read(
         engine,
         "MATCH (c:Chunk {active: true}) WHERE c[$prop] IS NULL "
@@ -141,11 +142,14 @@ RETURN count(m) AS switched
 """
 
 
-def _switch(engine: Engine, *, old: dict, identity: str, index: str, prop: str, dim: int) -> bool:
+def _switch(engine: Engine, *, old: dict[str, Any], identity: str, index: str, prop: str, dim: int) -> bool:
     """One write transaction: no current chunk lacks the new vector, then IndexMeta moves."""
 
     def work(tx: neo4j.ManagedTransaction) -> bool:
-        if tx.run(_SWITCH_CHECK, prop=prop).single()["n"]:
+        check = tx.run(_SWITCH_CHECK, prop=prop).single()
+        if check is None:
+            raise StoreError("the switch check (a count query) returned no row")
+        if check["n"]:
             return False
         rec = tx.run(
             _SWITCH,
@@ -201,12 +205,24 @@ def run_reindex(
     ``page_size``: chunks per page (default ``PAGE_BATCHES`` embedding batches)."""
     started = time.perf_counter()
     spec = engine.registry.embedding
+    if spec.model.dimension is None:  # the config refuses an embedding model without one
+        raise ConfigError(f"embedding model {spec.model.name!r} has no dimension")
     identity, dim = spec.identity, int(spec.model.dimension)
     schema.ensure_schema(engine.driver, engine.database)
     active = schema.current_embedder(engine.driver, engine.database)
     stats = {"cache_hits": 0, "embedded": 0, "requests": 0}
 
-    def report(status, *, index, prop, resumed=False, active_chunks=0, present=0, dropped=(), kept=()):
+    def report(
+        status: Status,
+        *,
+        index: str,
+        prop: str,
+        resumed: bool = False,
+        active_chunks: int = 0,
+        present: int = 0,
+        dropped: Iterable[str] = (),
+        kept: Iterable[str] = (),
+    ) -> ReindexReport:
         seconds = time.perf_counter() - started
         return ReindexReport(
             status=status,
@@ -304,7 +320,7 @@ def run_reindex(
                         property=prop,
                         rows=[
                             {"chunk_id": r["chunk_id"], "embedding": v}
-                            for r, v in zip(rows, result.vectors, strict=False)
+                            for r, v in zip(rows, result.vectors, strict=False)  # noqa: B023 - called in this iteration
                         ],
                     ).consume()
                 )

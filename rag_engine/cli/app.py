@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 from importlib.metadata import PackageNotFoundError, version
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperGroup
@@ -19,6 +19,9 @@ from rag_engine.cli import commands
 from rag_engine.cli.common import BAD_INPUT, CHECK_FAILED, State, emit_json, err, state
 from rag_engine.engine import DEFAULT_CONFIG
 from rag_engine.errors import NotIngested, RagError, StoreUnavailable
+
+if TYPE_CHECKING:
+    from typer._click import Context as ClickContext  # the context type TyperGroup.invoke declares
 
 
 def _translate(exc: BaseException) -> RagError | None:
@@ -37,7 +40,7 @@ def _translate(exc: BaseException) -> RagError | None:
 class _Boundary(TyperGroup):
     """Root group: turns errors into one line and an exit code, for every sub-command."""
 
-    def invoke(self, ctx: typer.Context) -> Any:
+    def invoke(self, ctx: ClickContext) -> Any:
         try:
             return super().invoke(ctx)
         except Exception as exc:
@@ -61,7 +64,7 @@ class _Boundary(TyperGroup):
             raise typer.Exit(BAD_INPUT) from None
 
 
-def _report(ctx: typer.Context, st: State, kind: str, message: str, code: int, hint: str = "") -> None:
+def _report(ctx: ClickContext, st: State, kind: str, message: str, code: int, hint: str = "") -> None:
     err().print(f"error: {kind}: {message}{hint}", style="red", markup=False)
     if st.json:  # stdout stays one JSON document
         emit_json(ctx, {"error": {"type": kind, "message": message, "exit_code": code}})

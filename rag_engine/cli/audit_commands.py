@@ -113,6 +113,7 @@ def audit_purge(
     use_json(ctx, json)
     eng = engine(ctx)
     trail, days = audit_trail(eng), eng.cfg.audit.retention_days
+    data: dict[str, Any]
     if dry_run:
         plan = trail.deletion_plan(days)
         data = {"would_delete": plan, "inputs_hash": hash_of(plan)}

@@ -29,7 +29,7 @@ config_app = typer.Typer(help="Configuration: validate the config and the provid
 packs_app = typer.Typer(help="Domain packs: load and summarize the enabled ones.", no_args_is_help=True)
 
 
-def _active_embedder(eng: Any) -> dict:
+def _active_embedder(eng: Any) -> dict[str, Any]:
     """Which embedder answers, and where (endpoint after any endpoint_env override, redacted)."""
     from rag_engine.config import _redact
     from rag_engine.providers.registry import resolve_endpoint
@@ -53,7 +53,7 @@ def config_check(ctx: typer.Context, json: JsonOpt = False) -> None:
 
     use_json(ctx, json)
     eng = engine(ctx)
-    data = {
+    data: dict[str, Any] = {
         "config_hash": config_hash(eng.cfg),
         "generation_model": eng.registry.generation.identity,
         "embedding_model": eng.registry.embedding.identity,
@@ -211,7 +211,7 @@ def ingest(
     """Ingest the enabled packs (or one) into Neo4j, without Dagster.
 
     The same steps as the assets. Unchanged documents are skipped per step (change detection; --force redoes them). Exits 1
-    when a partition or an extraction call failed, after finishing the others."""
+    when a partition or an extraction call failed, after finishing the others."""  # noqa: E501 - help text: its line breaks show
     from dataclasses import asdict
 
     from rag_engine.cli.progress import RichIngestProgress

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 
 from rag_engine.engine import DEFAULT_CONFIG, Engine
+
+if TYPE_CHECKING:
+    from typer._click import Context as ClickContext  # typer.Context's base: what a group's invoke receives
 
 OK, CHECK_FAILED, BAD_INPUT = 0, 1, 2
 """0 ok; 1 a check or gate failed (ingest with failures, a blocking quality check); 2 bad input,
@@ -40,7 +43,7 @@ class State:
     json: bool = False
 
 
-def state(ctx: typer.Context) -> State:
+def state(ctx: ClickContext) -> State:
     root = ctx.find_root()
     if not isinstance(root.obj, State):
         root.obj = State()
@@ -57,7 +60,7 @@ def err() -> Console:
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def emit_json(ctx: typer.Context, payload: Any) -> None:
+def emit_json(ctx: ClickContext, payload: Any) -> None:
     """The JSON mode's only stdout write."""
     state(ctx).json = True
     sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")

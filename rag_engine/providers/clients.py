@@ -175,7 +175,7 @@ class ModelClient:
         if self._ledger is not None:
             try:
                 record = self._ledger.record(record)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a ledger failure must not fail the model call; logged below
                 # the record itself holds no secret; it is logged so it can be replayed into the ledger
                 log.error(
                     "usage ledger write failed (%s); record kept in this log: %s",

@@ -8,12 +8,12 @@ baseline, not a neural model: configure an OpenAI-compatible embedder for real s
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 
 import numpy as np
 
 from rag_engine.providers.registry import ModelSpec
-import itertools
 
 _TOKEN = re.compile(r"[a-z0-9]+")
 _STOP = frozenset(

@@ -86,8 +86,10 @@ class EmbeddingCache:
     def count(self, identity: str | None = None) -> int:
         with closing(self._connect()) as db:
             if identity is None:
-                return db.execute("SELECT count(*) FROM embeddings").fetchone()[0]
-            return db.execute("SELECT count(*) FROM embeddings WHERE identity = ?", [identity]).fetchone()[0]
+                total: int = db.execute("SELECT count(*) FROM embeddings").fetchone()[0]
+                return total
+            matching: int = db.execute("SELECT count(*) FROM embeddings WHERE identity = ?", [identity]).fetchone()[0]
+            return matching
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    RowMapping,
     String,
     Table,
     create_engine,
@@ -69,7 +70,7 @@ class UsageRecord(BaseModel):
     cost: Decimal | None = None
 
 
-class _DecimalText(TypeDecorator):
+class _DecimalText(TypeDecorator[Decimal]):
     """Exact Decimal on every backend: stored as plain decimal text (never scientific notation)."""
 
     impl = String(64)
@@ -162,7 +163,9 @@ class UsageLedger:
         created = values["created_at"]
         values["created_at"] = (created if created.tzinfo else created.replace(tzinfo=UTC)).astimezone(UTC)
         with self._engine.begin() as conn:
-            new_id = conn.execute(usage_records.insert().values(**values)).inserted_primary_key[0]
+            key = conn.execute(usage_records.insert().values(**values)).inserted_primary_key
+        assert key is not None, "a single-row INSERT always reports its primary key"
+        new_id = key[0]
         return rec.model_copy(update={"id": new_id})
 
     # -- read ------------------------------------------------------------------------
@@ -189,7 +192,7 @@ class UsageLedger:
         self._engine.dispose()
 
 
-def _to_record(row: Mapping[str, Any]) -> UsageRecord:
+def _to_record(row: RowMapping) -> UsageRecord:
     data = dict(row)
     created = data["created_at"]
     if created is not None and created.tzinfo is None:  # SQLite drops the offset; we always write UTC

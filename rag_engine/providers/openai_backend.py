@@ -72,7 +72,7 @@ def response_format_for(schema: type[BaseModel]) -> dict[str, Any]:
         from openai.lib._pydantic import to_strict_json_schema  # the SDK's own converter used by .parse()
 
         json_schema, strict = to_strict_json_schema(schema), True
-    except Exception:
+    except Exception:  # noqa: BLE001 - private SDK helper: any failure falls back to pydantic's plain schema
         json_schema, strict = schema.model_json_schema(), False
     name = re.sub(r"[^A-Za-z0-9_-]", "_", schema.__name__)[:64]
     return {"type": "json_schema", "json_schema": {"name": name, "schema": json_schema, "strict": strict}}
@@ -245,8 +245,9 @@ class OpenAIBackend:
         if not isinstance(data, list) or len(data) != expected:
             raise self._invalid(f"expected {expected} embeddings, got {len(data) if isinstance(data, list) else 0}")
         ordered = sorted(data, key=lambda d: getattr(d, "index", 0) or 0)
-        vectors = [getattr(d, "embedding", None) for d in ordered]
-        if not all(isinstance(v, list) and v for v in vectors):
+        raw_vectors = [getattr(d, "embedding", None) for d in ordered]
+        vectors = [v for v in raw_vectors if isinstance(v, list) and v]
+        if len(vectors) != len(raw_vectors):
             raise self._invalid("embedding vectors are missing") from None
         dim = self._spec.model.dimension
         if dim is not None and any(len(v) != dim for v in vectors):

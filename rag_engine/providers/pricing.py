@@ -86,7 +86,7 @@ def _flat_shape(data: dict[str, Any], path: Path) -> dict[str, Any]:
     return {"version": version, "currency": data.get("currency", "USD"), "models": models}
 
 
-def price_key(pricing_ref: str | None, provider: str, served_model: str) -> str | None:
+def price_key(pricing_ref: str | None, provider: str, served_model: str) -> str:
     """The key a model is priced under: its ``pricing_ref`` when set, else ``provider/served_model``
     (the seed's flat shape names models that way)."""
     return pricing_ref or f"{provider}/{served_model}"

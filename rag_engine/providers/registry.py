@@ -106,14 +106,14 @@ class ProviderRegistry:
             )
         if gen.role != "generation":
             raise ModelRoleMismatch(f"defaults.generation_model {gen.name!r} has role {gen.role!r}")
-        if not cfg.provider(gen.provider).enabled:
+        if not self._provider_of(gen).enabled:
             raise RegistryError(f"default generation model {gen.name!r} uses disabled provider {gen.provider!r}")
         emb = cfg.model(cfg.defaults.embedding_model)
         if emb is None:
             raise RegistryError(f"defaults.embedding_model {cfg.defaults.embedding_model!r} is not a configured model")
         if emb.role != "embedding":
             raise ModelRoleMismatch(f"defaults.embedding_model {emb.name!r} has role {emb.role!r}")
-        if not cfg.provider(emb.provider).enabled:
+        if not self._provider_of(emb).enabled:
             raise DisabledActiveEmbedder(f"active embedder {emb.name!r} belongs to disabled provider {emb.provider!r}")
         if cfg.defaults.extraction_model is not None:
             ext = cfg.model(cfg.defaults.extraction_model)
@@ -121,13 +121,20 @@ class ProviderRegistry:
                 raise ModelRoleMismatch(
                     f"defaults.extraction_model {cfg.defaults.extraction_model!r} is not a generation model"
                 )
-            if not cfg.provider(ext.provider).enabled:
+            if not self._provider_of(ext).enabled:
                 raise RegistryError(f"extraction model {ext.name!r} uses disabled provider {ext.provider!r}")
         for p in cfg.providers:
             if p.enabled and p.credential_env and p.credential_env not in self._env:
                 raise MissingCredential(
                     f"provider {p.name!r} is enabled but environment variable {p.credential_env} is not set"
                 )
+
+    def _provider_of(self, model: ModelConfig) -> ProviderConfig:
+        """The model's provider; every model's reference is checked by ``_validate``."""
+        provider = self._cfg.provider(model.provider)
+        if provider is None:
+            raise UnknownProviderReference(f"model {model.name!r} references unknown provider {model.provider!r}")
+        return provider
 
     # -- lookups ---------------------------------------------------------------------
     @property
@@ -138,7 +145,7 @@ class ProviderRegistry:
         model = self._cfg.model(model_name)
         if model is None:
             raise RegistryError(f"unknown model {model_name!r}")
-        return ModelSpec(model=model, provider=self._cfg.provider(model.provider))
+        return ModelSpec(model=model, provider=self._provider_of(model))
 
     @property
     def generation(self) -> ModelSpec:

@@ -52,7 +52,8 @@ class RetryPolicy:
         """Wait before retry number ``retry_index`` (0-based)."""
         if retry_after is not None:
             return retry_after
-        return min(self.backoff_base_s * (2**retry_index), MAX_BACKOFF_S)
+        factor: int = 2**retry_index
+        return min(self.backoff_base_s * factor, MAX_BACKOFF_S)
 
     def may_retry(self, retry_index: int, retry_after: float | None) -> bool:
         if retry_index >= self.max_retries:

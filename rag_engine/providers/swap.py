@@ -29,8 +29,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping
+from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 from urllib.parse import urlsplit
 
 import yaml
@@ -42,6 +43,11 @@ from rag_engine.providers.registry import ModelSpec, ProviderRegistry, resolve_e
 
 Role = Literal["generation", "embedding", "extraction", "local_inference"]
 ROLES: tuple[str, ...] = ("generation", "embedding", "extraction", "local_inference")
+
+
+def _is_role(role: str) -> TypeGuard[Role]:
+    return role in ROLES
+
 
 DEFAULT_FIELD = {
     "generation": "generation_model",
@@ -174,7 +180,8 @@ def role_model(cfg: EngineConfig, role: str) -> str | None:
     d = cfg.defaults
     if role == "extraction":
         return d.extraction_model or d.generation_model
-    return getattr(d, DEFAULT_FIELD[role])
+    name: str | None = getattr(d, DEFAULT_FIELD[role])
+    return name
 
 
 def _host(url: str | None) -> str | None:
@@ -216,7 +223,7 @@ def _identity(
         if provider.kind == "openai_compatible":
             reachable, note = _reachable(endpoint) if endpoint else (False, "no endpoint configured")
         elif provider.kind == "replay":
-            ok = bool(provider.cassette) and under_root(root, provider.cassette).is_file()
+            ok = bool(provider.cassette and under_root(root, provider.cassette).is_file())
             reachable, note = ok, f"cassette {provider.cassette} {'present' if ok else 'missing'}"
         elif provider.kind == "local_hash":
             note = "in-process (no server)"
@@ -301,7 +308,10 @@ def _pricing(cfg: EngineConfig, ident: Identity, root: Path) -> tuple[Pricing, A
     if ident.model is None:
         return Pricing(price_key=None, pricing_version=None, known=False, gap="role off: no model, no cost"), None
     model = cfg.model(ident.model)
-    key = price_key(model.pricing_ref, ident.provider, ident.served_model)
+    if model is None:
+        raise ConfigError(f"unknown model {ident.model!r}; configured: {[m.name for m in cfg.models]}")
+    # the identity's provider and served model are this model's (see _identity)
+    key = price_key(model.pricing_ref, model.provider, model.served_model)
     try:
         table = load_pricing(under_root(root, cfg.pricing_file))
     except ConfigError as exc:
@@ -321,7 +331,10 @@ def _pricing(cfg: EngineConfig, ident: Identity, root: Path) -> tuple[Pricing, A
             known=False,
             gap=f"cost unknown: {why} (version {table.version})",
         ), table
-    fmt = lambda v: None if v is None else format(v, "f")  # noqa: E731
+
+    def fmt(v: Decimal | None) -> str | None:
+        return None if v is None else format(v, "f")
+
     return Pricing(
         price_key=key,
         pricing_version=table.version,
@@ -451,7 +464,7 @@ def _rollback(engine: Any, role: str, config_path: Path | None, changes: list[st
 # -- figures from Neo4j and the ledger ----------------------------------------------------------
 
 
-def _read(engine: Any, query: str, **params: Any) -> list[dict]:
+def _read(engine: Any, query: str, **params: Any) -> list[dict[str, Any]]:
     import neo4j
 
     records, _, _ = engine.driver.execute_query(
@@ -490,8 +503,13 @@ def _measure_embed_rate(
     from rag_engine.providers.clients import build_client
     from rag_engine.providers.pricing import pricing_for
 
-    model = cand_cfg.model(ident.model)
-    spec = ModelSpec(model=model, provider=cand_cfg.provider(model.provider))
+    model = cand_cfg.model(ident.model) if ident.model is not None else None
+    if model is None:
+        raise ConfigError(f"unknown candidate model {ident.model!r}")
+    provider = cand_cfg.provider(model.provider)
+    if provider is None:
+        raise ConfigError(f"model {model.name!r} names unknown provider {model.provider!r}")
+    spec = ModelSpec(model=model, provider=provider)
     texts = [t for t in texts if t.strip()] or ["passage: sample text to measure the embedding rate"]
     try:
         pricing = pricing_for(cand_cfg, engine.root)
@@ -606,6 +624,8 @@ def _extraction_consequence(
     packs = [p.name for p in cand_cfg.enabled_packs if p.extraction]
     n, _chars, _ = _active_chunks(engine, packs) if packs else (0, 0, [])
     calls, tin, tout, how = _extraction_history(engine, packs) if packs else (0, 0, 0, "no pack extracts")
+    est_in: int | None
+    est_out: int | None
     if calls:
         est_in, est_out = round(tin / calls * n), round(tout / calls * n)
         cost = _cost(table, price_key_, est_in, est_out)
@@ -732,7 +752,7 @@ def dry_run(
     """
     from rag_engine.engine import DEFAULT_CONFIG
 
-    if role not in ROLES:
+    if not _is_role(role):
         raise ConfigError(f"unknown role {role!r}; roles: {list(ROLES)}")
     if (candidate is None) == (candidate_config is None):
         raise ConfigError(
@@ -741,16 +761,19 @@ def dry_run(
     root = Path(engine.root)
     env: Mapping[str, str] = engine.env
     cfg: EngineConfig = engine.cfg
+    mode: Literal["candidate_model", "candidate_config"]
     if candidate is not None:
         cand_cfg, changes = _candidate_from_model(cfg, role, candidate)
         mode, cand_file = "candidate_model", None
     else:
+        assert candidate_config is not None, "exactly one of candidate / candidate_config is set (checked above)"
         cand_path = under_root(root, candidate_config)
         cand_cfg = load_config(cand_path)
         changes = _diff_role(cfg, cand_cfg, role)
         mode, cand_file = "candidate_config", str(candidate_config)
         name = role_model(cand_cfg, role)
-        if name is not None and (cand_cfg.model(name) is None or cand_cfg.model(name).role not in MODEL_ROLE[role]):
+        named = cand_cfg.model(name) if name is not None else None
+        if name is not None and (named is None or named.role not in MODEL_ROLE[role]):
             raise ConfigError(
                 f"{candidate_config}: the {role} model {name!r} is not a configured "
                 f"{' or '.join(MODEL_ROLE[role])} model"
