@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import bm25s
+import neo4j
 import numpy as np
 
 from rag_engine.retrieval.store_reads import read
@@ -52,9 +53,10 @@ def tokenize(texts: Sequence[str]) -> list[list[str]]:
     """The baseline's tokens for each text (lowercase, 2+ word characters, English stopwords out)."""
     if not texts:
         return []
-    return bm25s.tokenize(
+    tokens: list[list[str]] = bm25s.tokenize(
         list(texts), lower=True, stopwords=STOPWORDS, stemmer=None, return_ids=False, show_progress=False
     )
+    return tokens
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,7 @@ class BM25Index:
         return list(dict.fromkeys(self.chunks[i].anchor for i in order))[:k]
 
 
-def read_chunks(driver, database: str, pack: str, collections: Sequence[str]) -> list[Chunk]:
+def read_chunks(driver: neo4j.Driver, database: str, pack: str, collections: Sequence[str]) -> list[Chunk]:
     """The pack's active, retrieval-eligible chunks in the given collections, in anchor order (a
     READ transaction): exactly the chunks the engine's legs may return to that role."""
     rows = read(
@@ -126,7 +128,7 @@ def read_chunks(driver, database: str, pack: str, collections: Sequence[str]) ->
 class BM25Baseline:
     """Per (pack, permitted collections) indexes, built on first use and reused for the run."""
 
-    def __init__(self, driver, database: str) -> None:
+    def __init__(self, driver: neo4j.Driver, database: str) -> None:
         self._driver, self._database = driver, database
         self._indexes: dict[tuple[str, tuple[str, ...]], BM25Index] = {}
 

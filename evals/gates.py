@@ -58,13 +58,14 @@ very same decision.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import sys
 from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 import numpy as np
 import yaml
@@ -76,7 +77,7 @@ from rag_engine.approvals import ACCEPT_GATE_REGRESSION, Approval, inputs_hash, 
 from rag_engine.config import EvalsConfig, load_config
 from rag_engine.errors import ApprovalError, EvalInputError, IncomparableReports, RagError
 
-GATE_SCHEMA = "rag-eval-gate/2"
+GATE_SCHEMA: Final = "rag-eval-gate/2"
 Status = Literal["pass", "regression", "accepted", "incomparable"]
 EXIT_CODES: dict[str, int] = {"pass": 0, "accepted": 0, "regression": 1, "incomparable": 2}
 EMBEDDER_CHANGED = "embedder_changed_without_reindex"
@@ -425,21 +426,24 @@ def embedder_problem(candidate: EvalReport, baseline: EvalReport) -> str | None:
 
 def _mean_cost(report: EvalReport) -> float | None:
     costs = [q.cost_usd for q in report.queries]
-    if not costs or any(c is None for c in costs):
+    known = [c for c in costs if c is not None]
+    if not costs or len(known) != len(costs):
         return None
-    return float(sum(Decimal(c) for c in costs) / len(costs))
+    return float(sum(Decimal(c) for c in known) / len(known))
 
 
 def _mean_tokens(report: EvalReport) -> float | None:
     tokens = [q.tokens for q in report.queries]
-    return None if not tokens or any(t is None for t in tokens) else float(np.mean(tokens))
+    known = [t for t in tokens if t is not None]
+    return None if not tokens or len(known) != len(tokens) else float(np.mean(known))
 
 
 def _latency_ratio(report: EvalReport) -> float | None:
     control = [q.control_latency_ms for q in report.queries]
-    if not control or any(c is None for c in control):
+    known = [c for c in control if c is not None]
+    if not control or len(known) != len(control):
         return None
-    base = float(np.median(control))
+    base = float(np.median(known))
     return float(np.median([q.latency_ms for q in report.queries])) / max(base, 1e-3)
 
 
@@ -545,7 +549,7 @@ def gate_audit(engine_cfg: Any, candidate: EvalReport | None, baseline: EvalRepo
         from rag_engine.providers.registry import ModelSpec
 
         emb_identity = ModelSpec(model=emb, provider=engine_cfg.provider(emb.provider)).identity if emb else None
-    except Exception:
+    except Exception:  # noqa: BLE001 - the audit records an unknown identity rather than failing the gate
         emb_identity = None
     return GateAudit(
         generation={"provider": gen.provider, "model": gen.served_model} if gen else None,
@@ -586,13 +590,13 @@ def _judge_acceptance(
     try:
         acc = Acceptance.model_validate(raw)
     except ValidationError as exc:
-        problems = tuple(
+        invalid = tuple(
             f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: "
             f"{'unknown key' if e['type'] == 'extra_forbidden' else e['msg']}"
             for e in exc.errors()
         )
-        return AcceptanceOutcome(source=source, matched=False, applied=False, problems=problems)
-    problems = []
+        return AcceptanceOutcome(source=source, matched=False, applied=False, problems=invalid)
+    problems: list[str] = []
     if acc.baseline_sha256 != baseline_sha:
         problems.append(
             f"baseline_sha256 {acc.baseline_sha256[:12]} does not match the baseline report "
@@ -811,9 +815,12 @@ def summary(result: GateResult) -> str:
                 f"  floor {pack + ' ' + metric:<26} bm25 {c.bm25:.4f}  engine {c.engine:.4f}  "
                 f"delta {c.delta:+.4f}  margin {c.margin}{flag}"
             )
+
+    def fmt(v: float | None) -> str:
+        return "unknown" if v is None else f"{v:.6g}"
+
     for name, r in result.resources.items():
         flag = "  REGRESSED" if r.regressed else ("" if r.judged else "  (not judged)")
-        fmt = lambda v: "unknown" if v is None else f"{v:.6g}"  # noqa: E731
         lines.append(
             f"  {name:<32} baseline {fmt(r.baseline)}  candidate {fmt(r.candidate)}  tolerance +{r.tolerance:.0%}{flag}"
         )
@@ -917,10 +924,9 @@ def _audit_acceptance(
     trail = AuditTrail(ledger_url(engine_cfg, os.environ, Path(__file__).resolve().parents[1]))
     try:
         inputs = acceptance_inputs(base_sha, cand_sha)
-        try:
+        # refused: recorded, and the gate reports it under acceptance.problems
+        with contextlib.suppress(ApprovalError):
             require(acc.as_approval(), ACCEPT_GATE_REGRESSION, inputs, audit=trail)
-        except ApprovalError:
-            pass  # refused: recorded, and the gate reports it under acceptance.problems
     finally:
         trail.dispose()
 

@@ -167,10 +167,11 @@ def _mean(values: list[float | None]) -> float | None:
 def mean_cost(costs: Iterable[str | None]) -> str | None:
     """Exact mean of per-query costs as decimal text, or None when any cost is unknown."""
     costs = list(costs)
-    if not costs or any(c is None for c in costs):
+    known = [c for c in costs if c is not None]
+    if not costs or len(known) != len(costs):
         return None
     try:
-        total = sum((Decimal(c) for c in costs), Decimal(0))
+        total = sum((Decimal(c) for c in known), Decimal(0))
     except InvalidOperation:
         raise EvalInputError(f"not a decimal cost among {costs[:5]}") from None
     mean = (total / len(costs)).quantize(COST_QUANTUM)

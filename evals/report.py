@@ -18,17 +18,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rag_engine.errors import EvalInputError
 
-SCHEMA = "rag-eval-report/2"
-SCHEMA_V1 = "rag-eval-report/1"
+SCHEMA: Final = "rag-eval-report/2"
+SCHEMA_V1: Final = "rag-eval-report/1"
 SCHEMAS = (SCHEMA_V1, SCHEMA)
 """Schemas ``parse_report`` accepts; the runner writes ``SCHEMA``."""
 
@@ -190,7 +191,8 @@ class QueryResult(_Frozen):
         key = QUERY_FIELD.get(name, name)
         if key not in _PER_QUERY_ATTR:
             raise KeyError(f"unknown per-query metric {name!r}")
-        return getattr(self, _PER_QUERY_ATTR[key])
+        result: float | None = getattr(self, _PER_QUERY_ATTR[key])
+        return result
 
 
 _PER_QUERY_ATTR: dict[str, str] = {
@@ -216,7 +218,8 @@ class SystemMetrics(_Frozen):
         data = self.model_dump(by_alias=True)
         if name not in data:
             raise KeyError(f"unknown system metric {name!r}")
-        return data[name]
+        result: float | None = data[name]
+        return result
 
 
 class PackSystems(_Frozen):
@@ -230,7 +233,8 @@ class PackSystems(_Frozen):
     def system(self, name: str) -> SystemMetrics:
         if name not in SYSTEMS:
             raise KeyError(f"unknown system {name!r}; known: {list(SYSTEMS)}")
-        return getattr(self, name)
+        metrics: SystemMetrics = getattr(self, name)
+        return metrics
 
 
 class BaselineRankings(_Frozen):
@@ -290,6 +294,7 @@ class EvalReport(_Frozen):
         missing += [f"queries.{i}.map@10" for i, q in enumerate(self.queries) if "map_at_10" not in q.model_fields_set]
         if missing:
             raise ValueError(f"{SCHEMA!r} requires {missing[:10]}")
+        assert self.systems is not None and self.rankings is not None  # both in `missing` when None
         packs = {q.pack for q in self.queries}
         if set(self.systems) != packs:
             raise ValueError(f"systems covers packs {sorted(self.systems)} but the queries are from {sorted(packs)}")
@@ -370,7 +375,7 @@ def report_sha256(path: str | Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def golden_sha256(paths: list[str | Path] | tuple[str | Path, ...]) -> str:
+def golden_sha256(paths: Sequence[str | Path]) -> str:
     """sha256 over the golden files' bytes in the given order (the report's ``golden.hash``)."""
     digest = hashlib.sha256()
     for p in paths:

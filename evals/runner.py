@@ -30,7 +30,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -175,7 +175,7 @@ def run_eval(
     golden_paths: list[Path],
     *,
     generate: bool = False,
-    progress=print,
+    progress: Callable[[str], None] = print,
     weights: dict[str, float] | None = None,
     k: int | None = None,
 ) -> EvalReport:
@@ -337,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         f"insufficient-evidence accuracy {f(m.insufficient_evidence_accuracy)}, "
         f"p50 {m.latency_ms_p50:.0f} ms, p95 {m.latency_ms_p95:.0f} ms -> {args.output}"
     )
+    assert report.retrieval is not None  # run_eval always records the retrieval run
     print(f"[eval] engine weights {report.retrieval.weights}" + (f", k {args.k}" if args.k else ""))
     print(systems_table(report))
     return 0

@@ -31,6 +31,7 @@ from typing import Any
 from rag_engine.config import ModelConfig, ProviderConfig
 from rag_engine.documents import discover, load_document
 from rag_engine.engine import Engine
+from rag_engine.errors import ConfigError
 from rag_engine.graph.extraction import build_messages
 from rag_engine.graph.models import RawExtraction
 from rag_engine.ingest import ingest_pack
@@ -139,12 +140,13 @@ def fixture_engine(base: Engine, workdir: Path) -> tuple[Engine, DomainPack]:
     )
     engine = Engine(cfg, base.root, {**base.env, "RAG_LEDGER_URL": f"sqlite:///{workdir / 'ledger.sqlite'}"})
     manifest = workdir / "manifest.yaml"
-    text = (base.root / cfg.pack("company_x_kb").manifest).read_text(encoding="utf-8")
+    source_entry = cfg.pack("company_x_kb")
+    if source_entry is None:
+        raise ConfigError("engine config has no company_x_kb pack to copy")
+    text = (base.root / source_entry.manifest).read_text(encoding="utf-8")
     extra = "".join(f"  {name}: {json.dumps(forms)}\n" for name, forms in ALIASES.items())
     manifest.write_text(text.replace("\naliases:\n", f"\naliases:\n{extra}", 1), encoding="utf-8")
-    entry = cfg.pack("company_x_kb").model_copy(
-        update={"name": pack_name, "corpus": str(corpus), "manifest": str(manifest)}
-    )
+    entry = source_entry.model_copy(update={"name": pack_name, "corpus": str(corpus), "manifest": str(manifest)})
     pack = load_pack(entry, base.root)
     tape = Cassette(cassette)
     for ref in discover(pack):
@@ -201,7 +203,7 @@ def run(base: Engine, workdir: Path) -> dict[str, Any]:
                     {
                         "anchor": c.anchor,
                         "path_score": c.path_score,
-                        "path": [f"{h['seed']} -[{h['type']} {h['confidence']}]- {h['to_name']}" for h in c.path],
+                        "path": [f"{h['seed']} -[{h['type']} {h['confidence']}]- {h['to_name']}" for h in c.path or ()],
                     }
                     for c in with_graph
                     if c.path_score is not None

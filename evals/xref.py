@@ -75,7 +75,9 @@ MISS_CAUSES = {
 }
 EXTRA_CAUSES = {
     "resolved_to_several": "the key is answered by several passages and the gold names one of them",
-    "other_target_of_gold_reference": "the citing passage has a gold link from the same reference text to another passage",
+    "other_target_of_gold_reference": (
+        "the citing passage has a gold link from the same reference text to another passage"
+    ),
     "not_a_gold_reference": "the citing passage has no gold link from this reference text",
 }
 
@@ -197,9 +199,9 @@ def _prf(tp_pred: int, n_pred: int, tp_gold: int, n_gold: int) -> dict[str, Any]
     }
 
 
-def _per_cause(items: list[dict], limit: int) -> list[dict]:
+def _per_cause(items: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
     """At most ``limit`` examples of each cause, in their sorted order."""
-    seen: Counter = Counter()
+    seen: Counter[str] = Counter()
     out = []
     for item in items:
         seen[item["cause"]] += 1
@@ -212,7 +214,7 @@ def _round(x: float | None) -> float | None:
     return None if x is None else round(x, 4)
 
 
-def miss_cause(res: Resolution, source: str, target: str, rows: list[dict]) -> str:
+def miss_cause(res: Resolution, source: str, target: str, rows: list[dict[str, Any]]) -> str:
     if source == target:
         return "self_reference"
     if source not in res.chunks:
@@ -244,7 +246,7 @@ def extra_cause(
     source: str,
     target: str,
     produced: list[tuple[str, str]],
-    gold_by_source: dict[str, list[dict]],
+    gold_by_source: dict[str, list[dict[str, Any]]],
     gold_pairs: set[tuple[str, str]],
 ) -> str:
     keys = {key for _, key in produced}
@@ -260,12 +262,14 @@ def extra_cause(
     return "not_a_gold_reference"
 
 
-def evaluate(pack: DomainPack, gold_rows: list[dict], max_bytes: int, res: Resolution | None = None) -> dict[str, Any]:
+def evaluate(
+    pack: DomainPack, gold_rows: list[dict[str, Any]], max_bytes: int, res: Resolution | None = None
+) -> dict[str, Any]:
     res = res or resolve(pack, max_bytes)
     gold_pairs: dict[tuple[str, str], str] = {}
-    rows_by_pair: dict[tuple[str, str], list[dict]] = defaultdict(list)
-    gold_by_source: dict[str, list[dict]] = defaultdict(list)
-    outsource: list[dict] = []
+    rows_by_pair: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    gold_by_source: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    outsource: list[dict[str, Any]] = []
     for row in gold_rows:
         src = anchor(row["source_doc"], row["source_passage"])
         gold_by_source[src].append(row)
@@ -293,8 +297,8 @@ def evaluate(pack: DomainPack, gold_rows: list[dict], max_bytes: int, res: Resol
         )
 
     metrics: dict[str, Any] = {}
-    misses: dict[str, list[dict]] = {}
-    extras: dict[str, list[dict]] = {}
+    misses: dict[str, list[dict[str, Any]]] = {}
+    extras: dict[str, list[dict[str, Any]]] = {}
     for t in PAIR_TYPES:
         gold_t = {p for p, ty in gold_pairs.items() if ty == t}
         pred_t = {p for p, ty in predicted.items() if ty == t}
@@ -414,7 +418,10 @@ def table(report: dict[str, Any]) -> str:
         f"{'type':<10} {'gold':>5} {'pred':>5} {'tp':>5} {'precision':>9} {'P(annot.)':>9} {'P(est.)':>8} "
         f"{'recall':>7} {'F1':>6}"
     ]
-    fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+
+    def fmt(x: float | None) -> str:
+        return "-" if x is None else f"{x:.3f}"
+
     for t in (*TYPES, "overall"):
         m = report["metrics"][t]
         lines.append(

@@ -52,7 +52,7 @@ def test_require_refuses_missing_other_action_and_other_inputs(tmp_path):
     assert events == ["approval_granted", "approval_refused", "approval_refused", "approval_refused"]
     granted = trail.records(event="approval_granted")[0]
     assert granted.actor == "jane" and granted.payload["inputs_hash"] == inputs_hash(inputs)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="must not be blank"):
         Approval(approved_by=" ", reason="x", action=GRAPH_CLEANUP, inputs_hash="0" * 64)
 
 

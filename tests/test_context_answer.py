@@ -12,6 +12,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from rag_engine.config import ContextBudgetsConfig, ModelConfig, ProviderConfig
 from rag_engine.providers.clients import ModelClient, build_client
@@ -124,7 +125,7 @@ def test_documents_carry_provenance() -> None:
     assert by_id["r1"].via == "Section 4 <- c0" and by_id["r1"].path is None
     assert by_id["x1"].exact and by_id["x1"].anchor == "s-4"
     assert ctx.system_text == "sys"
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="frozen"):
         ctx.documents[0].chunk_id = "changed"  # frozen at the boundary
 
 

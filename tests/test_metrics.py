@@ -289,7 +289,7 @@ def test_report_rejects_inconsistent_content():
         parse_report(data)
     data = _report_dict()
     data["metrics"]["queries"] = 7
-    with pytest.raises(EvalInputError, match="metrics.queries"):
+    with pytest.raises(EvalInputError, match=r"metrics\.queries"):
         parse_report(data)
     data = _report_dict()
     data["queries"][0]["expect_insufficient"] = True
@@ -319,7 +319,7 @@ def test_schema_1_reports_stay_readable(tmp_path):
 def test_schema_2_requires_map_and_a_consistent_systems_table():
     data = _report_dict()
     del data["systems"]
-    with pytest.raises(EvalInputError, match="requires.*systems"):
+    with pytest.raises(EvalInputError, match=r"requires.*systems"):
         parse_report(data)
     data = _report_dict()
     del data["metrics"]["map@10"]
@@ -336,7 +336,7 @@ def test_schema_2_requires_map_and_a_consistent_systems_table():
         parse_report(data)
     data = _report_dict()
     del data["systems"]["p"]["dense"]
-    with pytest.raises(EvalInputError, match="systems.p.dense"):
+    with pytest.raises(EvalInputError, match=r"systems\.p\.dense"):
         parse_report(data)
     data = _report_dict()
     data["rankings"]["nope"] = {"bm25": [], "fulltext": [], "dense": []}
@@ -344,7 +344,7 @@ def test_schema_2_requires_map_and_a_consistent_systems_table():
         parse_report(data)
     data = _report_dict()
     data["rankings"]["q0"]["bm25"] = [f"a{i}" for i in range(11)]
-    with pytest.raises(EvalInputError, match="rankings.q0.bm25"):
+    with pytest.raises(EvalInputError, match=r"rankings\.q0\.bm25"):
         parse_report(data)
 
 

@@ -22,6 +22,7 @@ import numpy as np
 from rag_engine import yaml_safe
 from rag_engine.documents import discover, load_document
 from rag_engine.engine import Engine
+from rag_engine.errors import ConfigError
 from rag_engine.graph import schema, writer
 from rag_engine.packs import SourceDocument, make_chunk
 from rag_engine.retrieval.retriever import retrieve
@@ -129,7 +130,10 @@ def main() -> None:
     engine = Engine.from_path()
     schema.ensure_schema(engine.driver, engine.database)
     spec = engine.registry.embedding
-    schema.ensure_vector_index(engine.driver, engine.database, spec.identity, spec.model.dimension)
+    dimension = spec.model.dimension
+    if dimension is None:  # config validation requires one on every embedding model
+        raise ConfigError(f"embedding model {spec.name!r} has no dimension")
+    schema.ensure_vector_index(engine.driver, engine.database, spec.identity, dimension)
     pool, qs = sentence_pool(engine), questions(engine)
     pack = f"benchq_{uuid.uuid4().hex[:8]}"
     rng = random.Random(7)

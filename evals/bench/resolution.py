@@ -77,7 +77,9 @@ def synthetic_corpus(
     return out
 
 
-def _run(engine: Engine, corpus: list, mode: str) -> dict[str, Any]:
+def _run(
+    engine: Engine, corpus: list[tuple[SourceDocument, list[ChunkRecord], list[ReferenceRecord]]], mode: str
+) -> dict[str, Any]:
     pack = f"bench_{mode}_{uuid.uuid4().hex[:6]}"
     drv, db = engine.driver, engine.database
     times = {"chunks": 0.0, "citations": 0.0, "resolution": 0.0}

@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from evals.cassettes.heuristic_extractor import FIXTURE_SOURCE, heuristic_extraction
 from rag_engine.config import under_root
@@ -72,7 +73,7 @@ def missing_chunks(engine: Engine, cassette: Cassette) -> list[str]:
     ]
 
 
-def _usage(messages: list[dict], answer: str, *, first_of_pack: bool) -> TokenUsage:
+def _usage(messages: list[dict[str, Any]], answer: str, *, first_of_pack: bool) -> TokenUsage:
     """Token counts at ~4 characters a token; the shared system prompt counts as cached after the
     first call of a pack, mimicking provider prompt caching. Deterministic, not measured."""
     system, user = messages[0]["content"], messages[1]["content"]
@@ -83,13 +84,20 @@ def _usage(messages: list[dict], answer: str, *, first_of_pack: bool) -> TokenUs
     )
 
 
-def build(engine: Engine, path: Path | None = None) -> dict:
+def build(engine: Engine, path: Path | None = None) -> dict[str, Any]:
     """Rewrite the cassette from scratch; return counts."""
     spec = extraction_spec(engine)
     path = path or cassette_path(engine)
     path.unlink(missing_ok=True)
     cassette = Cassette(path)
-    stats = {"entries": 0, "entities": 0, "relationships": 0, "retrieval_eligible": 0, "per_pack": {}}
+    per_pack: dict[str, int] = {}
+    stats: dict[str, Any] = {
+        "entries": 0,
+        "entities": 0,
+        "relationships": 0,
+        "retrieval_eligible": 0,
+        "per_pack": per_pack,
+    }
     previous_pack = None
     for pack, chunk in iter_chunks(engine):
         messages = build_messages(pack.manifest, chunk)
@@ -106,7 +114,7 @@ def build(engine: Engine, path: Path | None = None) -> dict:
         )
         previous_pack = pack.name
         stats["entries"] += 1
-        stats["per_pack"][pack.name] = stats["per_pack"].get(pack.name, 0) + 1
+        per_pack[pack.name] = per_pack.get(pack.name, 0) + 1
         stats["entities"] += len(raw.entities)
         stats["relationships"] += len(raw.relationships)
         stats["retrieval_eligible"] += sum(r.confidence >= CONFIDENCE_FLOOR for r in raw.relationships)

@@ -18,13 +18,13 @@ purpose below the 0.5 retrieval floor: such records are stored but never retriev
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from rag_engine.graph.models import RawEntity, RawExtraction, RawRelationship
 from rag_engine.packs import ChunkRecord, PackManifest
-import itertools
 
 FIXTURE_SOURCE = "fixture:heuristic-demo-extractor"
 MAX_ENTITIES = 8

@@ -94,7 +94,7 @@ class SourceError(Exception):
     """The source data is not what this converter understands."""
 
 
-def natural_key(passage_id: str) -> tuple:
+def natural_key(passage_id: str) -> tuple[tuple[int, int, str], ...]:
     """Digit runs compare as numbers, everything else case-insensitively: 2.9 < 2.10 < 10.1."""
     return (
         *tuple(
@@ -104,9 +104,9 @@ def natural_key(passage_id: str) -> tuple:
     )
 
 
-def read_instruments(source: Path) -> dict[int, dict]:
+def read_instruments(source: Path) -> dict[int, dict[str, str]]:
     """document_id -> {code, title} from documents.tsv, with codes for the uncoded ones."""
-    out: dict[int, dict] = {}
+    out: dict[int, dict[str, str]] = {}
     with (source / "documents.tsv").open(encoding="utf-8", newline="") as fh:
         for row in csv.DictReader(fh, delimiter="\t"):
             number = int(row["document_id"])

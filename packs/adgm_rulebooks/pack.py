@@ -53,11 +53,13 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
+from rag_engine.config import PackEntry
+from rag_engine.errors import PackError
 from rag_engine.packs import (
     ChunkRecord,
     DomainPack,
-    PackError,
     PackManifest,
     ReferenceRecord,
     SourceDocument,
@@ -123,7 +125,10 @@ NAMES: tuple[tuple[str, str], ...] = (
     (r"Guidance\s+on\s+Continuous\s+Disclosure", "gn-cd"),
     (r"Virtual\s+Assets?\s+Guidance", "gn-va"),
 )
-SELF = r"(?:these|this|the\s+present)\s+(?:Rules|Rulebook|Regulations|Guidance|Chapter|Code|Manual|Module|App(?:endix)?|Part)"
+SELF = (
+    r"(?:these|this|the\s+present)\s+"
+    r"(?:Rules|Rulebook|Regulations|Guidance|Chapter|Code|Manual|Module|App(?:endix)?|Part)"
+)
 """Names of the citing instrument itself ("Chapter 4 of these Rules", "paragraph 25 of this Guidance")."""
 # Instruments outside the ADGM data: a provision of one of them is an `outside:` reference.
 OUTSIDE = (
@@ -282,7 +287,8 @@ _REFERENCE = re.compile(
     rf"|(?P<pre>(?<![\w-]){_PRE_INSTR})(?:\s+\((?:{_CODE_ALT})\))?\s*,?\s+(?:(?P<punit>{_UNIT_WORDS})\s*)?"
     rf"(?P<plist>{_LIST})"
     rf"|(?<![\w.])(?P<unit>{_UNIT_WORDS})\s*(?:(?P<uinstr>{_CODE_ALT})\s+)?(?P<list>{_LIST})"
-    rf"|(?<![\w.$\u00a3/-])(?P<bare>(?:A\d+\.\d+(?:\.\d+)*|\d+\.\d+\.\d+[A-Z]?(?:\.\d+)*)(?:[ ]?{_PAREN})*)(?![\w%]|\.\d)"
+    rf"|(?<![\w.$\u00a3/-])"
+    rf"(?P<bare>(?:A\d+\.\d+(?:\.\d+)*|\d+\.\d+\.\d+[A-Z]?(?:\.\d+)*)(?:[ ]?{_PAREN})*)(?![\w%]|\.\d)"
     rf"|(?P<article>Articles?\s+\d+(?:\(\d+\))*\s+of\s+(?:the\s+)?(?P<aname>{OUTSIDE}|[A-Z][\w'()., -]{{3,120}}?)"
     rf"(?=[,.;:)]|\s+(?:and|or|which|that|to|in|on)\b|$))"
 )
@@ -399,7 +405,10 @@ def parse_references(text: str, own: str | None, implied: str | None = None) -> 
             end = q.end()
         pos = max(end, start + 1)
         raw = text[start:end]
-        qual = lambda name: q.group(name) if q else None  # noqa: E731
+
+        def qual(name: str, q: re.Match[str] | None = q) -> str | None:  # q bound per iteration
+            return q.group(name) if q else None
+
         if _HEADING.match(scan, start) and (start == 0 or scan[start - 1] == "\n"):
             continue  # "PART 3 \u2013 Calculating Capital Requirements": a title, not a reference
         if m.group("appx"):
@@ -410,7 +419,8 @@ def parse_references(text: str, own: str | None, implied: str | None = None) -> 
             if instrument_doc(m.group("aname")) is None:
                 found += _outside(raw, m.group("aname"), start, end, [])
             continue
-        post_doc = instrument_doc(qual("post")) if qual("post") else None
+        post = qual("post")
+        post_doc = instrument_doc(post) if post else None
         outside = qual("outside")
         of_part, of_chapter, schedule = qual("ofpart"), qual("ofchapter"), bool(qual("schedule"))
         if (of_part or of_chapter or schedule) and not post_doc:
@@ -510,7 +520,7 @@ def parse_references(text: str, own: str | None, implied: str | None = None) -> 
 # Documents
 
 
-def parse_document(doc_id: str, text: str) -> tuple[dict, list[tuple[str, str]]]:
+def parse_document(doc_id: str, text: str) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """(header, [(passage id, text)]) of a corpus file; strict: anything else is a PackError."""
     lines = text.split("\n")
     if lines and lines[-1] == "":
@@ -627,6 +637,6 @@ class AdgmRulebooksPack(DomainPack):
         return sorted({doc for m in _NAMED.finditer(text) if (doc := instrument_doc(m.group(0)))})
 
 
-def build_pack(entry, manifest: PackManifest, root: Path) -> AdgmRulebooksPack:
+def build_pack(entry: PackEntry, manifest: PackManifest, root: Path) -> AdgmRulebooksPack:
     require_versions(entry, manifest, rules=SUPPORTED_RULES_VERSIONS, normalizers=SUPPORTED_NORMALIZER_VERSIONS)
     return AdgmRulebooksPack(entry, manifest, root)

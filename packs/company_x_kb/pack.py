@@ -27,11 +27,13 @@ from __future__ import annotations
 import re
 import unicodedata
 from pathlib import Path
+from typing import Any
 
+from rag_engine.config import PackEntry
+from rag_engine.errors import PackError
 from rag_engine.packs import (
     ChunkRecord,
     DomainPack,
-    PackError,
     PackManifest,
     ReferenceRecord,
     SourceDocument,
@@ -67,7 +69,7 @@ def slugify(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", ascii_text.lower()).strip("-") or "section"
 
 
-def split_front_matter(doc_id: str, text: str) -> tuple[dict, str, int]:
+def split_front_matter(doc_id: str, text: str) -> tuple[dict[str, Any], str, int]:
     """(front matter, body, number of lines the front matter took)."""
     m = _FRONT_MATTER.match(text)
     if not m:
@@ -121,7 +123,7 @@ class CompanyKbPack(DomainPack):
         title = meta.get("title") or next((ln[2:].strip() for ln in body.splitlines() if ln.startswith("# ")), doc_id)
         return str(title)[:200], collection, language
 
-    def document_key(self, doc_id: str, meta: dict) -> str | None:
+    def document_key(self, doc_id: str, meta: dict[str, Any]) -> str | None:
         raw = meta.get("id")
         if raw is None:
             return None
@@ -206,6 +208,6 @@ class CompanyKbPack(DomainPack):
         return out
 
 
-def build_pack(entry, manifest: PackManifest, root: Path) -> CompanyKbPack:
+def build_pack(entry: PackEntry, manifest: PackManifest, root: Path) -> CompanyKbPack:
     require_versions(entry, manifest, rules=SUPPORTED_RULES_VERSIONS, normalizers=SUPPORTED_NORMALIZER_VERSIONS)
     return CompanyKbPack(entry, manifest, root)

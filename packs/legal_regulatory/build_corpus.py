@@ -30,6 +30,7 @@ import re
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 from packs.legal_regulatory.pack import roman_to_int
 
@@ -51,7 +52,7 @@ def _paragraphs(text: str | None) -> list[str]:
     return [p for p in (_clean(part) for part in re.split(r"\n\s*\n", text or "")) if p]
 
 
-def _render_subpoints(subpoints: list[dict]) -> list[str]:
+def _render_subpoints(subpoints: list[dict[str, Any]]) -> list[str]:
     lines = []
     for sub in subpoints:
         text = _clean(sub.get("text"))
@@ -62,7 +63,7 @@ def _render_subpoints(subpoints: list[dict]) -> list[str]:
     return lines
 
 
-def render_article(article: dict) -> list[str]:
+def render_article(article: dict[str, Any]) -> list[str]:
     lines = [f"## Article {article['number']} {DASH} {_clean(article['title'])}", ""]
     for block in article["contents"]:
         text = _clean(block.get("text"))
@@ -75,7 +76,7 @@ def render_article(article: dict) -> list[str]:
     return lines
 
 
-def render_chapter(chapter: dict) -> str:
+def render_chapter(chapter: dict[str, Any]) -> str:
     lines = [f"# Chapter {chapter['number']} {DASH} {_clean(chapter['title'])}", ""]
     for item in chapter["contents"]:
         if item["type"] == "section":
@@ -89,7 +90,7 @@ def render_chapter(chapter: dict) -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def render_recitals(recitals: list[dict]) -> str:
+def render_recitals(recitals: list[dict[str, Any]]) -> str:
     first, last = recitals[0]["number"], recitals[-1]["number"]
     lines = [f"# Recitals {first}\u2013{last}", ""]
     for recital in recitals:

@@ -25,10 +25,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rag_engine.config import PackEntry
+from rag_engine.errors import PackError
 from rag_engine.packs import (
     ChunkRecord,
     DomainPack,
-    PackError,
     PackManifest,
     ReferenceRecord,
     SourceDocument,
@@ -277,7 +278,7 @@ def _article_keys(items: str, qualifying_paragraphs: str | None) -> list[str]:
     return list(dict.fromkeys(keys))
 
 
-def _instrument_key(m: re.Match) -> str:
+def _instrument_key(m: re.Match[str]) -> str:
     family = m.group("isuf") or m.group("ifam") or ""
     family = re.sub(r"\s*,\s*", "-", family.strip()).lower()
     return f"{m.group('itype').lower()}:{m.group('inum')}" + (f"/{family}" if family else "")
@@ -385,6 +386,6 @@ class LegalRegulatoryPack(DomainPack):
         ]
 
 
-def build_pack(entry, manifest: PackManifest, root: Path) -> LegalRegulatoryPack:
+def build_pack(entry: PackEntry, manifest: PackManifest, root: Path) -> LegalRegulatoryPack:
     require_versions(entry, manifest, rules=SUPPORTED_RULES_VERSIONS, normalizers=SUPPORTED_NORMALIZER_VERSIONS)
     return LegalRegulatoryPack(entry, manifest, root)

@@ -24,7 +24,8 @@ CREATE (cp:Chunk {chunk_id: $p + ':public#1', pack: $p, text: 'The office opens 
 CREATE (a:Entity {entity_id: $p + '-payroll', pack: $p, name: 'Payroll', normalized_name: 'payroll', type: 'process'})
 CREATE (b:Entity {entity_id: $p + '-finance', pack: $p, name: 'Finance', normalized_name: 'finance', type: 'team'})
 CREATE (c:Entity {entity_id: $p + '-office', pack: $p, name: 'Office', normalized_name: 'office', type: 'system'})
-CREATE (d:Entity {entity_id: $p + '-reception', pack: $p, name: 'Reception', normalized_name: 'reception', type: 'team'})
+CREATE (d:Entity {entity_id: $p + '-reception', pack: $p, name: 'Reception', normalized_name: 'reception',
+                  type: 'team'})
 CREATE (a)-[:MENTIONED_IN {chunk_id: ci.chunk_id}]->(ci)
 CREATE (b)-[:MENTIONED_IN {chunk_id: ci.chunk_id}]->(ci)
 CREATE (c)-[:MENTIONED_IN {chunk_id: cp.chunk_id}]->(cp)

@@ -93,7 +93,7 @@ def test_bucket_is_thread_safe() -> None:
 
 
 def test_bucket_rejects_empty_capacity() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="capacity must be >= 1"):
         TokenBucket(0)
 
 

@@ -164,7 +164,9 @@ def test_strict_document_parsing(pack):
             '{"code": "XYZ", "document_id": 1, "passages": 1, "title": "T"}\n'
             '{"passage_id": "1.1", "text": "x", "note": 1}\n'
         ),
-        "empty id": '{"code": "XYZ", "document_id": 1, "passages": 1, "title": "T"}\n{"passage_id": " ", "text": "x"}\n',
+        "empty id": (
+            '{"code": "XYZ", "document_id": 1, "passages": 1, "title": "T"}\n{"passage_id": " ", "text": "x"}\n'
+        ),
     }
     for label, text in bad.items():
         with pytest.raises(PackError):
