@@ -55,11 +55,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rag_engine.config import PackEntry
-from rag_engine.errors import PackError
 from rag_engine.packs import (
     ChunkRecord,
     DomainPack,
+    PackEntry,
+    PackError,
     PackManifest,
     ReferenceRecord,
     SourceDocument,

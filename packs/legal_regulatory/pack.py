@@ -25,11 +25,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rag_engine.config import PackEntry
-from rag_engine.errors import PackError
 from rag_engine.packs import (
     ChunkRecord,
     DomainPack,
+    PackEntry,
+    PackError,
     PackManifest,
     ReferenceRecord,
     SourceDocument,
