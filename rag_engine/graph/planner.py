@@ -125,6 +125,9 @@ def relational_stems(packs: list[DomainPack]) -> tuple[str, ...]:
     return tuple(sorted(s for s in stems if len(s) >= 3))
 
 
+ENTITY_FETCH_CAP = 5000
+
+
 def match_entities(
     driver: neo4j.Driver,
     database: str,
@@ -139,18 +142,29 @@ def match_entities(
     q = lucene_escape(question)
     if not q.strip() or not names:
         return []
-    rows = read(
-        driver,
-        database,
-        f"CALL db.index.fulltext.queryNodes('{ENTITY_FULLTEXT}', $q, {{limit: $fetch}}) YIELD node AS e "
-        "WHERE e.pack IN $packs AND EXISTS { MATCH (e)-[:MENTIONED_IN]->(c:Chunk) "
-        "WHERE c.active AND c.collection IN $collections } "
-        "RETURN e.entity_id AS entity_id, e.name AS name, e.normalized_name AS normalized, e.pack AS pack",
-        q=q,
-        packs=sorted(names),
-        fetch=limit * 4,
-        collections=list(collections),
-    )
+    # the index cannot filter by pack or collection, so it is over-fetched and the fetch grows
+    # (x4, up to ENTITY_FETCH_CAP) while the index has more hits than were kept: other packs'
+    # entities of the same name (many packs in one database) must not push this pack's out
+    fetch = limit * 4
+    while True:
+        result = read(
+            driver,
+            database,
+            f"CALL db.index.fulltext.queryNodes('{ENTITY_FULLTEXT}', $q, {{limit: $fetch}}) YIELD node AS e "
+            "WITH collect(e) AS hits "
+            "RETURN size(hits) AS total, [e IN hits WHERE e.pack IN $packs AND EXISTS { "
+            "MATCH (e)-[:MENTIONED_IN]->(c:Chunk) WHERE c.active AND c.collection IN $collections } "
+            "| {entity_id: e.entity_id, name: e.name, normalized: e.normalized_name, pack: e.pack}] AS kept",
+            q=q,
+            packs=sorted(names),
+            fetch=fetch,
+            collections=list(collections),
+        )
+        total, found = (result[0]["total"], result[0]["kept"]) if result else (0, [])
+        if len(found) >= limit or total < fetch or fetch >= ENTITY_FETCH_CAP:
+            break
+        fetch = min(fetch * 4, ENTITY_FETCH_CAP)
+    rows = found
     words = _query_words(question)
     normalized_question = " " + normalize_name(question) + " "
     seeds: dict[str, Seed] = {}
