@@ -108,6 +108,7 @@ def test_dagster_run_skips_the_rejected_partitions_and_reports_them(variant, uni
         mat = event.step_materialization_data.materialization
         materialized.setdefault(mat.asset_key.path[-1], {})[mat.partition] = mat.metadata
     assert set(materialized) >= {"chunks", "references", "chunk_index", "llm_extraction", "graph_writes"}
+
     # each partition carries its own outcome (run totals go to the run log, not to every partition)
     def outcomes(step: str) -> dict[str, str]:
         return {_doc(k): m["outcome"].value for k, m in materialized[step].items()}
