@@ -137,7 +137,10 @@ def test_blue_green_reindex_serves_throughout_and_resumes(base_config, tmp_path,
     finally:
         # back to A: its kept index only lacks what was activated meanwhile (nothing); B's is dropped
         back = run_reindex(a, drop_old=True)
-    assert back.status == "switched" and back.embedded_chunks == 0, render_text(back)
+    # the kept index is reused: only chunks it lacks are embedded (in a shared test database,
+    # another test's chunk may have been activated in between)
+    assert back.status == "switched" and back.resumed and back.already_present > 0, render_text(back)
+    assert back.embedded_chunks <= back.active_chunks - back.already_present, render_text(back)
     assert back.dropped == (done.index,)
     assert schema.current_embedder(a.driver, a.database)["identity"] == a.embedder_identity
     assert _dense_hits(a) > 0
