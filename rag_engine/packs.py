@@ -191,15 +191,9 @@ class DomainPack(ABC):
     def extract_references(self, chunk: ChunkRecord) -> list[ReferenceRecord]:
         """Deterministic references found in a chunk, normalized to keys other chunks may answer to."""
 
-    def query_references(self, text: str) -> list[ReferenceRecord]:
-        """References named in a question, normalized to the same keys chunks answer to.
-
-        The default parses the question like a chunk of no document (``doc_id`` empty), which is
-        right for single-instrument packs. A multi-instrument pack overrides it: a reference that
-        names its instrument ("COBS Rule 17.5") maps to the scoped key; an unqualified number maps
-        to an unscoped key, which the engine treats as ambiguous when several documents answer it.
-        """
-        probe = ChunkRecord(
+    def question_chunk(self, text: str) -> ChunkRecord:
+        """A question as a chunk of no document (``doc_id`` empty), for the pack's reference parser."""
+        return ChunkRecord(
             chunk_id="query",
             anchor="query",
             doc_id="",
@@ -211,7 +205,16 @@ class DomainPack(ABC):
             language=self.manifest.languages[0],
             content_hash="",
         )
-        return self.extract_references(probe)
+
+    def query_references(self, text: str) -> list[ReferenceRecord]:
+        """References named in a question, normalized to the same keys chunks answer to.
+
+        The default parses the question like a chunk of no document (``doc_id`` empty), which is
+        right for single-instrument packs. A multi-instrument pack overrides it: a reference that
+        names its instrument ("COBS Rule 17.5") maps to the scoped key; an unqualified number maps
+        to an unscoped key, which the engine treats as ambiguous when several documents answer it.
+        """
+        return self.extract_references(self.question_chunk(text))
 
     def documents_named(self, text: str) -> list[str]:
         """Doc ids of the documents a question names as a whole ("under the AML Rulebook", "FSMR"),

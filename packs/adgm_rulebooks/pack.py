@@ -617,20 +617,8 @@ class AdgmRulebooksPack(DomainPack):
         return self._records(chunk, chunk.doc_id or None)
 
     def query_references(self, text: str) -> list[ReferenceRecord]:
-        probe = ChunkRecord(
-            chunk_id="query",
-            anchor="query",
-            doc_id="",
-            doc_version="",
-            ordinal=0,
-            heading="",
-            text=text,
-            collection="",
-            language=self.manifest.languages[0],
-            content_hash="",
-        )
-        named = {doc for m in _NAMED.finditer(text) if (doc := instrument_doc(m.group(0)))}
-        return self._records(probe, None, next(iter(named)) if len(named) == 1 else None)
+        named = self.documents_named(text)
+        return self._records(self.question_chunk(text), None, named[0] if len(named) == 1 else None)
 
     def documents_named(self, text: str) -> list[str]:
         """Instruments the question names by code or title ("under COBS", "the Fund Rules")."""
