@@ -231,15 +231,6 @@ MERGE (s)-[e:REFERENCES {normalized: normalized}]->(t)
       e.resolved = true, e.resolution_version = $resolution_version
 """
 
-_ALL_KEYS = """
-MATCH (k:RefKey) WHERE k.key STARTS WITH $pack + '|' RETURN collect(k.key) AS keys
-"""
-
-_DROP_PACK_REFERENCES = """
-MATCH (s:Chunk {pack: $pack})-[e:REFERENCES]->(:Chunk)
-DELETE e
-"""
-
 
 def _resolve(
     tx: neo4j.ManagedTransaction, pack: str, keys: list[str], resolution_version: str, batch_size: int = 2000
@@ -320,19 +311,6 @@ def resolve_references(
             "unresolved": int(rec["unresolved"] or 0),
             "keys_resolved": len(keys),
         }
-
-    with driver.session(database=database) as session:
-        return session.execute_write(work)
-
-
-def resolve_pack(driver: neo4j.Driver, database: str, *, pack: str, resolution_version: str) -> int:
-    """Re-derive every REFERENCES edge of a pack (a target-resolution policy change, repairs)."""
-
-    def work(tx: neo4j.ManagedTransaction) -> int:
-        tx.run(_DROP_PACK_REFERENCES, pack=pack).consume()
-        keys = single_record(tx.run(_ALL_KEYS, pack=pack), "pack keys")["keys"]
-        _resolve(tx, pack, keys, resolution_version)
-        return len(keys)
 
     with driver.session(database=database) as session:
         return session.execute_write(work)

@@ -71,11 +71,6 @@ class Trace:
             self.steps.append(entry)
 
 
-def query_reference_keys(engine: Engine, text: str, packs: list[DomainPack] | None = None) -> list[str]:
-    """Normalized reference keys named in the question itself, per pack (``pack|key``)."""
-    return question_references(engine, text, packs)[0]
-
-
 def question_references(engine: Engine, text: str, packs: list[DomainPack] | None = None) -> tuple[list[str], str]:
     """(keys ``pack|key`` named in the question, the question without those references), through
     each pack's ``query_references`` (the question side of the pack's key scoping)."""
