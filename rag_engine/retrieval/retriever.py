@@ -165,11 +165,18 @@ def fuse(lists: dict[str, list[dict[str, Any]]], rrf_k: int, weights: dict[str, 
             best[cid] = min(best.get(cid, rank), rank)
             if name == "lexical":
                 lexical[cid] = float(row.get("score") or 0.0)
-    order = sorted(scores, key=lambda c: (-round(scores[c], 12), best[c], -lexical.get(c, float("-inf")), c))
-    return [
+    fused = [
         Fused(row=rows[c], score=scores[c], sources=tuple(sources[c]), best_rank=best[c], lexical_score=lexical.get(c))
-        for c in order
+        for c in scores
     ]
+    return sorted(fused, key=lambda f: rank_key(f, f.score))
+
+
+def rank_key(f: Fused, score: float) -> tuple[float, int, float, str]:
+    """Higher score first; ties to the best single-leg rank, then the lexical score; the chunk id
+    only keeps fully equal evidence deterministic."""
+    lexical = f.lexical_score if f.lexical_score is not None else float("-inf")
+    return (-round(score, 12), f.best_rank, -lexical, f.row["chunk_id"])
 
 
 def _is_zero(vector: list[float]) -> bool:
@@ -395,12 +402,5 @@ def _reference_boost(
         in_doc = 0.5 if doc in ambiguous_docs else 0.0
         bonus = unit * min(1.0, max(share, in_doc)) + (scope_unit if doc in named_docs else 0.0)
         out.append((f, f.score + bonus))
-    out.sort(
-        key=lambda p: (
-            -round(p[1], 12),
-            p[0].best_rank,
-            -(p[0].lexical_score if p[0].lexical_score is not None else float("-inf")),
-            p[0].row["chunk_id"],
-        )
-    )
+    out.sort(key=lambda p: rank_key(*p))
     return out
