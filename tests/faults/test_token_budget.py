@@ -66,7 +66,8 @@ def server():
 
 
 def _billed(engine, run_id: str) -> tuple[int, int, int]:
-    records = engine.ledger.records(run_id=run_id)
+    """The run's extraction calls only: the same run also embeds its chunks when the embedding cache is cold."""
+    records = [r for r in engine.ledger.records(run_id=run_id) if r.purpose == "graph_extraction"]
     return (
         sum(r.input_tokens + r.output_tokens for r in records),
         len(records),
