@@ -20,15 +20,6 @@ mkdir -p "${EMBED_LOCAL_DIR:-$HERE/.state}"
 # shellcheck source=common.sh
 source "$HERE/common.sh"
 
-fail() {
-  echo "embed-local: $*" >&2
-  if [[ -f "$LOG_FILE" ]]; then
-    echo "--- last lines of $LOG_FILE ---" >&2
-    tail -n 40 "$LOG_FILE" >&2
-  fi
-  exit 1
-}
-
 healthy() { # GET /health answers 200 within 2 s
   if command -v curl >/dev/null; then
     curl -fsS -m 2 -o /dev/null "$URL/health" 2>/dev/null
@@ -38,14 +29,8 @@ healthy() { # GET /health answers 200 within 2 s
   fi
 }
 
-# Serialize concurrent start.sh runs on the same state dir.
-if command -v flock >/dev/null; then
-  exec 9>"$STATE_DIR/.start.lock"
-  flock 9
-fi
-
-pid=""
-[[ -f "$PID_FILE" ]] && pid="$(cat "$PID_FILE")"
+lock_state_dir
+pid="$(current_pid)"
 
 if is_ours "$pid"; then
   if [[ -f "$READY_FILE" ]] && healthy; then
@@ -66,18 +51,7 @@ else
   echo "$pid" >"$PID_FILE"
 fi
 
-start=$SECONDS
-until healthy; do
-  if ! alive "$pid"; then
-    rm -f "$PID_FILE"
-    fail "process $pid exited before becoming ready"
-  fi
-  if (( SECONDS - start >= TIMEOUT )); then
-    "$HERE/stop.sh" >/dev/null 2>&1 || true
-    fail "not ready after ${TIMEOUT}s (stopped it)"
-  fi
-  sleep 0.3
-done
+wait_ready "$pid" healthy "$TIMEOUT" 0.3 "$HERE/stop.sh"
 echo "$URL/v1" >"$READY_FILE"
 
-echo "embed-local ready after $(( SECONDS - start ))s (pid $pid): $(cat "$READY_FILE")"
+echo "embed-local ready after ${WAITED}s (pid $pid): $(cat "$READY_FILE")"

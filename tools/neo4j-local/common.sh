@@ -1,21 +1,11 @@
-# Shared by start.sh and stop.sh: state paths and process checks. Source it; do not run it.
+# Shared by start.sh and stop.sh: state paths; the process checks come from ../lib/service.sh.
+# Source it; do not run it.
+SERVICE=neo4j-local
+SERVICE_MATCH='local\.neo4j\.Launcher'
 STATE_DIR="${NEO4J_LOCAL_DIR:-$HERE/.state}"
 if [[ -d "$STATE_DIR" ]]; then STATE_DIR="$(cd "$STATE_DIR" && pwd)"; fi
 PID_FILE="$STATE_DIR/neo4j.pid"
 READY_FILE="$STATE_DIR/READY"
-
-alive() { # pid exists and is not a zombie
-  local pid="$1"
-  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 1
-  [[ "$(ps -o stat= -p "$pid" 2>/dev/null)" != Z* ]]
-}
-
-is_ours() { # alive and is our launcher (guards against pid reuse)
-  local pid="$1"
-  alive "$pid" || return 1
-  if [[ -r "/proc/$pid/cmdline" ]]; then
-    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q 'local\.neo4j\.Launcher'
-  else
-    ps -p "$pid" -o args= 2>/dev/null | grep -q 'local\.neo4j\.Launcher'
-  fi
-}
+LOG_FILE="$STATE_DIR/neo4j-local.log"
+# shellcheck source=../lib/service.sh
+source "$HERE/../lib/service.sh"

@@ -13,25 +13,9 @@ JAVA="${JAVA_HOME:+$JAVA_HOME/bin/}java"
 mkdir -p "${NEO4J_LOCAL_DIR:-$HERE/.state}"
 # shellcheck source=common.sh
 source "$HERE/common.sh"
-LOG_FILE="$STATE_DIR/neo4j-local.log"
 
-fail() {
-  echo "neo4j-local: $*" >&2
-  if [[ -f "$LOG_FILE" ]]; then
-    echo "--- last lines of $LOG_FILE ---" >&2
-    tail -n 40 "$LOG_FILE" >&2
-  fi
-  exit 1
-}
-
-# Serialize concurrent start.sh runs on the same state dir.
-if command -v flock >/dev/null; then
-  exec 9>"$STATE_DIR/.start.lock"
-  flock 9
-fi
-
-pid=""
-[[ -f "$PID_FILE" ]] && pid="$(cat "$PID_FILE")"
+lock_state_dir
+pid="$(current_pid)"
 
 if is_ours "$pid"; then
   if [[ -f "$READY_FILE" ]]; then
@@ -71,17 +55,7 @@ else
   echo "$pid" >"$PID_FILE"
 fi
 
-start=$SECONDS
-until [[ -f "$READY_FILE" ]]; do
-  if ! alive "$pid"; then
-    rm -f "$PID_FILE"
-    fail "process $pid exited before becoming ready"
-  fi
-  if (( SECONDS - start >= TIMEOUT )); then
-    "$HERE/stop.sh" >/dev/null 2>&1 || true
-    fail "not ready after ${TIMEOUT}s (stopped it)"
-  fi
-  sleep 0.5
-done
+ready_file_written() { [[ -f "$READY_FILE" ]]; }
+wait_ready "$pid" ready_file_written "$TIMEOUT" 0.5 "$HERE/stop.sh"
 
-echo "neo4j-local ready after $(( SECONDS - start ))s (pid $pid): $(cat "$READY_FILE")"
+echo "neo4j-local ready after ${WAITED}s (pid $pid): $(cat "$READY_FILE")"
