@@ -15,6 +15,13 @@ an external one ("GEN 3.3.31") to the instrument it names. The question side goe
 qualify is emitted unscoped (e.g. ``3.8``), and the engine treats a key answered by chunks of
 more than one document as ambiguous: never an exact hit, only a bounded boost.
 
+A document may *own* some of the keys its chunks answer to (``DomainPack.owned_keys``): keys that
+name the document itself, such as a knowledge base document's front-matter id ``POL-012``. An
+owned key belongs to one document of the pack: the engine rejects a later document whose chunks
+answer to it (the one already holding it in the graph wins; among new documents, the first in
+doc id order), so a public page cannot take over an internal policy's id and its citations.
+Keys are shared by default: a rule number answered in many instruments is owned by none.
+
 Local ids (the part after ``#`` in chunk ids and anchors) keep letters, digits and ``._-()~``;
 every other character is percent-encoded (UTF-8) by ``encode_local_id``, so a pack may use the
 source's own numbering ("9.3.1B Guidance 5", "Part 4/Schedule 1") as local id.
@@ -190,6 +197,12 @@ class DomainPack(ABC):
     @abstractmethod
     def extract_references(self, chunk: ChunkRecord) -> list[ReferenceRecord]:
         """Deterministic references found in a chunk, normalized to keys other chunks may answer to."""
+
+    def owned_keys(self, doc: SourceDocument) -> tuple[str, ...]:
+        """Keys this document declares as its own identity (its id, not a number it shares with
+        other documents): no other document of the pack may answer to them. Each must be a key
+        one of the document's chunks answers to. The default owns none: keys are shared."""
+        return ()
 
     def question_chunk(self, text: str) -> ChunkRecord:
         """A question as a chunk of no document (``doc_id`` empty), for the pack's reference parser."""

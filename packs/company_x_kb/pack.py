@@ -3,7 +3,8 @@
 Document shape::
 
     ---
-    id: POL-012                 # the document's own id; becomes a key of its first chunk
+    id: POL-012                 # the document's own id; a key of its first chunk, owned by the
+                                # document (another document claiming it is rejected)
     title: Access Control ...   # optional, else the '# ' heading
     collection: kb_internal     # decides who may read it; must be one of the manifest collections
     ---
@@ -131,6 +132,11 @@ class CompanyKbPack(DomainPack):
         if not m:
             raise PackError(f"{doc_id}: front matter id {raw!r} is not POL-n, RB-n or TCK-n")
         return normalize_id(m.group(1), m.group(2))[1]
+
+    def owned_keys(self, doc: SourceDocument) -> tuple[str, ...]:
+        """The front-matter id names the document: no other document may answer to it."""
+        key = self.document_key(doc.doc_id, split_front_matter(doc.doc_id, doc.text)[0])
+        return (key,) if key else ()
 
     def chunk(self, doc: SourceDocument) -> list[ChunkRecord]:
         meta, body, offset = split_front_matter(doc.doc_id, doc.text)

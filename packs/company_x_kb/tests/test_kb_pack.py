@@ -127,6 +127,17 @@ def test_document_id_is_a_key_of_its_first_chunk_only(pack, docs):
     assert first["tck-1187"] == ("ticket:tck-1187",)
 
 
+def test_a_document_owns_its_front_matter_id(pack, docs):
+    """The id names the document (the engine rejects another document answering to it); every
+    corpus document owns exactly its first chunk's key, and no two own the same one."""
+    owned = {d.doc_id: pack.owned_keys(d) for d in docs}
+    assert owned["pol-012-access-control"] == ("policy:pol-012",)
+    assert all(owned[d.doc_id] == pack.chunk(d)[0].keys for d in docs)
+    keys = [k for ks in owned.values() for k in ks]
+    assert len(keys) == len(set(keys))
+    assert pack.owned_keys(_document(pack, "no-id", "# No id\n\nText.\n")) == ()
+
+
 def test_chunk_ids_unique_and_stable_across_runs(entry, chunks):
     assert len({c.chunk_id for c in chunks}) == len(chunks)
     fresh = load_pack(entry, ROOT)
