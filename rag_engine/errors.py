@@ -60,6 +60,16 @@ class DocumentError(RagError):
     """One source document is unusable (empty, not UTF-8, binary, too large)."""
 
 
+class KeyConflict(DocumentError):
+    """A document answers to a reference key another document of its pack owns (that document's id,
+    ``DomainPack.owned_keys``): the later claimant is rejected, the owner keeps the key."""
+
+    def __init__(self, message: str, conflicts: dict[str, str] | None = None):
+        super().__init__(message)
+        self.conflicts = dict(conflicts or {})
+        """key -> the document that owns it."""
+
+
 class StoreError(RagError):
     """The graph store failed or was asked something it cannot answer."""
 

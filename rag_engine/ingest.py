@@ -17,7 +17,14 @@ from typing import Any
 from rag_engine.config import GraphConfig
 from rag_engine.documents import load_document
 from rag_engine.engine import Engine
-from rag_engine.errors import CapabilityNotSupported, ConfigError, DocumentError, EmbedderMismatch, PackError
+from rag_engine.errors import (
+    CapabilityNotSupported,
+    ConfigError,
+    DocumentError,
+    EmbedderMismatch,
+    KeyConflict,
+    PackError,
+)
 from rag_engine.graph import schema, writer
 from rag_engine.packs import ChunkRecord, DomainPack, content_hash
 
@@ -120,17 +127,21 @@ def chunks_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
     doc = SourceDocument.model_validate(_upstream(engine, pack, key, SOURCE))
     try:
         chunks = pack.chunk(doc)
+        owned = pack.owned_keys(doc)
     except Exception as exc:  # noqa: BLE001 - any pack failure rejects this one document, recorded below
         # recorded like a source rejection, so every later step skips this partition
         reason = str(exc) if isinstance(exc, (PackError, DocumentError)) else f"{type(exc).__name__}: {exc}"
         engine.artifacts.write(pack.name, key, CHUNKS, {"rejected": f"the pack refused this document: {reason}"})
         raise DocumentError(f"{key}: the pack refused this document: {reason}") from None
     ids = [c.chunk_id for c in chunks]
+    unanswered = sorted(set(owned) - {k for c in chunks for k in c.keys})
     problem = (
         "the pack produced no chunks from this document"
         if not chunks
         else "the pack produced duplicate chunk ids"
         if len(set(ids)) != len(ids)
+        else f"the pack says the document owns keys no chunk answers to: {unanswered}"
+        if unanswered
         else None
     )
     if problem:
@@ -138,21 +149,34 @@ def chunks_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
         raise DocumentError(f"{key}: {problem}")
     engine.artifacts.write(pack.name, key, CHUNKS, [c.model_dump(mode="json") for c in chunks])
     schema.ensure_schema(engine.driver, engine.database)
-    writer.write_document_version(
-        engine.driver,
-        engine.database,
-        pack=pack.name,
-        doc_id=doc.doc_id,
-        version=doc.version,
-        title=doc.title,
-        collection=doc.collection,
-        content_hash=content_hash(doc.text),
-        source_path=doc.source_path,
-        chunks=chunks,
-        batch_size=engine.cfg.storage.neo4j.write_batch_size,
-        min_words=max(pack.manifest.min_chunk_words, engine.cfg.retrieval.min_chunk_words),
-    )
-    return {"chunks": len(chunks)}
+    try:
+        writer.write_document_version(
+            engine.driver,
+            engine.database,
+            pack=pack.name,
+            doc_id=doc.doc_id,
+            version=doc.version,
+            title=doc.title,
+            collection=doc.collection,
+            content_hash=content_hash(doc.text),
+            source_path=doc.source_path,
+            chunks=chunks,
+            batch_size=engine.cfg.storage.neo4j.write_batch_size,
+            min_words=max(pack.manifest.min_chunk_words, engine.cfg.retrieval.min_chunk_words),
+            owned_keys=owned,
+        )
+    except KeyConflict as exc:  # a key another document owns: this later claimant is rejected, nothing written
+        engine.artifacts.write(pack.name, key, CHUNKS, {"rejected": str(exc)})
+        raise
+    return {"chunks": len(chunks), "owned_keys": len(owned)}
+
+
+def claim_order(keys: list[str]) -> list[str]:
+    """The order the chunks step runs a run's partitions in: by doc id, so among new documents
+    claiming the same owned key the first in doc id order keeps it, whatever order the run got."""
+    from rag_engine.documents import PARTITION_SEP
+
+    return sorted(keys, key=lambda k: (k.rpartition(PARTITION_SEP)[0], k))
 
 
 def load_chunks(engine: Engine, pack: DomainPack, key: str) -> list[ChunkRecord]:
@@ -420,6 +444,8 @@ def ingest_pack(
             )
 
         todo = [k for k in keys if not (skip_unchanged and unchanged(k))]
+        if name == "chunks":
+            todo = claim_order(todo)
         obs.step_started(pack.name, name, len(keys), len(keys) - len(todo))
 
         def run_partition(k: str, fn: Callable[..., dict[str, Any]] = fn) -> dict[str, Any]:

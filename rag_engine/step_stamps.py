@@ -29,9 +29,16 @@ SET v.step_versions = row.stamps
 """
 
 _MISSING = """
-MATCH (d:Document {pack: $pack})-[:HAS_VERSION]->(v:DocumentVersion {status: 'current'})
-WHERE NOT d.doc_id IN $present
-RETURN count(v) AS n
+CALL () {
+  MATCH (d:Document {pack: $pack})-[:HAS_VERSION]->(v:DocumentVersion {status: 'current'})
+  WHERE NOT d.doc_id IN $present
+  RETURN count(v) AS current
+}
+CALL () {
+  MATCH (d:Document {pack: $pack})-[o:OWNS]->(:RefKey) WHERE NOT d.doc_id IN $present
+  RETURN count(o) AS owned
+}
+RETURN current + owned AS n
 """
 
 
@@ -62,7 +69,8 @@ def write_stamps(driver: neo4j.Driver, database: str, pack: str, stamps: Mapping
 
 
 def any_missing(driver: neo4j.Driver, database: str, pack: str, present: list[str]) -> bool:
-    """Whether a current document is no longer in the corpus (read-only, so a no-change run writes nothing)."""
+    """Whether a current document, or one owning keys, is no longer in the corpus (read-only, so a
+    no-change run writes nothing)."""
     records, _, _ = driver.execute_query(
         _MISSING, pack=pack, present=present, database_=database, routing_=neo4j.RoutingControl.READ
     )

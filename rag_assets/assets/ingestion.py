@@ -95,7 +95,7 @@ def _run(
     figures (``extra(key)`` adds per-partition figures the step does not return, e.g. tokens)."""
     engine = engine_res.engine()
     pack = engine.pack(pack_name)
-    keys = list(context.partition_keys)
+    keys = ingest.claim_order(list(context.partition_keys)) if step == "chunks" else list(context.partition_keys)
     seconds: dict[str, float] = {}
     added: dict[str, dict[str, Any]] = {}
 

@@ -4,6 +4,10 @@ Every write is UNWIND + MERGE in a managed transaction, keyed by stable ids, so 
 partition leaves node and edge counts unchanged. A new version's chunks are written inactive
 ('pending'); ``activate_version`` makes it the current one once it is indexed, deactivating
 every other version's chunks (supersede). Until then the previous version keeps answering.
+
+A document owns the keys its pack says name it (``(:Document)-[:OWNS]->(:RefKey)``, see
+``DomainPack.owned_keys``); a version whose chunks answer to a key another document owns is not
+written (``KeyConflict``), checked in the same transaction as the write.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 
 import neo4j
 
+from rag_engine.errors import KeyConflict
 from rag_engine.graph.connection import single_record
 from rag_engine.packs import ChunkRecord, ReferenceRecord
 
@@ -68,6 +73,24 @@ MERGE (k:RefKey {key: $pack + '|' + key})
 MERGE (c)-[:ANSWERS_TO]->(k)
 """
 
+_KEY_OWNERS = """
+UNWIND $keys AS key
+MATCH (:RefKey {key: $pack + '|' + key})<-[:OWNS]-(d:Document {pack: $pack})
+WHERE d.doc_id <> $doc_id
+RETURN key, min(d.doc_id) AS owner ORDER BY key
+"""
+
+# the version's owned keys replace the document's: a key its new text no longer declares is released
+_WRITE_OWNED = """
+MATCH (d:Document {key: $pack + ':' + $doc_id})
+OPTIONAL MATCH (d)-[o:OWNS]->(old:RefKey) WHERE NOT old.key IN [x IN $keys | $pack + '|' + x]
+DELETE o
+WITH DISTINCT d
+UNWIND $keys AS key
+MERGE (k:RefKey {key: $pack + '|' + key})
+MERGE (d)-[:OWNS]->(k)
+"""
+
 _DROP_VANISHED_CHUNKS = """
 MATCH (v:DocumentVersion {key: $key})-[:HAS_CHUNK]->(c:Chunk)
 WHERE NOT c.chunk_id IN $chunk_ids
@@ -103,12 +126,24 @@ def write_document_version(
     chunks: Sequence[ChunkRecord],
     batch_size: int = 500,
     min_words: int = 0,
+    owned_keys: Sequence[str] = (),
 ) -> None:
-    """Write one document version and its chunks (pending until ``activate_version``)."""
+    """Write one document version and its chunks (pending until ``activate_version``) and the keys
+    the document owns. Raises ``KeyConflict``, writing nothing, when a chunk answers to a key another
+    document of the pack owns: the document already holding the key keeps it."""
     key = version_key(pack, f"{doc_id}--{version}")
     rows = [chunk_row(c, min_words) for c in chunks]
+    answered = sorted({k for c in chunks for k in c.keys})
 
     def work(tx: neo4j.ManagedTransaction) -> None:
+        taken = {r["key"]: r["owner"] for r in tx.run(_KEY_OWNERS, keys=answered, pack=pack, doc_id=doc_id)}
+        if taken:
+            raise KeyConflict(
+                f"{doc_id}: answers to "
+                + ", ".join(f"key {k!r}, which document {o!r} owns" for k, o in taken.items())
+                + "; the document already holding a key keeps it",
+                taken,
+            )
         tx.run(
             _WRITE_VERSION,
             doc_id=doc_id,
@@ -123,6 +158,7 @@ def write_document_version(
         for batch in batched(rows, batch_size):
             tx.run(_WRITE_CHUNKS, rows=list(batch), key=key, pack=pack).consume()
         tx.run(_DROP_VANISHED_CHUNKS, key=key, chunk_ids=[r["chunk_id"] for r in rows]).consume()
+        tx.run(_WRITE_OWNED, pack=pack, doc_id=doc_id, keys=sorted(set(owned_keys))).consume()
 
     with driver.session(database=database) as session:
         session.execute_write(work)
@@ -260,13 +296,21 @@ RETURN collect(DISTINCT d.doc_id) AS withdrawn
 """
 
 
+_RELEASE_OWNED = """
+MATCH (d:Document {pack: $pack})-[o:OWNS]->(:RefKey) WHERE NOT d.doc_id IN $present
+DELETE o
+"""
+
+
 def withdraw_missing(
     driver: neo4j.Driver, database: str, *, pack: str, present: Sequence[str], resolution_version: str
 ) -> list[str]:
     """Documents no longer in the corpus stop being retrievable (their version becomes
-    'withdrawn', their chunks inactive) and references into them are re-derived."""
+    'withdrawn', their chunks inactive), release the keys they owned, and references into them
+    are re-derived."""
 
     def work(tx: neo4j.ManagedTransaction) -> list[str]:
+        tx.run(_RELEASE_OWNED, pack=pack, present=list(present)).consume()
         withdrawn = single_record(tx.run(_WITHDRAW, pack=pack, present=list(present)), "withdraw")["withdrawn"]
         for doc_id in withdrawn:
             keys = single_record(tx.run(_DOC_KEYS, pack=pack, doc_id=doc_id), "document keys")["keys"]
