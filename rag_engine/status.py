@@ -29,6 +29,7 @@ BLOCKING_CHECKS = {
     "no_orphan_entities": "orphan_entities",
     "no_dangling_edges": "dangling_edges",
     "no_missing_provenance": "missing_provenance",
+    "no_key_conflicts": "key_conflicts",
 }
 """Graph quality checks that fail a run (ERROR, blocking); the graph_quality asset uses the same."""
 WARNING_CHECKS = {"no_stale_versions": "stale_versions"}

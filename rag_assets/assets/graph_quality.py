@@ -1,7 +1,8 @@
 """graph_quality: the graph's health as asset checks, run nightly (its automation condition, and
 the schedule of the checks job for instances without the automation sensor).
 
-Orphans, dangling edges and missing provenance are blocking ERROR checks: the checks job fails
+Orphans, dangling edges, missing provenance and key conflicts are blocking ERROR checks (the
+same set as ``rag quality``, ``rag_engine.status.BLOCKING_CHECKS``): the checks job fails
 when one fails. Stale versions and an incomplete latest extraction run warn. Low-confidence
 counts, graph sizes and the cleanup status are reported as metadata and always pass.
 """
@@ -14,14 +15,11 @@ import dagster as dg
 from rag_assets.automation import nightly
 from rag_assets.resources import EngineResource
 from rag_engine.graph.quality import quality_report
+from rag_engine.status import BLOCKING_CHECKS, WARNING_CHECKS
 
 KEY = dg.AssetKey("graph_quality")
-BLOCKING = {
-    "no_orphan_entities": "orphan_entities",
-    "no_dangling_edges": "dangling_edges",
-    "no_missing_provenance": "missing_provenance",
-}
-WARNING = {"no_stale_versions": "stale_versions"}
+BLOCKING = BLOCKING_CHECKS
+WARNING = WARNING_CHECKS
 INFO = ("low_confidence_counted", "graph_size_reported", "latest_extraction_run", "cleanup_status")
 
 
@@ -31,6 +29,8 @@ DESCRIPTIONS = {
     "REFERENCES edges to chunks that are not current.",
     "no_missing_provenance": "ERROR, blocking: inferred edges or mentions lacking a provenance field "
     "(doc, chunk, version, bucket, run, model, prompt, source type).",
+    "no_key_conflicts": "ERROR, blocking: a key a document owns (its id, e.g. POL-012) owned by another document "
+    "too or answered by another document's active chunk: citations of it would link to the wrong document.",
     "no_stale_versions": "WARN: superseded document versions still holding chunk nodes (a cleanup removes them).",
     "low_confidence_counted": "Always passes: inferred edges stored below the confidence floor (never "
     "retrieval-eligible) and the eligible ones.",
@@ -115,7 +115,7 @@ def _checks(report: dict[str, Any]) -> list[dg.AssetCheckResult]:
     tags={"cost": "free"},
     automation_condition=nightly(),
     freshness_policy=dg.FreshnessPolicy.cron(deadline_cron="30 3 * * *", lower_bound_delta=timedelta(hours=24)),
-    description="Graph health: orphans, dangling edges, stale versions, provenance, confidence, sizes, "
+    description="Graph health: orphans, dangling edges, key conflicts, stale versions, provenance, confidence, sizes, "
     "latest extraction run and cleanup status, for the enabled packs.",
 )
 def graph_quality(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
@@ -130,6 +130,7 @@ def graph_quality(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.
             "orphan_entities": report["orphan_entities"]["count"],
             "dangling_edges": report["dangling_edges"]["count"],
             "stale_versions": report["stale_versions"]["count"],
+            "key_conflicts": report["key_conflicts"]["count"],
             **_sizes(report),
         },
         check_results=_checks(report),

@@ -256,7 +256,8 @@ def ingest(
 def quality(ctx: typer.Context, json: JsonOpt = False) -> None:
     """Graph quality report (read-only); exit 1 when a blocking check fails.
 
-    Blocking: orphan entities, dangling edges, missing provenance."""
+    Blocking: orphan entities, dangling edges, missing provenance, key conflicts (a document's own
+    key, e.g. a KB id, answered by another document; examples listed)."""
     from rag_engine.graph.quality import quality_report
     from rag_engine.status import blocking_failures, quality_checks
 
@@ -269,8 +270,15 @@ def quality(ctx: typer.Context, json: JsonOpt = False) -> None:
     else:
         render.quality(out(), report, quality_checks(report))
         if failing:
+            hint = (
+                "; key conflicts: remove or correct the claiming document, then `rag ingest`"
+                if "no_key_conflicts" in failing
+                else ""
+            )
             err().print(
-                f"blocking checks fail: {', '.join(failing)}; see `rag cleanup --dry-run`", style="red", markup=False
+                f"blocking checks fail: {', '.join(failing)}; see `rag cleanup --dry-run`{hint}",
+                style="red",
+                markup=False,
             )
     if failing:
         raise typer.Exit(CHECK_FAILED)

@@ -205,6 +205,12 @@ def quality(console: Console, report: dict[str, Any], checks: list[dict[str, Any
         console.print(escape(f"last cleanup: {c['at']} by {c['approved_by']}: {c['reason']}"))
     if report["orphan_entities"]["sample"]:
         console.print(escape(f"orphan sample: {', '.join(map(str, report['orphan_entities']['sample']))}"), style="dim")
+    for c in report["key_conflicts"]["sample"]:
+        claimants = [*c["owners"][1:], *c["others"]]
+        console.print(
+            escape(f"key conflict [{c['pack']}] {c['key']}: owned by {c['owners'][0]}, also {', '.join(claimants)}"),
+            style="red",
+        )
 
 
 def counts(console: Console, title: str, data: dict[str, Any]) -> None:

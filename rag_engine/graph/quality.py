@@ -5,6 +5,9 @@ dangling_edges         inferred edges whose evidence chunk is gone or not curren
                        reference edges touching a chunk that is not current
 stale_versions         superseded document versions that still hold chunk nodes
 missing_provenance     inferred edges or mentions lacking any provenance field
+key_conflicts          owned reference keys (a document's id) owned by more than one document, or
+                       answered by an active chunk of another document: citations of the key
+                       would link to a document that is not the one it names
 low_confidence         inferred edges stored but not retrieval-eligible (expected, reported)
 graph_size             deterministic (REFERENCES) vs inferred (RELATED) edge counts, eligible
                        edges, documents, active chunks, entities
@@ -43,6 +46,17 @@ _MISSING_PROVENANCE = """
 MATCH (:Entity)-[r:RELATED|MENTIONED_IN]->() WHERE r.pack IN $packs
 AND any(f IN $fields WHERE r[f] IS NULL)
 RETURN count(r) AS n
+"""
+
+_KEY_CONFLICTS = """
+MATCH (d:Document)-[:OWNS]->(k:RefKey) WHERE d.pack IN $packs
+WITH d.pack AS pack, k, collect(DISTINCT d.doc_id) AS owners
+OPTIONAL MATCH (k)<-[:ANSWERS_TO]-(c:Chunk {active: true}) WHERE c.pack = pack AND NOT c.doc_id IN owners
+WITH pack, k, owners, collect(DISTINCT c.doc_id) AS others
+WHERE size(owners) > 1 OR size(others) > 0
+WITH pack, k, owners, others ORDER BY pack, k.key
+RETURN count(k) AS n,
+       collect({pack: pack, key: substring(k.key, size(pack) + 1), owners: owners, others: others})[..10] AS sample
 """
 
 _CONFIDENCE = """
@@ -90,6 +104,7 @@ def quality_report(driver: neo4j.Driver, database: str, packs: list[str]) -> dic
     dangling_refs = read(driver, database, _DANGLING_REFERENCES, **p)[0]
     stale = read(driver, database, _STALE_VERSIONS, **p)[0]
     missing = read(driver, database, _MISSING_PROVENANCE, fields=list(PROVENANCE_FIELDS), **p)[0]
+    conflicts = read(driver, database, _KEY_CONFLICTS, **p)[0]
     conf = read(driver, database, _CONFIDENCE, **p)[0]
     deterministic = read(driver, database, _DETERMINISTIC, **p)[0]
     sizes = read(driver, database, _SIZES, **p)[0]
@@ -110,6 +125,12 @@ def quality_report(driver: neo4j.Driver, database: str, packs: list[str]) -> dic
             "chunks": int(stale["chunks"] or 0),
         },
         "missing_provenance": {"count": missing["n"]},
+        "key_conflicts": {
+            "count": conflicts["n"],
+            "sample": [
+                {**c, "owners": sorted(c["owners"]), "others": sorted(c["others"])} for c in conflicts["sample"]
+            ],
+        },
         "low_confidence": {"count": int(conf["low_confidence"] or 0), "eligible": int(conf["eligible"] or 0)},
         "graph_size": {
             "deterministic": deterministic["n"],
