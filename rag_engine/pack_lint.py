@@ -2,7 +2,8 @@
 
 For each enabled pack (or one): the manifest validates and agrees with config (the loader's own
 checks); the fixtures path exists; every corpus document loads and chunks (rejections with their
-reasons); local ids are unique and use only the allowed characters; references parse, and internal
+reasons); local ids are unique and use only the allowed characters; a key a document owns (its id)
+is answered by no other document; references parse, and internal
 ones resolve within the pack; golden queries name anchors that exist (readable by the query's role)
 and every answerable query has one; relationship and entity types are declared when extraction is
 on; the pack module imports nothing of the project but ``rag_engine.packs`` (the dependency rule:
@@ -152,15 +153,20 @@ def lint_imports(entry: PackEntry, root: Path, out: _Collector) -> None:
 # -- corpus, chunks, references -----------------------------------------------------------------
 
 
-def _chunk_corpus(pack: DomainPack, max_bytes: int, out: _Collector) -> tuple[int, list[ChunkRecord]]:
+def _chunk_corpus(
+    pack: DomainPack, max_bytes: int, out: _Collector
+) -> tuple[int, list[ChunkRecord], dict[str, tuple[str, tuple[str, ...]]]]:
+    """(documents, chunks, doc id -> (file name, keys the document owns)), in sorted path order."""
     refs = discover(pack, include_rejected=True)
     chunks: list[ChunkRecord] = []
+    owned: dict[str, tuple[str, tuple[str, ...]]] = {}
     documents = 0
     for ref in refs:
         where = ref.path.name
         try:
             doc = load_document(pack, ref.partition_key, max_bytes=max_bytes)
             doc_chunks = pack.chunk(doc)
+            owned[doc.doc_id] = (where, pack.owned_keys(doc))
         except RagError as exc:
             out.error("document_rejected", str(exc), where)
             continue
@@ -178,7 +184,35 @@ def _chunk_corpus(pack: DomainPack, max_bytes: int, out: _Collector) -> tuple[in
             f"no document matches {pack.manifest.document_glob!r} in {pack.entry.corpus}",
             pack.entry.corpus,
         )
-    return documents, chunks
+    return documents, chunks, owned
+
+
+def lint_key_ownership(
+    chunks: list[ChunkRecord], owned: dict[str, tuple[str, tuple[str, ...]]], out: _Collector
+) -> None:
+    """A key a document owns (its id) is answered by no other document: ingest would reject the
+    later claimant (the first in doc id order keeps the key in a fresh graph), so it is an error."""
+    answered: dict[str, set[str]] = defaultdict(set)
+    for c in chunks:
+        for key in c.keys:
+            answered[key].add(c.doc_id)
+    for doc_id, (where, keys) in owned.items():
+        mine = {k for c in chunks if c.doc_id == doc_id for k in c.keys}
+        for key in sorted(set(keys) - mine):
+            out.error("owned_key_unanswered", f"the document owns key {key!r} but no chunk of it answers to it", where)
+    owner: dict[str, str] = {}
+    for doc_id in sorted(owned):
+        for key in owned[doc_id][1]:
+            owner.setdefault(key, doc_id)
+    for key, first in sorted(owner.items()):
+        for other in sorted(answered[key] - {first}):
+            how = "also owns" if key in owned.get(other, ("", ()))[1] else "answers to"
+            out.error(
+                "key_conflict",
+                f"{other} {how} key {key!r}, which {first} (first in doc id order) owns; ingest rejects {other} "
+                f"while {first} holds the key",
+                owned.get(other, (other, ()))[0],
+            )
 
 
 def lint_local_ids(chunks: list[ChunkRecord], out: _Collector) -> None:
@@ -352,8 +386,9 @@ def lint_pack(cfg: EngineConfig, entry: PackEntry, root: Path) -> tuple[PackLint
         out.error("pack_load", str(exc), entry.manifest)
         golden = lint_golden(cfg, entry, root, None, out)
         return PackLintStats(pack=entry.name, golden_queries=golden), out.findings
-    documents, chunks = _chunk_corpus(pack, cfg.max_document_bytes, out)
+    documents, chunks, owned = _chunk_corpus(pack, cfg.max_document_bytes, out)
     lint_local_ids(chunks, out)
+    lint_key_ownership(chunks, owned, out)
     references, resolved = lint_references(pack, chunks, out)
     golden = lint_golden(cfg, entry, root, chunks, out)
     stats = PackLintStats(
