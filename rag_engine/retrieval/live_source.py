@@ -23,6 +23,7 @@ import math
 import threading
 import time
 from collections.abc import Iterable, Mapping
+from concurrent.futures import Executor, Future
 from datetime import UTC, date, datetime
 from functools import reduce
 from itertools import zip_longest
@@ -247,19 +248,20 @@ def _round_robin(lists: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return [r for rank in zip_longest(*lists) for r in rank if r is not None]
 
 
-def live_leg(engine: Engine, question: str, collections: Iterable[str]) -> LiveLeg:
-    """Query every live source of the engine's packs whose collection is permitted (never the
-    others), one after the other; their rows are one ranked list (rank 1 of each source, then
-    rank 2, ...), and the trace says what each source did."""
+def live_leg(
+    sources: LiveSources, declared: list[LiveSourceConfig], question: str, collections: Iterable[str]
+) -> LiveLeg:
+    """Query every declared source whose collection is permitted (never the others), one after the
+    other; their rows are one ranked list (rank 1 of each source, then rank 2, ...), and the trace
+    says what each source did."""
     permitted = set(collections)
-    declared = [s for p in engine.packs.values() for s in p.entry.live_sources]
     queried = [s for s in declared if s.collection in permitted]
     terms = list(dict.fromkeys(content_terms(question)))[:MAX_TERMS]
     trace: dict[str, Any] = {"not_permitted": [s.name for s in declared if s.collection not in permitted]}
     if not queried or not terms:
         trace.update(sources=[], hits=0, **({"skipped": "no_terms"} if queried else {}))
         return LiveLeg(trace=trace)
-    parts = [query_source(engine.live_sources, s, terms) for s in queried]
+    parts = [query_source(sources, s, terms) for s in queried]
     rows = _round_robin([p.rows for p in parts])
     trace.update(
         sources=[p.trace for p in parts],
@@ -267,3 +269,12 @@ def live_leg(engine: Engine, question: str, collections: Iterable[str]) -> LiveL
         stale=[r["chunk_id"] for r in rows if r["provenance"].stale],
     )
     return LiveLeg(rows=rows, events=[e for p in parts for e in p.events], trace=trace)
+
+
+def start_live_leg(engine: Engine, question: str, collections: Iterable[str], pool: Executor) -> Future[LiveLeg] | None:
+    """The live leg of one retrieval, running in ``pool`` while the store answers the other legs;
+    None when no pack of the engine declares a live source."""
+    declared = [s for p in engine.packs.values() for s in p.entry.live_sources]
+    if not declared:
+        return None
+    return pool.submit(live_leg, engine.live_sources, declared, question, tuple(collections))

@@ -21,7 +21,7 @@ from rag_engine.graph.schema import check_embedder
 from rag_engine.graph.traversal import candidate_chunks, traverse
 from rag_engine.packs import DomainPack
 from rag_engine.retrieval import store_reads
-from rag_engine.retrieval.live_source import LiveLeg, LiveProvenance, live_leg
+from rag_engine.retrieval.live_source import LiveLeg, LiveProvenance, start_live_leg
 from rag_engine.retrieval.policy import PolicyDecision, gate
 
 
@@ -214,7 +214,7 @@ def retrieve(
     collections: list[str] | None = None,
     weights: dict[str, float] | None = None,
 ) -> RetrievalResult:
-    """Policy gate, then the legs (exact references, fulltext, vector) fused by weighted RRF,
+    """Policy gate, then the legs (exact references, fulltext, vector, live SQL sources) fused by weighted RRF,
     the planner and bounded traversal, then reference expansion (reported apart, after the top k).
 
     ``weights`` overrides the configured per-leg weights for this call (ablations, evals).
@@ -236,7 +236,7 @@ def retrieve(
     # the question's embedding (a model call) runs while the store answers the other legs
     embedding = _EMBEDDER_POOL.submit(_timed_embed, engine, query) if legs["dense"] > 0 else None
     # so does the live SQL leg, for the permitted collections only
-    live = _EMBEDDER_POOL.submit(live_leg, engine, query, decision.collections) if legs["live"] > 0 else None
+    live = start_live_leg(engine, query, decision.collections, _EMBEDDER_POOL) if legs["live"] > 0 else None
     packs = [p for p in engine.packs.values() if set(p.manifest.collections) & set(decision.collections)]
     with trace.step("exact_references", weight=legs["exact"], max_exact=cfg.max_exact) as t:
         keys, residual = (
