@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 
 MAX_TERMS = 32
 """At most this many distinct content words of the question are sent (each one bind parameter)."""
+QUERY_CANCELED = "57014"
+"""SQLSTATE of a statement cancelled by ``statement_timeout``."""
 DRIVERS = ("psycopg2", "psycopg")
 """libpq drivers: they take the session options (read-only, statement timeout) at connect time."""
 
@@ -180,7 +182,8 @@ def query_source(sources: LiveSources, source: LiveSourceConfig, terms: list[str
     except SourceUnavailable as exc:
         return _unavailable(source, entry, exc.reason, exc.error_type, started)
     except OperationalError as exc:
-        reason = "timeout" if type(exc.orig).__name__ == "QueryCanceled" else "unreachable"
+        sqlstate = getattr(exc.orig, "pgcode", None) or getattr(exc.orig, "sqlstate", None)
+        reason = "timeout" if sqlstate == QUERY_CANCELED else "unreachable"
         return _unavailable(source, entry, reason, type(exc.orig or exc).__name__, started)
     except SQLAlchemyError as exc:  # a missing table or column, a revoked grant: the source is unusable
         return _unavailable(source, entry, "query_failed", type(getattr(exc, "orig", None) or exc).__name__, started)
