@@ -20,7 +20,7 @@ decides which collections every system may read):
   embedder maps to the zero vector, as in the engine).
 
 Ablations are one flag away: ``--legs lexical,dense`` keeps the listed legs (``exact``,
-``lexical``, ``dense``) at their configured weight and sets the others to 0; ``--weights
+``lexical``, ``dense``, ``live``) at their configured weight and sets the others to 0; ``--weights
 lexical=1,dense=0.5`` sets the listed legs' weights (applied after ``--legs``; unlisted legs keep
 theirs). Only the engine changes; the baselines are the same in every run.
 """

@@ -3,7 +3,8 @@
 Kept in the usage ledger's database (same URL: SQLite file by default, PostgreSQL by URL, through
 SQLAlchemy Core), so one backup and one retention policy cover cost and governance. One record per
 query (``event = "query"``) and one per governance event: ``collections_blocked``,
-``local_inference_degraded``, ``generation_fallback``, ``approval_granted`` / ``approval_refused``,
+``local_inference_degraded``, ``generation_fallback``, ``freshness_breach`` and
+``live_source_unavailable`` (the live SQL leg), ``approval_granted`` / ``approval_refused``,
 ``audit_records_deleted``; events of a query carry its ``query_id``.
 
 What is never stored: the question text when the query could read a collection listed in
@@ -36,7 +37,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-GOVERNANCE_EVENTS = ("collections_blocked", "local_inference_degraded", "generation_fallback", "freshness_breach")
+GOVERNANCE_EVENTS = (
+    "collections_blocked",
+    "local_inference_degraded",
+    "generation_fallback",
+    "freshness_breach",
+    "live_source_unavailable",
+)
 
 _metadata = MetaData()
 audit_records = Table(
@@ -316,7 +323,13 @@ class QueryAudit:
             "collections_permitted": permitted,
             "collections_blocked": blocked,
             "candidates": [
-                {"chunk_id": c.chunk_id, "collection": c.collection, "sources": list(c.sources), "via": c.via}
+                {
+                    "chunk_id": c.chunk_id,
+                    "collection": c.collection,
+                    "sources": list(c.sources),
+                    "via": c.via,
+                    **({"provenance": c.provenance.model_dump(mode="json")} if c.provenance else {}),
+                }
                 for c in retrieval.candidates
             ],
             "expansions": [c.chunk_id for c in retrieval.expansions],

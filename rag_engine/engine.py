@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from rag_engine.providers.embedding_cache import EmbeddingCache
     from rag_engine.providers.ledger import UsageLedger
     from rag_engine.providers.pricing import PriceTable
+    from rag_engine.retrieval.live_source import LiveSources
 
 DEFAULT_CONFIG = "config/engine.yaml"
 
@@ -152,6 +153,13 @@ class Engine:
             **self.cfg.retrieval.weights,
         }
 
+    @cached_property
+    def live_sources(self) -> LiveSources:
+        """Connections to the packs' live SQL sources (``packs[].live_sources``), opened on first use."""
+        from rag_engine.retrieval.live_source import LiveSources
+
+        return LiveSources(self.env)
+
     @property
     def embedder_identity(self) -> str:
         return self.registry.embedding.identity
@@ -159,3 +167,5 @@ class Engine:
     def close(self) -> None:
         if "driver" in self.__dict__:
             self.driver.close()
+        if "live_sources" in self.__dict__:
+            self.live_sources.dispose()

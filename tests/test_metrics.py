@@ -401,9 +401,19 @@ def test_leg_weights_from_legs_and_weights_flags():
 
     configured = {"exact": 1.0, "lexical": 1.0, "dense": 0.7}
     assert leg_weights(configured) is None
-    assert leg_weights(configured, legs="lexical,dense") == {"exact": 0.0, "lexical": 1.0, "dense": 0.7}
-    assert leg_weights(configured, weights="lexical=1,dense=0.5") == {"exact": 1.0, "lexical": 1.0, "dense": 0.5}
-    assert leg_weights(configured, legs="dense", weights="dense=2") == {"exact": 0.0, "lexical": 0.0, "dense": 2.0}
+    assert leg_weights(configured, legs="lexical,dense") == {"exact": 0.0, "lexical": 1.0, "dense": 0.7, "live": 0.0}
+    assert leg_weights(configured, weights="lexical=1,dense=0.5") == {
+        "exact": 1.0,
+        "lexical": 1.0,
+        "dense": 0.5,
+        "live": 1.0,
+    }
+    assert leg_weights(configured, legs="dense", weights="dense=2") == {
+        "exact": 0.0,
+        "lexical": 0.0,
+        "dense": 2.0,
+        "live": 0.0,
+    }
     for bad in (
         {"legs": "lexical,bm25"},
         {"legs": ""},

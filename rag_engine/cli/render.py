@@ -89,6 +89,14 @@ def query(console: Console, outcome: Any) -> None:
             )
             p(escape(f"    path (score {c.path_score:.3f}): {hops}"))
             p(escape(f"    feedback path id: {encode_path_id(c.path)}"))
+        if c.provenance:
+            pv = c.provenance
+            p(
+                escape(
+                    f"    live: {pv.source} {pv.table} key={pv.key} committed_at={pv.committed_at.isoformat()} "
+                    f"retrieved_at={pv.retrieved_at.isoformat()}" + (" STALE" if pv.stale else "")
+                )
+            )
         p(escape(textwrap.indent(textwrap.shorten(c.text, 300), "    ")))
     if result.expansions:
         exp = _table("reference expansions (context only, not ranked)", "score", "via", "cite", "heading")

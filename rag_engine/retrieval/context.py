@@ -28,6 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, computed_field
 
 from rag_engine.config import ContextBudgetsConfig
+from rag_engine.retrieval.live_source import LiveProvenance
 from rag_engine.retrieval.retriever import Candidate
 
 Category = Literal["system", "documents", "conversation", "tools"]
@@ -65,6 +66,7 @@ class DocumentItem(_Frozen):
     via: str | None = None
     path_score: float | None = None
     path: tuple[dict[str, Any], ...] | None = None
+    provenance: LiveProvenance | None = None
     tokens: int
 
 
@@ -124,6 +126,8 @@ class AssembledContext(_Frozen):
 def render_document(number: int, c: Candidate | DocumentItem) -> str:
     """The block the model sees; its tokens are what the documents budget is charged."""
     head = f"[{number}] chunk_id={c.chunk_id} doc={c.doc_id} anchor={c.anchor}"
+    if c.provenance is not None:  # a live row: the model is told when it was committed, and if stale
+        head += f" committed_at={c.provenance.committed_at.isoformat()}" + (" STALE" if c.provenance.stale else "")
     if c.heading:
         head += f" | {c.heading}"
     return f"{head}\n{c.text}"
@@ -168,6 +172,7 @@ def _documents(
                 via=c.via,
                 path_score=c.path_score,
                 path=c.path,
+                provenance=c.provenance,
                 tokens=tokens,
             )
         )

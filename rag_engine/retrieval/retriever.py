@@ -1,4 +1,4 @@
-"""Retrieval: policy gate -> legs (exact reference hits, fulltext, vector) -> weighted RRF fusion
+"""Retrieval: policy gate -> legs (exact reference hits, fulltext, vector, live SQL sources) -> weighted RRF fusion
 with a bounded reference boost -> planner and bounded traversal -> deterministic reference
 expansion (reported apart). Every step and its timing lands in the trace."""
 
@@ -21,6 +21,7 @@ from rag_engine.graph.schema import check_embedder
 from rag_engine.graph.traversal import candidate_chunks, traverse
 from rag_engine.packs import DomainPack
 from rag_engine.retrieval import store_reads
+from rag_engine.retrieval.live_source import LiveLeg, LiveProvenance, start_live_leg
 from rag_engine.retrieval.policy import PolicyDecision, gate
 
 
@@ -41,6 +42,9 @@ class Candidate(BaseModel):
     path_score: float | None = None
     path: tuple[dict[str, Any], ...] | None = None
     """For graph candidates: the hops (entities, relationship type, confidence, evidence chunk)."""
+    provenance: LiveProvenance | None = None
+    """For live candidates (rag_engine/retrieval/live_source.py): source, key, committed-at,
+    retrieved-at, stale."""
 
 
 class RetrievalResult(BaseModel):
@@ -123,6 +127,7 @@ def _candidate(row: dict[str, Any], score: float, sources: tuple[str, ...], **ex
         collection=row["collection"],
         score=round(score, 6),
         sources=sources,
+        provenance=row.get("provenance"),
         **extra,
     )
 
@@ -209,7 +214,7 @@ def retrieve(
     collections: list[str] | None = None,
     weights: dict[str, float] | None = None,
 ) -> RetrievalResult:
-    """Policy gate, then the legs (exact references, fulltext, vector) fused by weighted RRF,
+    """Policy gate, then the legs (exact references, fulltext, vector, live SQL sources) fused by weighted RRF,
     the planner and bounded traversal, then reference expansion (reported apart, after the top k).
 
     ``weights`` overrides the configured per-leg weights for this call (ablations, evals).
@@ -230,6 +235,8 @@ def retrieve(
     drv, db = engine.driver, engine.database
     # the question's embedding (a model call) runs while the store answers the other legs
     embedding = _EMBEDDER_POOL.submit(_timed_embed, engine, query) if legs["dense"] > 0 else None
+    # so does the live SQL leg, for the permitted collections only
+    live = start_live_leg(engine, query, decision.collections, _EMBEDDER_POOL) if legs["live"] > 0 else None
     packs = [p for p in engine.packs.values() if set(p.manifest.collections) & set(decision.collections)]
     with trace.step("exact_references", weight=legs["exact"], max_exact=cfg.max_exact) as t:
         keys, residual = (
@@ -260,6 +267,10 @@ def retrieve(
                     drv, db, vec, decision.collections, cfg.dense_k, identity=engine.embedder_identity
                 )
         t["hits"] = len(dense)
+    with trace.step("live", weight=legs["live"]) as t:
+        leg = live.result() if live is not None else LiveLeg()
+        t.update(leg.trace)
+        result.events.extend(leg.events)
     with trace.step("fusion", method="weighted_rrf", rrf_k=cfg.rrf_k, weights=legs) as t:
         exact_rows, ambiguous, ambiguous_docs = (
             exact_hits(key_rows, docs_by_key, lexical, cfg.max_exact) if legs["exact"] > 0 else ([], [], set())
@@ -275,7 +286,12 @@ def retrieve(
             ][: cfg.max_exact]
         exact_ids = ref_ids | {r["chunk_id"] for r in phrase_rows}
         fused = fuse(
-            {"exact": exact_rows + phrase_rows, "lexical": lexical if legs["lexical"] > 0 else [], "dense": dense},
+            {
+                "exact": exact_rows + phrase_rows,
+                "lexical": lexical if legs["lexical"] > 0 else [],
+                "dense": dense,
+                "live": leg.rows,
+            },
             cfg.rrf_k,
             legs,
         )
