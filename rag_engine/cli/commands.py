@@ -374,13 +374,36 @@ def feedback(
 def costs(
     ctx: typer.Context,
     run_id: Annotated[str | None, typer.Option("--run-id", help="Only this run's calls.")] = None,
+    by_model: Annotated[
+        bool,
+        typer.Option(
+            "--by-model",
+            help="Quality per dollar by generation model: nDCG@10 and citation hit rate from eval reports, "
+            "cost per query from the ledger's measured tokens at current prices, cost per hour at "
+            "costs.query_rate_per_hour; extraction and indexing spend apart.",
+        ),
+    ] = False,
     json: JsonOpt = False,
 ) -> None:
     """Usage and cost from the ledger, by provider, model and run (unknown costs stay unknown)."""
-    from rag_engine.providers.costs_cli import costs_report
-
     use_json(ctx, json)
     eng = engine(ctx)
+    if by_model:
+        from rag_engine.providers.ledger import ledger_url
+        from rag_engine.quality_per_dollar import as_json, render
+        from rag_engine.quality_per_dollar import by_model as table_by_model
+
+        if run_id is not None:
+            raise typer.BadParameter("--by-model reads the whole ledger; leave out --run-id", param_hint="--run-id")
+        table = table_by_model(eng.cfg, eng.root, ledger_url(eng.cfg, eng.env, eng.root))
+        if json:
+            emit_json(ctx, as_json(table))
+        else:
+            for part in render(table):
+                out().print(part, markup=False)
+        return
+    from rag_engine.providers.costs_cli import costs_report
+
     text = costs_report(eng.cfg, eng.root, run_id=run_id, as_json=json)
     if json:
         import json as _json
