@@ -175,7 +175,9 @@ def _reindex_then_index(
 ) -> dict[str, Any]:
     """chunk_index under a new embedder identity: the blue/green re-index (rag_engine.reindex)
     moves every current chunk to the new index while the old one keeps serving, then this
-    partition is indexed under the new identity."""
+    partition is indexed under the new identity. The switch needs a passed eval gate for the new
+    embedder or an approval: without either the new index is built and the run fails with
+    ApprovalRequired (approve with `rag reindex --dry-run`, then `rag reindex --approved-by ...`)."""
     try:
         return ingest.index_step(engine, pack, key, run_id=context.run.run_id)
     except EmbedderMismatch as exc:

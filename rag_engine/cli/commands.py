@@ -434,13 +434,58 @@ def reindex(
     keep_old: Annotated[
         bool, typer.Option("--keep-old", help="Keep the retired index and its vectors (switching back is then cheap).")
     ] = False,
+    approved_by: Annotated[
+        str, typer.Option("--approved-by", help="Who approves the cut-over (needed unless a gate passed for it).")
+    ] = "",
+    reason: Annotated[str, typer.Option("--reason", help="Why the cut-over is approved.")] = "",
+    inputs_hash: Annotated[
+        str | None,
+        typer.Option(
+            "--inputs-hash", help="The inputs_hash a --dry-run printed: switch only if the plan is unchanged."
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show the cut-over plan (from, to, gate evidence) and its inputs_hash.")
+    ] = False,
     json: JsonOpt = False,
 ) -> None:
-    """Blue/green re-index to the configured embedder; queries keep the old index until the switch."""
-    from rag_engine.reindex import render_text, run_reindex
+    """Blue/green re-index to the configured embedder; queries keep the old index until the switch.
+
+    The switch is an approved action (--approved-by, --reason) unless an eval gate passed for the
+    new embedder; without either the new index is built and the switch refused (ApprovalRequired)."""
+    from rag_engine.approvals import REINDEX_CUTOVER, Approval
+    from rag_engine.approvals import inputs_hash as hash_of
+    from rag_engine.reindex import GATE_PASSED, cutover_plan, render_text, run_reindex
 
     use_json(ctx, json)
     eng = engine(ctx, store=True)
+    plan = cutover_plan(eng)
+    if dry_run:
+        gate = (plan or {}).get("gate") or {}
+        data = {
+            "cutover": plan,
+            "inputs_hash": hash_of(plan) if plan else None,
+            "approval_needed": plan is not None and gate.get("status") not in GATE_PASSED,
+        }
+        if json:
+            emit_json(ctx, data)
+        elif plan is None:
+            out().print("re-index dry run: no cut-over due (the configured embedder is active, or nothing is indexed)")
+        else:
+            out().print(f"re-index dry run: cut-over {plan['from']} -> {plan['to']}", markup=False)
+            out().print(f"gate evidence: {plan['gate'] or 'none for the new embedder'}", markup=False)
+            if data["approval_needed"]:
+                out().print(f"inputs_hash: {data['inputs_hash']}", markup=False)
+                err().print(
+                    f"approve with: rag reindex --approved-by WHO --reason WHY --inputs-hash {data['inputs_hash']}",
+                    markup=False,
+                )
+        return
+    approval = None
+    if approved_by and reason and plan is not None:
+        approval = Approval(
+            approved_by=approved_by, reason=reason, action=REINDEX_CUTOVER, inputs_hash=inputs_hash or hash_of(plan)
+        )
     live = progress_wanted(ctx)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -464,7 +509,7 @@ def reindex(
                 note=f"{p.cache_hits} cached, {p.embedded} embedded",
             )
 
-        report = run_reindex(eng, progress=progress, drop_old=not keep_old)
+        report = run_reindex(eng, progress=progress, drop_old=not keep_old, approval=approval)
     if json:
         emit_json(ctx, report.model_dump(mode="json"))
     else:
