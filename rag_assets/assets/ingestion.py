@@ -291,7 +291,7 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
         pool="llm",
         description="LLM graph extraction per chunk, validated with provenance; budgets per run, "
         "cached by (chunk content, prompt, model). Paid work: automated only under "
-        "automation.max_auto_cost_usd, else awaiting approval (materialize to approve).",
+        "automation.max_auto_cost_usd, else awaiting approval (materialize with approved_by and reason).",
         check_specs=[
             dg.AssetCheckSpec(
                 "extraction_calls_ok",
@@ -306,8 +306,12 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
             "tags": {"cost": "free" if extraction_free else "paid", "pack": name, "model": "extraction"},
         },
     )
-    def llm_extraction(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
+    def llm_extraction(
+        context: dg.AssetExecutionContext, rag: EngineResource, config: automation.PaidApproval
+    ) -> dg.MaterializeResult:
         engine = rag.engine()
+        estimate = automation.extraction_estimate(engine, name, list(context.partition_keys))
+        automation.require_paid_approval(context, engine, estimate, config)
         budget = new_budget(engine)
 
         def step(e: Engine, p: DomainPack, k: str) -> dict[str, Any]:
