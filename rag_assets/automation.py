@@ -11,9 +11,12 @@
   and unpriced costs 0; a priced model costs its estimate; a hosted model without a price is
   unknown, never free. Above the limit the asset is *awaiting approval*: the condition says so
   with the estimate, and nothing downstream of it runs (graph_writes and eval_report wait for
-  it). An operator approves by materializing the asset (the UI's Materialize button, or
-  ``dg launch --assets <pack>/llm_extraction --partition-range A...B``); the free dependents then
-  follow by themselves.
+  it). An operator approves by materializing the asset with an approval in its run config
+  (``approved_by``, ``reason``, optionally the ``inputs_hash`` of the estimate it saw; the UI's
+  Materialize with config, or ``dg launch --assets <pack>/llm_extraction --partition-range A...B
+  --config-json ...``): ``rag_engine.approvals`` binds it to the asset, partitions and estimate, and a
+  run above the limit without one fails with ``ApprovalRequired`` before any model call; both are
+  audit records. The free dependents then follow by themselves.
 
 The cost condition runs Python, so the automation sensor evaluates in the code server
 (``use_user_code_server=True``).
@@ -136,6 +139,47 @@ def eval_estimate(engine: Engine) -> dict[str, Any]:
 def within_limit(engine: Engine, estimate: dict[str, Any]) -> bool:
     cost = estimate["cost_usd"]
     return cost is not None and cost <= engine.cfg.automation.max_auto_cost_usd
+
+
+class PaidApproval(dg.Config):
+    """Run config of a paid asset: the operator's approval, needed when the run's estimated cost is
+    above automation.max_auto_cost_usd (or unknown)."""
+
+    approved_by: str = ""
+    reason: str = ""
+    inputs_hash: str = ""
+    """The inputs_hash the refusal (or the run log) printed: the run proceeds only if the estimate is unchanged."""
+
+
+def require_paid_approval(
+    context: dg.AssetExecutionContext, engine: Engine, estimate: dict[str, Any], config: PaidApproval
+) -> None:
+    """Before any model call: nothing to approve under the limit; above it, the approval in the run
+    config must bind this asset, its partitions and the estimate (``paid_automation``)."""
+    from rag_engine.approvals import PAID_AUTOMATION, Approval, inputs_hash, require
+    from rag_engine.audit import audit_trail
+
+    if within_limit(engine, estimate):
+        return
+    partitioned = context.has_partition_key or context.has_partition_key_range
+    partitions = sorted(context.partition_keys) if partitioned else []
+    inputs = {"asset": context.asset_key.to_user_string(), "partitions": partitions, "estimate": estimate}
+    approval = None
+    if config.approved_by.strip() and config.reason.strip():
+        approval = Approval(
+            approved_by=config.approved_by,
+            reason=config.reason,
+            action=PAID_AUTOMATION,
+            inputs_hash=config.inputs_hash or inputs_hash(inputs),
+        )
+    context.log.info(
+        "paid work above automation.max_auto_cost_usd (estimate %s USD, %s calls of %s): %s",
+        estimate["cost_usd"] if estimate["cost_usd"] is not None else "unknown",
+        estimate["calls"],
+        estimate["model"],
+        f"approved by {approval.approved_by}" if approval else "needs approved_by and reason in the run config",
+    )
+    require(approval, PAID_AUTOMATION, inputs, audit=audit_trail(engine))
 
 
 # -- conditions ---------------------------------------------------------------------------------

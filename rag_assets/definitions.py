@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
+from rag_assets.assets.audit_summary import audit_daily_summary
 from rag_assets.assets.evals import build_eval_assets
 from rag_assets.assets.graph_quality import graph_quality, graph_quality_job, nightly_graph_quality
 from rag_assets.assets.ingestion import build_ingestion_assets
@@ -36,7 +37,12 @@ def build_definitions(config_path: str | None = None) -> dg.Definitions:
     engine = engine_for(config_path)  # raises ConfigError / RegistryError subclasses
     broken = broken_packs(config_path)
     packs_version = slice_hash("packs-v1", {n: p.manifest.version for n, p in engine.packs.items()}, broken)
-    assets: list[dg.AssetsDefinition] = [build_domain_packs(packs_version), usage_costs, graph_quality]
+    assets: list[dg.AssetsDefinition] = [
+        build_domain_packs(packs_version),
+        usage_costs,
+        audit_daily_summary,
+        graph_quality,
+    ]
     jobs: list[dg.JobDefinition | UnresolvedAssetJobDefinition] = [
         graph_quality_job,
         graph_cleanup,

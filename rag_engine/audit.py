@@ -44,6 +44,8 @@ GOVERNANCE_EVENTS = (
     "freshness_breach",
     "live_source_unavailable",
 )
+SUMMARY_EVENTS = ("query", *GOVERNANCE_EVENTS, "approval_refused")
+"""What the daily summary counts: queries (the denominator), governance events, refused approvals."""
 
 _metadata = MetaData()
 audit_records = Table(
@@ -206,6 +208,22 @@ class AuditTrail:
         with self._engine.connect() as conn:
             rows = [_to_record(r._mapping) for r in conn.execute(query)]
         return sorted(rows, key=lambda r: r.id or 0)
+
+    def daily_counts(self, since: datetime, events: tuple[str, ...] = SUMMARY_EVENTS) -> list[dict[str, Any]]:
+        """Per UTC day since ``since`` (oldest first, every day listed): how many records of each of
+        ``events`` were written. Counted while streaming, so the window may be large."""
+        t = audit_records.c
+        first = _utc(since).date()
+        days = {
+            first + timedelta(days=i): dict.fromkeys(events, 0)
+            for i in range((datetime.now(UTC).date() - first).days + 1)
+        }
+        query = select(t.created_at, t.event).where(t.created_at >= _utc(since), t.event.in_(events))
+        with self._engine.connect() as conn:
+            for created, name in conn.execution_options(yield_per=5000).execute(query):
+                day = _utc(created).date()
+                days.setdefault(day, dict.fromkeys(events, 0))[name] += 1
+        return [{"day": d.isoformat(), **counts} for d, counts in sorted(days.items())]
 
     def count(self) -> int:
         with self._engine.connect() as conn:

@@ -370,6 +370,15 @@ class AuditConfig(Frozen):
     ``log``: the record is logged instead and the answer is returned."""
 
 
+class CostsConfig(Frozen):
+    """Quality per dollar by generation model (``rag costs --by-model``, the usage_costs asset)."""
+
+    query_rate_per_hour: float = Field(100.0, gt=0)
+    """Expected queries per hour: cost per hour = cost per query x this rate."""
+    report_dirs: tuple[str, ...] = ("evals/reports", "var/eval")
+    """Where eval reports are read (besides ``evals.reports_dir``); the newest per model counts."""
+
+
 class EngineConfig(Frozen):
     version: Literal[1] = 1
     storage: StorageConfig = StorageConfig()
@@ -387,6 +396,7 @@ class EngineConfig(Frozen):
     evals: EvalsConfig = EvalsConfig()
     automation: AutomationConfig = AutomationConfig()
     audit: AuditConfig = AuditConfig()
+    costs: CostsConfig = CostsConfig()
     pricing_file: str = "config/pricing.yaml"
     max_document_bytes: int = Field(5_000_000, ge=1)
 

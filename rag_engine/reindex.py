@@ -15,6 +15,14 @@ being served from the current one.
 4. The old index and its chunk property are dropped (``drop_old``; keep it to switch back at
    the cost of the chunks activated since).
 
+The switch (the cut-over) is an approved action unless an eval gate passed for the new
+embedder: a ``gate.json`` (``evals.reports_dir`` or ``var/eval``) whose ``audit.candidate_embedder``
+is the new identity and whose status is ``pass`` or ``accepted`` (e.g. a staging run) clears it.
+Otherwise ``approval`` must approve ``reindex_cutover`` bound to ``cutover_plan`` (from, to, the
+gate evidence found). A mismatched approval fails at the start; a missing one fails with
+``ApprovalRequired`` at the switch, after building, so the old index keeps serving and a rerun with
+the approval only switches. Both outcomes are audit records.
+
 The eval report's ``reindex`` record (``evals.runner.reindex_info``) reads the active index's
 coverage, so it is true after a switch. Queries of a process still configured with the old
 embedder fail with ``EmbedderMismatch`` after the switch: restart it with the new config.
@@ -30,6 +38,8 @@ from typing import Any, Literal
 import neo4j
 from pydantic import BaseModel, ConfigDict
 
+from rag_engine.approvals import REINDEX_CUTOVER, Approval, require
+from rag_engine.config import under_root
 from rag_engine.engine import Engine
 from rag_engine.errors import ConfigError, EmbedderMismatch, StoreError
 from rag_engine.graph import schema
@@ -86,6 +96,48 @@ class ReindexReport(_Frozen):
     dropped: tuple[str, ...] = ()
     """Indexes dropped after the switch (or left over from an earlier one)."""
     retired_kept: tuple[str, ...] = ()
+    cutover: Literal["gate_passed", "approved"] | None = None
+    """What cleared the switch (None: no switch happened)."""
+
+
+GATE_PASSED = ("pass", "accepted")
+
+
+def gate_evidence(engine: Engine, identity: str) -> dict[str, Any] | None:
+    """The newest eval gate result that judged ``identity`` as its candidate embedder: path, status
+    and the file's sha256; None when no gate result names it."""
+    import hashlib
+    import json
+
+    found: list[tuple[float, dict[str, Any]]] = []
+    for d in dict.fromkeys((engine.cfg.evals.reports_dir, "var/eval")):
+        path = under_root(engine.root, d) / "gate.json"
+        try:
+            raw = path.read_bytes()
+            data = json.loads(raw)
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict) or (data.get("audit") or {}).get("candidate_embedder") != identity:
+            continue
+        shown = str(path.relative_to(engine.root)) if path.is_relative_to(engine.root) else str(path)
+        evidence = {"path": shown, "status": data.get("status"), "sha256": hashlib.sha256(raw).hexdigest()}
+        found.append((path.stat().st_mtime, evidence))
+    return max(found, key=lambda f: f[0])[1] if found else None
+
+
+def cutover_plan(engine: Engine) -> dict[str, Any] | None:
+    """The inputs a ``reindex_cutover`` approval binds (read-only): the active and the configured
+    embedder identity and the gate evidence for the latter; None when no switch is due."""
+    schema.ensure_schema(engine.driver, engine.database)
+    active = schema.current_embedder(engine.driver, engine.database)
+    identity = engine.registry.embedding.identity
+    if active is None or active["identity"] == identity:
+        return None
+    return _plan(engine, active["identity"], identity)
+
+
+def _plan(engine: Engine, current: str, identity: str) -> dict[str, Any]:
+    return {"action": REINDEX_CUTOVER, "from": current, "to": identity, "gate": gate_evidence(engine, identity)}
 
 
 def _read(engine: Engine, query: str, **params: Any) -> list[dict[str, Any]]:
@@ -197,12 +249,14 @@ def run_reindex(
     stop_after: int | None = None,
     drop_old: bool = True,
     page_size: int | None = None,
+    approval: Approval | None = None,
 ) -> ReindexReport:
     """Re-index every current chunk with the engine's configured embedder, blue/green.
 
     ``stop_after``: stop (as a crash would) after this many pages are written, before the
     switch; a rerun continues. ``drop_old`` False keeps the retired index and its vectors.
-    ``page_size``: chunks per page (default ``PAGE_BATCHES`` embedding batches)."""
+    ``page_size``: chunks per page (default ``PAGE_BATCHES`` embedding batches). ``approval``:
+    the operator's approval of the cut-over, needed unless a gate passed for the new embedder."""
     started = time.perf_counter()
     spec = engine.registry.embedding
     if spec.model.dimension is None:  # the config refuses an embedding model without one
@@ -222,6 +276,7 @@ def run_reindex(
         present: int = 0,
         dropped: Iterable[str] = (),
         kept: Iterable[str] = (),
+        cutover: Literal["gate_passed", "approved"] | None = None,
     ) -> ReindexReport:
         seconds = time.perf_counter() - started
         return ReindexReport(
@@ -241,6 +296,7 @@ def run_reindex(
             chunks_per_second=round(stats["embedded"] / seconds, 2) if stats["embedded"] and seconds else None,
             dropped=tuple(dropped),
             retired_kept=tuple(kept),
+            cutover=cutover,
         )
 
     def tell(phase: Phase, done: int, total: int) -> None:
@@ -270,6 +326,18 @@ def run_reindex(
             present=present,
             dropped=dropped,
         )
+
+    # 0. the cut-over: cleared by a passed gate for this identity, else by an approval of this plan;
+    # a mismatched approval is refused here, before anything changes
+    from rag_engine.audit import audit_trail
+
+    plan = _plan(engine, active["identity"], identity)
+    cleared: Literal["gate_passed", "approved"] | None = None
+    if plan["gate"] is not None and plan["gate"]["status"] in GATE_PASSED:
+        cleared = "gate_passed"
+    elif approval is not None:
+        require(approval, REINDEX_CUTOVER, plan, audit=audit_trail(engine))
+        cleared = "approved"
 
     # 1. the new index, named by identity (or the one an earlier run started / a kept retired one)
     prior = _read(
@@ -336,6 +404,8 @@ def run_reindex(
                     "interrupted", index=index, prop=prop, resumed=resumed, active_chunks=total, present=present
                 )
         schema.run_schema_statement(engine.driver, engine.database, "CALL db.awaitIndexes(300)")
+        if cleared is None:  # built, not switched: refused (and audited) with the plan's hash to approve
+            require(None, REINDEX_CUTOVER, plan, audit=audit_trail(engine))
         tell("switch", done, max(total, done))
         if _switch(engine, old=active, identity=identity, index=index, prop=prop, dim=dim):
             break
@@ -367,6 +437,7 @@ def run_reindex(
         present=present,
         dropped=dropped,
         kept=kept,
+        cutover=cleared,
     )
 
 
@@ -394,4 +465,6 @@ def render_text(report: ReindexReport) -> str:
         lines.append(f"  dropped        {', '.join(report.dropped)}")
     if report.retired_kept:
         lines.append(f"  kept (retired) {', '.join(report.retired_kept)}")
+    if report.cutover:
+        lines.append(f"  cut-over       {report.cutover.replace('_', ' ')}")
     return "\n".join(lines)

@@ -167,3 +167,43 @@ def _ingest_new_documents_paid(auto: Automation, defs: dg.Definitions) -> list[s
     assert not wants_eval  # its pack's graph waits for an approval (and the eval is priced too)
     assert auto.tick(defs) == ([], False)
     return steps
+
+
+def test_materializing_paid_work_above_the_limit_needs_an_approval(variant, unique):
+    """The operator's approval of paid work is the one approval path: a run above the limit without
+    approved_by/reason fails before any model call; with them it runs; both are audit records."""
+    from rag_engine.audit import audit_trail
+
+    priced = build_definitions(variant("priced-approval", edit=_priced_chat))
+    auto = Automation(unique)
+    _ingest_new_documents_paid(auto, priced)  # free steps ran; extraction awaits approval
+    key = dg.AssetKey([unique, "llm_extraction"])
+    parts = list(auto.instance.get_dynamic_partitions(auto.parts))
+    job = priced.resolve_implicit_global_asset_job_def().get_subset(asset_selection={key})
+    tags = {RANGE[0]: parts[0], RANGE[1]: parts[-1]}
+    engine = priced.resources["rag"].engine()
+    trail = audit_trail(engine)
+
+    def mine(event: str) -> list:
+        return [r for r in trail.records(event=event) if r.payload.get("action") == "paid_automation"]
+
+    refused_before, calls_before = len(mine("approval_refused")), _calls(priced)
+    run = job.execute_in_process(instance=auto.instance, raise_on_error=False, tags=tags)
+    assert not run.success
+    failure = next(e for e in run.all_events if e.is_step_failure)
+    assert "ApprovalRequired" in str(failure.event_specific_data.error)
+    assert _calls(priced) == calls_before  # refused before any model call
+    refused = mine("approval_refused")[refused_before:]
+    assert len(refused) == 1 and refused[0].payload["refused"].startswith("ApprovalRequired")
+
+    config = {"approved_by": "jane", "reason": "new policy documents"}
+    run = job.execute_in_process(
+        instance=auto.instance,
+        raise_on_error=False,
+        tags=tags,
+        run_config={"ops": {f"{unique}__llm_extraction": {"config": config}}},
+    )
+    assert run.success, [e.message for e in run.all_events if e.is_failure]
+    assert _calls(priced) > calls_before
+    granted = mine("approval_granted")[-1]
+    assert granted.actor == "jane" and len(granted.payload["inputs_hash"]) == 64

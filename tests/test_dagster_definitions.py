@@ -112,7 +112,14 @@ def test_snapshot_of_specs_jobs_schedules_and_sensors():
     snap = {}
     for key in sorted(graph.get_all_asset_keys()):
         node = graph.get(key)
-        if key.path[0] not in ("company_x_kb", "eval_report", "graph_quality", "domain_packs", "usage_costs"):
+        if key.path[0] not in (
+            "company_x_kb",
+            "eval_report",
+            "graph_quality",
+            "domain_packs",
+            "usage_costs",
+            "audit_daily_summary",
+        ):
             continue
         snap[key.to_user_string()] = (
             node.group_name,
@@ -172,6 +179,7 @@ def test_snapshot_of_specs_jobs_schedules_and_sensors():
         ),
         "graph_quality": ("platform", [], ("team:rag-platform",), "free", "nightly 03:00 UTC"),
         "usage_costs": ("platform", [], ("team:rag-platform",), "free", "on_cron(0 * * * *, UTC)"),
+        "audit_daily_summary": ("platform", [], ("team:rag-platform",), "free", "on_cron(15 0 * * *, UTC)"),
     }
     assert sorted(j.name for j in defs.jobs if not j.name.startswith("__")) == [
         "adgm_rulebooks__ingest",

@@ -9,18 +9,21 @@ under ``make test``), B = the built-in hash embedder (another dimension when A i
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
 import pytest
 
 from evals.runner import reindex_info
+from rag_engine.approvals import REINDEX_CUTOVER, Approval
+from rag_engine.audit import audit_trail
 from rag_engine.config import EngineConfig, ModelConfig
 from rag_engine.engine import Engine
-from rag_engine.errors import EmbedderMismatch
+from rag_engine.errors import ApprovalMismatch, ApprovalRequired, EmbedderMismatch
 from rag_engine.graph import schema
 from rag_engine.ingest import ingest_pack
-from rag_engine.reindex import ReindexProgress, render_text, run_reindex
+from rag_engine.reindex import ReindexProgress, cutover_plan, render_text, run_reindex
 from rag_engine.retrieval.retriever import retrieve
 from tests.conftest import ROOT, _embed_env, _neo4j_uri, with_artifacts
 from tests.support.packs import POLICY, RUNBOOK, temp_pack
@@ -52,6 +55,7 @@ def _engine(cfg: EngineConfig, tmp_path: Path, embedder: str) -> Engine:
     cfg = cfg.model_copy(
         update={
             "storage": storage,
+            "evals": cfg.evals.model_copy(update={"reports_dir": str(tmp_path / "reports")}),
             "models": models,
             "defaults": cfg.defaults.model_copy(update={"embedding_model": embedder}),
         }
@@ -109,14 +113,23 @@ def test_blue_green_reindex_serves_throughout_and_resumes(base_config, tmp_path,
                 stop.set()
                 server.join(timeout=60)
 
+        # the cut-over is an approved action (no gate passed for B): one bound to other inputs is
+        # refused before anything changes
+        plan = cutover_plan(b)
+        assert plan == {"action": REINDEX_CUTOVER, "from": a.embedder_identity, "to": b.embedder_identity, "gate": None}
+        stale = Approval(approved_by="jane", reason="new embedder", action=REINDEX_CUTOVER, inputs_hash="ab" * 32)
+        with pytest.raises(ApprovalMismatch):
+            run_reindex(b, approval=stale, page_size=2)
+        approval = Approval.grant(REINDEX_CUTOVER, plan, approved_by="jane", reason="new embedder")
+
         server.start()
-        done = run_reindex(b, progress=progress, drop_old=False, page_size=2)
+        done = run_reindex(b, progress=progress, drop_old=False, page_size=2, approval=approval)
         stop.set()
         server.join(timeout=60)
         assert not errors, errors
         assert answers and all(n > 0 for n in answers), answers
-        assert done.status == "switched" and done.resumed
-        assert done.already_present == crashed.embedded_chunks
+        assert done.status == "switched" and done.resumed and done.cutover == "approved"
+        assert done.already_present == crashed.embedded_chunks  # the refused run wrote nothing
         # every current chunk carries the new vector once switched (counts alone can move: other
         # tests' throwaway packs share this database)
         from rag_engine.graph.schema import index_coverage
@@ -134,9 +147,25 @@ def test_blue_green_reindex_serves_throughout_and_resumes(base_config, tmp_path,
             _dense_hits(a)
         assert reindex_info(b) == {"embedder_identity": b.embedder_identity, "complete": True}
         assert done.retired_kept == (a_meta["index"],)
+        granted = audit_trail(b).records(event="approval_granted")
+        assert [(r.actor, r.payload["action"]) for r in granted] == [("jane", REINDEX_CUTOVER)]
+
+        # without an approval or a passed gate the way back is built but not switched
+        with pytest.raises(ApprovalRequired):
+            run_reindex(a)
+        assert schema.current_embedder(a.driver, a.database)["identity"] == b.embedder_identity
+        # a gate that passed for A (e.g. a staging run) clears the cut-over without an approval
+        gates = tmp_path / "a" / "reports"
+        gates.mkdir(parents=True, exist_ok=True)
+        gate = {"schema": "rag-eval-gate/2", "status": "pass", "audit": {"candidate_embedder": a.embedder_identity}}
+        (gates / "gate.json").write_text(json.dumps(gate))
     finally:
-        # back to A: its kept index only lacks what was activated meanwhile (nothing); B's is dropped
-        back = run_reindex(a, drop_old=True)
+        # back to A: its kept index only lacks what was activated meanwhile (nothing); B's is dropped.
+        # The approval is a fallback so the shared database is restored even if the gate file is absent.
+        plan_back = cutover_plan(a)
+        fallback = Approval.grant(REINDEX_CUTOVER, plan_back or {}, approved_by="test", reason="restore")
+        back = run_reindex(a, drop_old=True, approval=fallback)
+    assert back.cutover == "gate_passed" and plan_back is not None and plan_back["gate"]["status"] == "pass"
     # the kept index is reused: only chunks it lacks are embedded (in a shared test database,
     # another test's chunk may have been activated in between)
     assert back.status == "switched" and back.resumed and back.already_present > 0, render_text(back)

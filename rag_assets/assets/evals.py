@@ -18,7 +18,7 @@ import dagster as dg
 from evals.gates import GateResult, evaluate_gate, load_acceptance
 from evals.report import dump_report, load_report, report_sha256
 from evals.runner import run_eval
-from rag_assets.automation import eval_step, model_is_free
+from rag_assets.automation import PaidApproval, eval_estimate, eval_step, model_is_free, require_paid_approval
 from rag_assets.resources import EngineResource
 from rag_engine.config import config_hash, slice_hash, under_root
 from rag_engine.engine import Engine
@@ -110,8 +110,11 @@ def build_eval_assets(pack_keys: list[dg.AssetKey], engine: Engine, config_path:
         "changes and when the generation model, embedder or prompts change; gated by "
         "the blocking eval_gate check.",
     )
-    def eval_report(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
+    def eval_report(
+        context: dg.AssetExecutionContext, rag: EngineResource, config: PaidApproval
+    ) -> dg.MaterializeResult:
         engine = rag.engine()
+        require_paid_approval(context, engine, eval_estimate(engine), config)
         paths = [engine.root / p for p in engine.cfg.evals.golden]
         report = run_eval(engine, paths, progress=context.log.info)
         reports = under_root(engine.root, engine.cfg.evals.reports_dir)

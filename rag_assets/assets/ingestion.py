@@ -175,7 +175,9 @@ def _reindex_then_index(
 ) -> dict[str, Any]:
     """chunk_index under a new embedder identity: the blue/green re-index (rag_engine.reindex)
     moves every current chunk to the new index while the old one keeps serving, then this
-    partition is indexed under the new identity."""
+    partition is indexed under the new identity. The switch needs a passed eval gate for the new
+    embedder or an approval: without either the new index is built and the run fails with
+    ApprovalRequired (approve with `rag reindex --dry-run`, then `rag reindex --approved-by ...`)."""
     try:
         return ingest.index_step(engine, pack, key, run_id=context.run.run_id)
     except EmbedderMismatch as exc:
@@ -289,7 +291,7 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
         pool="llm",
         description="LLM graph extraction per chunk, validated with provenance; budgets per run, "
         "cached by (chunk content, prompt, model). Paid work: automated only under "
-        "automation.max_auto_cost_usd, else awaiting approval (materialize to approve).",
+        "automation.max_auto_cost_usd, else awaiting approval (materialize with approved_by and reason).",
         check_specs=[
             dg.AssetCheckSpec(
                 "extraction_calls_ok",
@@ -304,8 +306,12 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
             "tags": {"cost": "free" if extraction_free else "paid", "pack": name, "model": "extraction"},
         },
     )
-    def llm_extraction(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
+    def llm_extraction(
+        context: dg.AssetExecutionContext, rag: EngineResource, config: automation.PaidApproval
+    ) -> dg.MaterializeResult:
         engine = rag.engine()
+        estimate = automation.extraction_estimate(engine, name, list(context.partition_keys))
+        automation.require_paid_approval(context, engine, estimate, config)
         budget = new_budget(engine)
 
         def step(e: Engine, p: DomainPack, k: str) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""usage_costs: the usage ledger summarised by provider, model and run (pandas)."""
+"""usage_costs: the usage ledger summarised by provider, model and run (pandas), and quality per
+dollar by generation model (rag_engine.quality_per_dollar)."""
 
 from decimal import Decimal
 from typing import Any
@@ -6,8 +7,8 @@ from typing import Any
 import dagster as dg
 
 from rag_assets.resources import EngineResource
-from rag_engine.config import under_root
-from rag_engine.engine import Engine
+from rag_engine.providers.ledger import ledger_url
+from rag_engine.quality_per_dollar import ModelRow, by_model
 
 
 @dg.asset(
@@ -17,7 +18,8 @@ from rag_engine.engine import Engine
     tags={"cost": "free"},
     automation_condition=dg.AutomationCondition.on_cron("0 * * * *"),
     description="Model usage and cost per provider/model/run from the append-only ledger; "
-    "unknown costs stay visible as a count, never as zero.",
+    "unknown costs stay visible as a count, never as zero. by_model: quality per dollar by generation "
+    "model (eval reports x measured tokens per query x current prices); extraction and index spend apart.",
 )
 def usage_costs(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
     engine = rag.engine()
@@ -30,20 +32,46 @@ def usage_costs(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.Ma
         "known_cost_usd_float": float(sum(known)) if known else 0.0,
         "summary": dg.MetadataValue.md(frame.astype(str).to_markdown(index=False) if len(frame) else "(no usage yet)"),
     }
-    quality = _quality_per_dollar(engine, known)
-    if quality is not None:
-        meta["quality_per_dollar"] = quality
+    table = by_model(engine.cfg, engine.root, ledger_url(engine.cfg, engine.env, engine.root))
+    meta["by_model"] = dg.MetadataValue.table(
+        [_record(r) for r in table.rows], schema=dg.TableSchema(columns=[dg.TableColumn(n, t) for n, t in BY_MODEL])
+    )
+    for kind, total in table.spend_totals.items():  # extraction and indexing spend stay apart from query spend
+        meta[f"{kind}_spend_usd"] = None if total is None else float(total)
+    default = next((r for r in table.rows if r.default), None)
+    if default is not None:  # the default model's figures as numbers, so they plot across materializations
+        meta["default_cost_per_query_usd"] = _float(default.cost_per_query)
+        meta["default_quality_per_dollar"] = default.quality_per_dollar
     return dg.MaterializeResult(metadata=meta)
 
 
-def _quality_per_dollar(engine: Engine, known_costs: list[Decimal]) -> float | None:
-    """nDCG@10 of the latest eval report per dollar spent, once eval reports exist."""
-    import json
+BY_MODEL = (
+    ("model", "string"),
+    ("ndcg_at_10", "float"),
+    ("citation_hit_rate", "float"),
+    ("answer_calls", "int"),
+    ("cost_per_query_usd", "float"),
+    ("quality_per_dollar", "float"),
+    ("cost_per_hour_usd", "float"),
+    ("note", "string"),
+)
 
-    # the report eval_report wrote last, wherever the config puts reports
-    latest = under_root(engine.root, engine.cfg.evals.reports_dir) / "latest.json"
-    if not latest.is_file() or not known_costs:
-        return None
-    total = float(sum(known_costs))
-    ndcg = json.loads(latest.read_text()).get("metrics", {}).get("ndcg@10")
-    return round(ndcg / total, 4) if ndcg is not None and total > 0 else None
+
+def _float(value: Decimal | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def _record(r: ModelRow) -> dg.TableRecord:
+    """A row of the by-model table: unknown is null plus a note in words, never 0."""
+    return dg.TableRecord(
+        {
+            "model": r.model + (" (default)" if r.default else ""),
+            "ndcg_at_10": r.ndcg_at_10,
+            "citation_hit_rate": r.citation_hit_rate,
+            "answer_calls": r.answer_calls,
+            "cost_per_query_usd": _float(r.cost_per_query),
+            "quality_per_dollar": r.quality_per_dollar,
+            "cost_per_hour_usd": _float(r.cost_per_hour),
+            "note": "; ".join(r.notes),
+        }
+    )

@@ -48,7 +48,7 @@ def audit_list(
         typer.Option(
             "--event",
             help="Only this event: query, collections_blocked, "
-            "generation_fallback, local_inference_degraded, "
+            "generation_fallback, local_inference_degraded, freshness_breach, "
             "approval_granted, approval_refused, "
             "audit_records_deleted.",
         ),

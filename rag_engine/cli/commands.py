@@ -382,13 +382,36 @@ def feedback(
 def costs(
     ctx: typer.Context,
     run_id: Annotated[str | None, typer.Option("--run-id", help="Only this run's calls.")] = None,
+    by_model: Annotated[
+        bool,
+        typer.Option(
+            "--by-model",
+            help="Quality per dollar by generation model: nDCG@10 and citation hit rate from eval reports, "
+            "cost per query from the ledger's measured tokens at current prices, cost per hour at "
+            "costs.query_rate_per_hour; extraction and indexing spend apart.",
+        ),
+    ] = False,
     json: JsonOpt = False,
 ) -> None:
     """Usage and cost from the ledger, by provider, model and run (unknown costs stay unknown)."""
-    from rag_engine.providers.costs_cli import costs_report
-
     use_json(ctx, json)
     eng = engine(ctx)
+    if by_model:
+        from rag_engine.providers.ledger import ledger_url
+        from rag_engine.quality_per_dollar import as_json, render
+        from rag_engine.quality_per_dollar import by_model as table_by_model
+
+        if run_id is not None:
+            raise typer.BadParameter("--by-model reads the whole ledger; leave out --run-id", param_hint="--run-id")
+        table = table_by_model(eng.cfg, eng.root, ledger_url(eng.cfg, eng.env, eng.root))
+        if json:
+            emit_json(ctx, as_json(table))
+        else:
+            for part in render(table):
+                out().print(part, markup=False)
+        return
+    from rag_engine.providers.costs_cli import costs_report
+
     text = costs_report(eng.cfg, eng.root, run_id=run_id, as_json=json)
     if json:
         import json as _json
@@ -419,13 +442,58 @@ def reindex(
     keep_old: Annotated[
         bool, typer.Option("--keep-old", help="Keep the retired index and its vectors (switching back is then cheap).")
     ] = False,
+    approved_by: Annotated[
+        str, typer.Option("--approved-by", help="Who approves the cut-over (needed unless a gate passed for it).")
+    ] = "",
+    reason: Annotated[str, typer.Option("--reason", help="Why the cut-over is approved.")] = "",
+    inputs_hash: Annotated[
+        str | None,
+        typer.Option(
+            "--inputs-hash", help="The inputs_hash a --dry-run printed: switch only if the plan is unchanged."
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show the cut-over plan (from, to, gate evidence) and its inputs_hash.")
+    ] = False,
     json: JsonOpt = False,
 ) -> None:
-    """Blue/green re-index to the configured embedder; queries keep the old index until the switch."""
-    from rag_engine.reindex import render_text, run_reindex
+    """Blue/green re-index to the configured embedder; queries keep the old index until the switch.
+
+    The switch is an approved action (--approved-by, --reason) unless an eval gate passed for the
+    new embedder; without either the new index is built and the switch refused (ApprovalRequired)."""
+    from rag_engine.approvals import REINDEX_CUTOVER, Approval
+    from rag_engine.approvals import inputs_hash as hash_of
+    from rag_engine.reindex import GATE_PASSED, cutover_plan, render_text, run_reindex
 
     use_json(ctx, json)
     eng = engine(ctx, store=True)
+    plan = cutover_plan(eng)
+    if dry_run:
+        gate = (plan or {}).get("gate") or {}
+        data = {
+            "cutover": plan,
+            "inputs_hash": hash_of(plan) if plan else None,
+            "approval_needed": plan is not None and gate.get("status") not in GATE_PASSED,
+        }
+        if json:
+            emit_json(ctx, data)
+        elif plan is None:
+            out().print("re-index dry run: no cut-over due (the configured embedder is active, or nothing is indexed)")
+        else:
+            out().print(f"re-index dry run: cut-over {plan['from']} -> {plan['to']}", markup=False)
+            out().print(f"gate evidence: {plan['gate'] or 'none for the new embedder'}", markup=False)
+            if data["approval_needed"]:
+                out().print(f"inputs_hash: {data['inputs_hash']}", markup=False)
+                err().print(
+                    f"approve with: rag reindex --approved-by WHO --reason WHY --inputs-hash {data['inputs_hash']}",
+                    markup=False,
+                )
+        return
+    approval = None
+    if approved_by and reason and plan is not None:
+        approval = Approval(
+            approved_by=approved_by, reason=reason, action=REINDEX_CUTOVER, inputs_hash=inputs_hash or hash_of(plan)
+        )
     live = progress_wanted(ctx)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -449,7 +517,7 @@ def reindex(
                 note=f"{p.cache_hits} cached, {p.embedded} embedded",
             )
 
-        report = run_reindex(eng, progress=progress, drop_old=not keep_old)
+        report = run_reindex(eng, progress=progress, drop_old=not keep_old, approval=approval)
     if json:
         emit_json(ctx, report.model_dump(mode="json"))
     else:

@@ -11,7 +11,7 @@ decimal type and would round-trip through binary floats.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -184,6 +184,13 @@ class UsageLedger:
             query = query.where(usage_records.c.status == status)
         with self._engine.connect() as conn:
             return int(conn.execute(query).scalar_one())
+
+    def stream(self, *columns: str, batch: int = 5000) -> Iterator[tuple[Any, ...]]:
+        """The named columns of every record, oldest first, fetched ``batch`` rows at a time."""
+        query = select(*(usage_records.c[c] for c in columns)).order_by(usage_records.c.id)
+        with self._engine.connect() as conn:
+            for row in conn.execution_options(yield_per=batch).execute(query):
+                yield tuple(row)
 
     def summary_frame(self, run_id: str | None = None) -> pd.DataFrame:
         return summarize(self.records(run_id))

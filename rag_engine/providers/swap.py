@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict
 from rag_engine.config import EngineConfig, config_hash, load_config, under_root
 from rag_engine.errors import ConfigError, RagError
 from rag_engine.providers.registry import ModelSpec, ProviderRegistry, resolve_endpoint
+from rag_engine.quality_per_dollar import ModelRow
 
 Role = Literal["generation", "embedding", "extraction", "local_inference"]
 ROLES: tuple[str, ...] = ("generation", "embedding", "extraction", "local_inference")
@@ -171,6 +172,9 @@ class SwapReport(_Frozen):
     notes: tuple[str, ...] = ()
     application_code_change_required: bool
     load_check: LoadCheck
+    quality_per_dollar: tuple[ModelRow, ...] = ()
+    """Generation role: the current model's row and the candidate's (rag_engine.quality_per_dollar),
+    when both have eval reports."""
 
 
 # -- the role's model ---------------------------------------------------------------------------
@@ -855,6 +859,10 @@ def dry_run(
             )
         )
 
+    quality: tuple[ModelRow, ...] = ()
+    if role == "generation" and not same and current.model and cand.model:
+        quality = _quality_rows(cfg, cand_cfg, current.model, cand.model, env, root, notes)
+
     cfg_path = Path(config_path) if config_path else Path(os.environ.get("RAG_CONFIG") or DEFAULT_CONFIG)
     rollback = _rollback(engine, role, under_root(root, cfg_path), changes, mode)
 
@@ -885,7 +893,41 @@ def dry_run(
         notes=tuple(notes),
         application_code_change_required=not check.ok,
         load_check=check,
+        quality_per_dollar=quality,
     )
+
+
+def _quality_rows(
+    cfg: EngineConfig,
+    cand_cfg: EngineConfig,
+    current: str,
+    candidate: str,
+    env: Mapping[str, str],
+    root: Path,
+    notes: list[str],
+) -> tuple[ModelRow, ...]:
+    """The current and the candidate generation model's quality-per-dollar rows (each priced by its
+    own config), when both have an eval report; else a note naming the missing report."""
+    from rag_engine.providers.ledger import UsageLedger, ledger_url
+    from rag_engine.quality_per_dollar import latest_reports, ledger_usage, rows_for
+
+    ledger = UsageLedger(ledger_url(cfg, env, root))
+    try:
+        usage = ledger_usage(ledger)
+    finally:
+        ledger.dispose()
+    reports = latest_reports(cfg, root)
+    cur = rows_for(cfg, root, [current], usage, reports)[0]
+    cand = rows_for(cand_cfg, root, [candidate], usage, reports)[0]
+    missing = [r.model for r in (cur, cand) if r.report is None]
+    if missing:
+        notes.append(
+            f"quality per dollar: no eval report answered by {' or '.join(missing)}; run "
+            "`python -m evals.runner --config <config naming it> --generate --output var/eval/<model>.json` "
+            "to compare the rows"
+        )
+        return ()
+    return (cur, cand)
 
 
 def _secret_names(*cfgs: EngineConfig) -> set[str]:
@@ -968,6 +1010,13 @@ def render_text(report: SwapReport) -> str:
         lines.append(f"  $ {rb.command}")
     for n in rb.notes:
         lines.append(f"  note: {n}")
+    if r.quality_per_dollar:
+        from rag_engine.quality_per_dollar import ROW_HEADERS, row_cells
+
+        lines.append("quality per dollar (current, then candidate):")
+        lines.append("  " + " | ".join(ROW_HEADERS))
+        lines += ["  " + " | ".join(row_cells(q)) for q in r.quality_per_dollar]
+        lines += [f"  note: {q.model}: {n}" for q in r.quality_per_dollar for n in q.notes]
     if r.reasons:
         lines.append("blocked because:")
         lines += [f"  - {x}" for x in r.reasons]

@@ -1,0 +1,511 @@
+"""Quality per dollar by generation model: what each model's answers are worth for what they cost.
+
+    by_model(cfg, root, ledger_url) -> CostTable        (``rag costs --by-model``, usage_costs)
+
+Quality comes from eval reports (``costs.report_dirs`` and ``evals.reports_dir``): per generation
+model the newest report it answered, its nDCG@10 and citation hit rate. Cost comes from the usage
+ledger: the model's measured tokens per answer call (purpose ``answer``; one call per generated
+answer) priced with the *current* pricing file, plus the shared query-side calls (query
+embedding, expansion, rerank) at their recorded mean cost per call. Then
+
+    quality per dollar = nDCG@10 / cost per query        (nDCG points one dollar buys per query)
+    cost per hour      = cost per query x costs.query_rate_per_hour
+
+A model without a price is "unknown", never free; a model with no answer calls in the ledger has
+no measured tokens, said so. Extraction and indexing spend are one-off costs of building the
+graph and the index: they are listed apart and never folded into the per-query cost.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from rag_engine.config import EngineConfig, under_root
+from rag_engine.errors import ConfigError
+from rag_engine.providers.ledger import UsageLedger
+from rag_engine.providers.pricing import PriceTable, price_key, pricing_for
+
+log = logging.getLogger(__name__)
+
+EXTRACTIVE = ("none", "extractive")
+"""(provider, model) of an eval run that answered without a model."""
+ANSWER_PURPOSE = "answer"
+SHARED_QUERY_PURPOSES = ("query", "query_expansion", "rerank")
+"""Per-query calls every generation model shares: the query embedding and local inference."""
+SPEND_KIND: dict[str, Literal["extraction", "index"]] = {"graph_extraction": "extraction", "index": "index"}
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelRow(_Frozen):
+    """One generation model: its quality, measured tokens and cost per query."""
+
+    model: str
+    """The configured model name, else ``provider/served_model`` (a report of an unconfigured model)."""
+    provider: str
+    served_model: str
+    default: bool
+    """The configured defaults.generation_model."""
+    report: str | None = None
+    report_created_at: datetime | None = None
+    golden_hash: str | None = None
+    eval_queries: int | None = None
+    ndcg_at_10: float | None = None
+    citation_hit_rate: float | None = None
+    answer_calls: int = 0
+    input_tokens_per_query: float | None = None
+    output_tokens_per_query: float | None = None
+    price_key: str | None = None
+    generation_cost_per_query: Decimal | None = None
+    shared_cost_per_query: Decimal | None = None
+    cost_per_query: Decimal | None = None
+    quality_per_dollar: float | None = None
+    cost_per_hour: Decimal | None = None
+    notes: tuple[str, ...] = ()
+    """Plain words for every unknown: no price, no measured tokens, no eval report."""
+
+
+class SpendRow(_Frozen):
+    """Recorded spend of one purpose and model (costs as recorded, unknown ones counted apart)."""
+
+    kind: Literal["query", "extraction", "index", "other"]
+    purpose: str
+    provider: str
+    model: str
+    calls: int
+    input_tokens: int
+    output_tokens: int
+    cost: Decimal | None
+    """Sum of the known costs; None when no call has a known cost."""
+    unknown_cost_calls: int
+
+
+class CostTable(_Frozen):
+    currency: str
+    pricing_version: str | None
+    query_rate_per_hour: float
+    rows: tuple[ModelRow, ...]
+    spend: tuple[SpendRow, ...]
+    """Recorded spend by purpose and model; extraction and index spend are never per-query cost."""
+    spend_totals: dict[str, Decimal | None]
+    """kind -> known total (None: nothing known)."""
+    notes: tuple[str, ...] = ()
+
+
+# -- inputs ------------------------------------------------------------------------------------
+
+
+class ReportSummary(_Frozen):
+    path: str
+    provider: str
+    model: str
+    created_at: datetime
+    golden_hash: str | None
+    queries: int | None
+    ndcg_at_10: float | None
+    citation_hit_rate: float | None
+
+
+def _report(path: Path, root: Path) -> ReportSummary | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("rag-eval-report/"):
+        return None  # a gate result, an acceptance, anything else
+    gen, metrics = data.get("generation") or {}, data.get("metrics") or {}
+    try:
+        created = datetime.fromisoformat(str(data["created_at"]).replace("Z", "+00:00"))
+        shown = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+        return ReportSummary(
+            path=shown,
+            provider=str(gen["provider"]),
+            model=str(gen["model"]),
+            created_at=created,
+            golden_hash=(data.get("golden") or {}).get("hash"),
+            queries=metrics.get("queries"),
+            ndcg_at_10=metrics.get("ndcg@10"),
+            citation_hit_rate=metrics.get("citation_hit_rate"),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        log.warning("eval report %s skipped: %s", path, type(exc).__name__)
+        return None
+
+
+def latest_reports(cfg: EngineConfig, root: str | Path) -> dict[tuple[str, str], ReportSummary]:
+    """The newest eval report per (generation provider, model) in the configured report dirs."""
+    root = Path(root)
+    dirs = dict.fromkeys(under_root(root, d) for d in (*cfg.costs.report_dirs, cfg.evals.reports_dir))
+    newest: dict[tuple[str, str], ReportSummary] = {}
+    for d in dirs:
+        for path in sorted(d.glob("*.json")) if d.is_dir() else ():
+            rep = _report(path, root)
+            if rep is None:
+                continue
+            key = (rep.provider, rep.model)
+            if key not in newest or rep.created_at > newest[key].created_at:
+                newest[key] = rep
+    return newest
+
+
+@dataclass
+class _Usage:
+    calls: int = 0
+    errors: int = 0
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    cost: Decimal | None = None
+    unknown_cost_calls: int = 0
+    ok_cost: Decimal = field(default_factory=Decimal)
+
+
+def ledger_usage(ledger: UsageLedger) -> dict[tuple[str, str, str], _Usage]:
+    """(purpose, provider, requested model) -> measured tokens and recorded cost, streamed."""
+    out: dict[tuple[str, str, str], _Usage] = {}
+    columns = ("purpose", "provider", "requested_model", "status", "input_tokens", "cached_input_tokens")
+    for purpose, provider, model, status, n_in, n_cached, n_out, cost in ledger.stream(
+        *columns, "output_tokens", "cost"
+    ):
+        u = out.setdefault((purpose, provider, model), _Usage())
+        u.calls += 1
+        u.errors += status != "ok"
+        u.input_tokens += n_in
+        u.cached_input_tokens += n_cached or 0
+        u.output_tokens += n_out
+        if cost is None:
+            u.unknown_cost_calls += 1
+        else:
+            u.cost = (u.cost or Decimal(0)) + cost
+            if status == "ok":
+                u.ok_cost += cost
+    return out
+
+
+# -- the table ---------------------------------------------------------------------------------
+
+
+def _shared_cost(cfg: EngineConfig, usage: dict[tuple[str, str, str], _Usage]) -> tuple[Decimal | None, list[str]]:
+    """Mean recorded cost per call of each shared query-side purpose of the configured models."""
+    notes: list[str] = []
+    models = {cfg.defaults.embedding_model, cfg.defaults.local_inference_model} - {None}
+    served = {(m.provider, m.served_model) for m in cfg.models if m.name in models}
+    total = Decimal(0)
+    for purpose in SHARED_QUERY_PURPOSES:
+        rows = [u for (p, prov, mod), u in usage.items() if p == purpose and (prov, mod) in served]
+        ok = sum(u.calls - u.errors for u in rows)
+        if not ok:
+            continue
+        if any(u.unknown_cost_calls for u in rows):
+            notes.append(f"shared per-query cost unknown: {purpose} calls without a known cost in the ledger")
+            return None, notes
+        total += sum((u.ok_cost for u in rows), Decimal(0)) / ok
+    return total, notes
+
+
+def model_row(
+    *,
+    name: str,
+    provider: str,
+    served_model: str,
+    pricing_ref: str | None,
+    default: bool,
+    cfg: EngineConfig,
+    prices: PriceTable | None,
+    report: ReportSummary | None,
+    usage: dict[tuple[str, str, str], _Usage],
+    shared: Decimal | None,
+) -> ModelRow:
+    notes: list[str] = []
+    extractive = (provider, served_model) == EXTRACTIVE
+    key = None if extractive else price_key(pricing_ref, provider, served_model)
+    u = usage.get((ANSWER_PURPOSE, provider, served_model))
+    ok_calls = (u.calls - u.errors) if u else 0
+    gen_cost: Decimal | None
+    tokens_in = tokens_out = None
+    priced = prices is not None and key is not None and key in prices.models
+    if not extractive and not priced:
+        notes.append(f"cost unknown: no price for {key} in {cfg.pricing_file}")
+    if extractive:
+        gen_cost = Decimal(0)
+    elif not ok_calls or u is None:
+        gen_cost = None
+        notes.append(
+            f"no answer calls of {provider}/{served_model} in the ledger: tokens per query not measured "
+            "(run the eval with --generate)"
+        )
+    else:
+        tokens_in, tokens_out = u.input_tokens / ok_calls, u.output_tokens / ok_calls
+        total = None if prices is None else prices.price(key, u.input_tokens, u.cached_input_tokens, u.output_tokens)
+        gen_cost = None if total is None else _plain(total / ok_calls)
+    if report is None:
+        notes.append(f"no eval report answered by {provider}/{served_model}: quality unknown")
+    cost = None if gen_cost is None or shared is None else _plain(gen_cost + shared)
+    qpd = None
+    ndcg = report.ndcg_at_10 if report else None
+    if cost is not None and ndcg is not None:
+        if cost > 0:
+            qpd = round(ndcg / float(cost), 2)
+        else:
+            notes.append("no spend per query: quality per dollar is unbounded (free)")
+    return ModelRow(
+        model=name,
+        provider=provider,
+        served_model=served_model,
+        default=default,
+        report=report.path if report else None,
+        report_created_at=report.created_at if report else None,
+        golden_hash=report.golden_hash if report else None,
+        eval_queries=report.queries if report else None,
+        ndcg_at_10=ndcg,
+        citation_hit_rate=report.citation_hit_rate if report else None,
+        answer_calls=ok_calls,
+        input_tokens_per_query=None if tokens_in is None else round(tokens_in, 1),
+        output_tokens_per_query=None if tokens_out is None else round(tokens_out, 1),
+        price_key=key,
+        generation_cost_per_query=gen_cost,
+        shared_cost_per_query=shared,
+        cost_per_query=cost,
+        quality_per_dollar=qpd,
+        cost_per_hour=None if cost is None else _plain(cost * _rate(cfg.costs.query_rate_per_hour)),
+        notes=tuple(notes),
+    )
+
+
+def _rate(per_hour: float) -> Decimal:
+    return Decimal(repr(per_hour))
+
+
+def _plain(value: Decimal) -> Decimal:
+    """Without trailing zeros and never in exponent notation (0.0422500 -> 0.04225, 1E+2 -> 100)."""
+    value = value.normalize()
+    return value.quantize(Decimal(1)) if value.as_tuple().exponent > 0 else value  # type: ignore[operator]
+
+
+def _spend(usage: dict[tuple[str, str, str], _Usage]) -> list[SpendRow]:
+    rows = []
+    for (purpose, provider, model), u in sorted(usage.items()):
+        kind: Literal["query", "extraction", "index", "other"]
+        if purpose == ANSWER_PURPOSE or purpose in SHARED_QUERY_PURPOSES:
+            kind = "query"
+        else:
+            kind = SPEND_KIND.get(purpose, "other")
+        rows.append(
+            SpendRow(
+                kind=kind,
+                purpose=purpose,
+                provider=provider,
+                model=model,
+                calls=u.calls,
+                input_tokens=u.input_tokens,
+                output_tokens=u.output_tokens,
+                cost=u.cost,
+                unknown_cost_calls=u.unknown_cost_calls,
+            )
+        )
+    return rows
+
+
+def _prices(cfg: EngineConfig, root: str | Path) -> PriceTable | None:
+    try:
+        return pricing_for(cfg, root)
+    except ConfigError as exc:
+        log.warning("no pricing: %s", exc)
+        return None
+
+
+def rows_for(
+    cfg: EngineConfig,
+    root: str | Path,
+    models: Iterable[str],
+    usage: dict[tuple[str, str, str], _Usage],
+    reports: dict[tuple[str, str], ReportSummary],
+) -> list[ModelRow]:
+    """Rows for configured generation models of ``cfg`` (by name), priced with ``cfg``'s pricing."""
+    prices = _prices(cfg, root)
+    shared, _ = _shared_cost(cfg, usage)
+    out = []
+    for name in models:
+        m = cfg.model(name)
+        if m is None:
+            raise ConfigError(f"{name!r} is not a configured model")
+        out.append(
+            model_row(
+                name=m.name,
+                provider=m.provider,
+                served_model=m.served_model,
+                pricing_ref=m.pricing_ref,
+                default=m.name == cfg.defaults.generation_model,
+                cfg=cfg,
+                prices=prices,
+                report=reports.get((m.provider, m.served_model)),
+                usage=usage,
+                shared=shared,
+            )
+        )
+    return out
+
+
+def by_model(cfg: EngineConfig, root: str | Path, ledger_url: str) -> CostTable:
+    """Every configured generation model, and every model an eval report was answered by."""
+    ledger = UsageLedger(ledger_url)
+    try:
+        usage = ledger_usage(ledger)
+    finally:
+        ledger.dispose()
+    reports = latest_reports(cfg, root)
+    prices = _prices(cfg, root)
+    shared, notes = _shared_cost(cfg, usage)
+    rows = rows_for(cfg, root, [m.name for m in cfg.models if m.role == "generation"], usage, reports)
+    configured = {(r.provider, r.served_model) for r in rows}
+    for (provider, model), rep in sorted(reports.items()):
+        if (provider, model) in configured:
+            continue
+        rows.append(
+            model_row(
+                name="extractive (no model)" if (provider, model) == EXTRACTIVE else f"{provider}/{model}",
+                provider=provider,
+                served_model=model,
+                pricing_ref=None,
+                default=False,
+                cfg=cfg,
+                prices=prices,
+                report=rep,
+                usage=usage,
+                shared=shared,
+            )
+        )
+    hashes = {r.golden_hash for r in rows if r.golden_hash}
+    if len(hashes) > 1:
+        notes.append("the reports were scored on different golden sets: compare quality with care")
+    spend = _spend(usage)
+    totals: dict[str, Decimal | None] = {}
+    for kind in [k for k in ("query", "extraction", "index", "other") if any(s.kind == k for s in spend)]:
+        known = [s.cost for s in spend if s.kind == kind and s.cost is not None]
+        totals[kind] = sum(known, Decimal(0)) if known else None
+    return CostTable(
+        currency=prices.currency if prices else "USD",
+        pricing_version=prices.version if prices else None,
+        query_rate_per_hour=cfg.costs.query_rate_per_hour,
+        rows=tuple(rows),
+        spend=tuple(spend),
+        spend_totals=totals,
+        notes=tuple(notes),
+    )
+
+
+# -- output ------------------------------------------------------------------------------------
+
+
+def money(value: Decimal | None, places: int = 6) -> str:
+    return "unknown" if value is None else f"{value:.{places}f}"
+
+
+def _num(value: float | None, fmt: str = ".3f") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def as_json(table: CostTable) -> dict[str, Any]:
+    """JSON-safe: Decimal as exact text, unknown as null."""
+    return table.model_dump(mode="json")
+
+
+def row_cells(r: ModelRow) -> list[str]:
+    """One row as shown: unknown said plainly, a zero cost as free."""
+    if r.cost_per_query is not None and r.cost_per_query == 0 and r.ndcg_at_10 is not None:
+        qpd = "free"
+    else:
+        qpd = _num(r.quality_per_dollar, ",.0f") if r.quality_per_dollar is not None else "unknown"
+    return [
+        r.model + (" *" if r.default else ""),
+        _num(r.ndcg_at_10),
+        _num(r.citation_hit_rate),
+        str(r.answer_calls),
+        "-" if r.input_tokens_per_query is None else f"{r.input_tokens_per_query:.0f}/{r.output_tokens_per_query:.0f}",
+        money(r.cost_per_query),
+        qpd,
+        money(r.cost_per_hour, 4),
+    ]
+
+
+ROW_HEADERS = (
+    "model",
+    "nDCG@10",
+    "citation hit",
+    "answer calls",
+    "tokens/query in/out",
+    "cost/query",
+    "nDCG@10 per $",
+    "cost/hour",
+)
+
+
+def model_table(rows: Iterable[ModelRow], title: str) -> Any:
+    """The rows as a rich table."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for i, h in enumerate(ROW_HEADERS):
+        table.add_column(h, justify="left" if i == 0 else "right")
+    for r in rows:
+        table.add_row(*row_cells(r))
+    return table
+
+
+def render(table: CostTable) -> list[Any]:
+    """Rich renderables for ``rag costs --by-model``."""
+    from rich.table import Table
+
+    cur = table.currency
+    out: list[Any] = [
+        model_table(
+            table.rows,
+            f"quality per dollar by generation model ({cur}; pricing {table.pricing_version or 'none'}; "
+            f"{table.query_rate_per_hour:g} queries/hour)",
+        )
+    ]
+    lines = [
+        f"* the default generation model. cost/query = the model's answer tokens at current prices "
+        f"+ shared query-side calls ({money(table.rows[0].shared_cost_per_query) if table.rows else '-'} {cur})."
+    ]
+    for r in table.rows:
+        lines += [f"{r.model}: {n}" for n in r.notes]
+    lines += list(table.notes)
+    out.append("\n".join(lines))
+    spend = Table(
+        title="recorded spend by purpose (extraction and indexing are not per-query cost)", title_justify="left"
+    )
+    for h in ("kind", "purpose", "provider", "model", "calls", "tokens in/out", f"cost {cur}", "unknown-cost calls"):
+        spend.add_column(h, justify="right" if h.startswith(("calls", "tokens", "cost", "unknown")) else "left")
+    for s in sorted(table.spend, key=lambda s: (s.kind, s.purpose, s.provider, s.model)):
+        spend.add_row(
+            s.kind,
+            s.purpose,
+            s.provider,
+            s.model,
+            str(s.calls),
+            f"{s.input_tokens}/{s.output_tokens}",
+            money(s.cost),
+            str(s.unknown_cost_calls),
+        )
+    if not table.spend:
+        out.append("no usage recorded in the ledger")
+        return out
+    out.append(spend)
+    out.append(
+        "spend by kind: "
+        + ", ".join(f"{k} {money(v)}" for k, v in table.spend_totals.items())
+        + f" {cur} (known costs only; unknown-cost calls are counted, never added as 0)"
+    )
+    return out

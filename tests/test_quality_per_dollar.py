@@ -1,0 +1,277 @@
+"""Quality per dollar by generation model: eval reports x the ledger's measured tokens x current
+prices, on SQLite and on the real PostgreSQL; `rag costs --by-model`; the usage_costs asset; and
+the audit trail's daily summary asset."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import sqlalchemy
+import yaml
+
+from rag_engine.audit import AuditRecord, AuditTrail
+from rag_engine.config import load_config
+from rag_engine.providers.ledger import UsageLedger, UsageRecord
+from rag_engine.quality_per_dollar import by_model, render
+from tests.conftest import ROOT
+from tests.support.cli import rag
+
+OPENAI = ("openai", "gpt-4o-mini")  # priced in config/pricing.yaml (0.15 / 0.075 cached / 0.60 per million)
+DEMO = ("demo_replay", "gpt-4o-mini-2024-07-18")  # demo-chat: no price, so its cost is unknown
+EMBED = ("local_embed", "multilingual-e5-small-q4")  # the default embedder: the shared query-side call
+
+
+def _report(path: Path, provider: str, model: str, ndcg: float, cited: float, at: datetime) -> None:
+    path.write_text(
+        json.dumps(
+            {
+                "schema": "rag-eval-report/2",
+                "created_at": at.isoformat(),
+                "golden": {"paths": ["g.yaml"], "hash": "a" * 64},
+                "generation": {"provider": provider, "model": model},
+                "metrics": {"ndcg@10": ndcg, "citation_hit_rate": cited, "queries": 40},
+            }
+        ),
+        encoding="utf-8",
+    )
+
+
+def _use(purpose: str, who: tuple[str, str], n_in: int, n_out: int, cost: str | None, **kw) -> UsageRecord:
+    return UsageRecord(
+        run_id="qpd",
+        purpose=purpose,
+        provider=who[0],
+        requested_model=who[1],
+        input_tokens=n_in,
+        output_tokens=n_out,
+        cost=None if cost is None else Decimal(cost),
+        **kw,
+    )
+
+
+def _fill(url: str) -> None:
+    ledger = UsageLedger(url)
+    for rec in (
+        # gpt-4o-mini: two answers, 4000 input (200 cached) and 400 output tokens in all
+        _use("answer", OPENAI, 1000, 100, "0.000135", cached_input_tokens=200),
+        _use("answer", OPENAI, 3000, 300, "0.00063"),
+        _use("answer", OPENAI, 0, 0, None, status="error", error_type="APITimeoutError"),  # not a query
+        _use("answer", DEMO, 500, 50, None),
+        _use("query", EMBED, 12, 0, "0.00001"),
+        _use("query", EMBED, 14, 0, "0.00001"),
+        # one-off spend: never folded into the per-query cost
+        _use("graph_extraction", OPENAI, 9000, 2000, "0.002"),
+        _use("graph_extraction", DEMO, 800, 200, None),
+        _use("index", EMBED, 50000, 0, "0"),
+    ):
+        ledger.record(rec)
+    ledger.dispose()
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[Path, Path]:
+    """Two eval reports (an older one for gpt-4o-mini that the newer supersedes) and a config reading them."""
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    now = datetime.now(UTC)
+    _report(reports / "old.json", *OPENAI, 0.5, 0.4, now - timedelta(days=3))
+    _report(reports / "mini.json", *OPENAI, 0.8, 0.7, now)
+    _report(reports / "demo.json", *DEMO, 0.75, 0.6, now)
+    (reports / "gate.json").write_text(json.dumps({"schema": "rag-eval-gate/2", "status": "pass"}))
+    data = yaml.safe_load((ROOT / "config" / "engine.yaml").read_text())
+    data["costs"] = {"query_rate_per_hour": 100, "report_dirs": [str(reports)]}
+    data["evals"]["reports_dir"] = str(tmp_path / "no-reports")
+    cfg_path = tmp_path / "engine.yaml"
+    cfg_path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return cfg_path, reports
+
+
+@pytest.fixture
+def pg_ledger_url(postgres_url: str) -> Iterator[str]:
+    """A fresh database on the test PostgreSQL server (RAG_TEST_PG_LEDGER_URL's), dropped after."""
+    import os
+
+    base = os.environ.get("RAG_TEST_PG_LEDGER_URL") or postgres_url.rsplit("/", 1)[0] + "/rag_ledger"
+    name = "rag_qpd_" + uuid.uuid4().hex[:10]
+    admin = sqlalchemy.create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sqlalchemy.text(f"CREATE DATABASE {name}"))
+    yield base.rsplit("/", 1)[0] + "/" + name
+    with admin.connect() as conn:
+        conn.execute(sqlalchemy.text(f"DROP DATABASE {name} WITH (FORCE)"))
+    admin.dispose()
+
+
+def _check_table(cfg_path: Path, url: str) -> None:
+    table = by_model(load_config(cfg_path), ROOT, url)
+    rows = {r.model: r for r in table.rows}
+    mini, demo = rows["gpt-4o-mini"], rows["demo-chat"]
+    # (3800 x 0.15 + 200 x 0.075 + 400 x 0.60) / 1e6 over 2 answers, plus one query embedding (0.00001)
+    assert mini.generation_cost_per_query == Decimal("0.0004125")
+    assert mini.shared_cost_per_query == Decimal("0.00001")
+    assert mini.cost_per_query == Decimal("0.0004225")
+    assert mini.cost_per_hour == Decimal("0.04225")  # x 100 queries per hour
+    assert mini.ndcg_at_10 == 0.8 and mini.citation_hit_rate == 0.7 and mini.report.endswith("mini.json")
+    assert mini.quality_per_dollar == round(0.8 / 0.0004225, 2)
+    assert mini.answer_calls == 2 and mini.input_tokens_per_query == 2000 and mini.output_tokens_per_query == 200
+    assert demo.ndcg_at_10 == 0.75 and demo.answer_calls == 1
+    assert demo.cost_per_query is None and demo.quality_per_dollar is None and demo.cost_per_hour is None
+    assert any("no price for demo_replay/gpt-4o-mini-2024-07-18" in n for n in demo.notes)
+    assert demo.default  # demo-chat is the configured default
+    local = rows["local-chat"]  # configured, never measured, no report: said so, not zero
+    assert local.cost_per_query is None and any("no answer calls" in n for n in local.notes)
+    assert any("no eval report" in n for n in local.notes)
+    # extraction and indexing spend apart from query spend
+    assert table.spend_totals["extraction"] == Decimal("0.002")
+    assert table.spend_totals["query"] == Decimal("0.000135") + Decimal("0.00063") + Decimal("0.00002")
+    assert table.spend_totals["index"] == Decimal("0")
+    extraction = [s for s in table.spend if s.kind == "extraction"]
+    assert {(s.provider, s.unknown_cost_calls) for s in extraction} == {("openai", 0), ("demo_replay", 1)}
+
+
+def test_by_model_on_sqlite(setup, tmp_path):
+    cfg_path, _ = setup
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    _fill(url)
+    _check_table(cfg_path, url)
+
+
+@pytest.mark.postgres
+def test_by_model_on_postgres(setup, pg_ledger_url):
+    cfg_path, _ = setup
+    _fill(pg_ledger_url)
+    assert UsageLedger(pg_ledger_url).dialect == "postgresql"
+    _check_table(cfg_path, pg_ledger_url)
+
+
+def test_cli_costs_by_model_text_and_json(setup, tmp_path):
+    cfg_path, _ = setup
+    env = {"RAG_LEDGER_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}"}
+    _fill(env["RAG_LEDGER_URL"])
+    res = rag("--config", str(cfg_path), "costs", "--by-model", env=env)
+    assert res.exit_code == 0, res.output
+    text = res.stdout
+    assert "quality per dollar by generation model" in text and "1,893" in text  # nDCG@10 per $
+    assert "demo-chat: cost unknown: no price for demo_replay/gpt-4o-mini-2024-07-18" in text
+    assert "recorded spend by purpose" in text and "graph_extraction" in text
+    res = rag("--config", str(cfg_path), "costs", "--by-model", "--json", env=env)
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    mini = next(r for r in data["rows"] if r["model"] == "gpt-4o-mini")
+    assert mini["cost_per_query"] == "0.0004225" and mini["cost_per_hour"] == "0.04225"
+    assert next(r for r in data["rows"] if r["model"] == "demo-chat")["cost_per_query"] is None
+    assert data["spend_totals"]["extraction"] == "0.002"
+    res = rag("--config", str(cfg_path), "costs", "--by-model", "--run-id", "x", "--json", env=env)
+    assert res.exit_code == 2
+
+
+def test_render_has_the_extractive_row_when_a_report_has_no_model(setup, tmp_path):
+    cfg_path, reports = setup
+    _report(reports / "extractive.json", "none", "extractive", 0.7, 0.5, datetime.now(UTC))
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    _fill(url)
+    table = by_model(load_config(cfg_path), ROOT, url)
+    row = next(r for r in table.rows if r.model == "extractive (no model)")
+    assert row.generation_cost_per_query == 0 and row.cost_per_query == Decimal("0.00001")
+    assert len(render(table)) == 4
+
+
+# -- Dagster: usage_costs by model, and the audit trail per day ------------------------------------
+
+
+def _defs(cfg_path: Path, monkeypatch, env: dict[str, str]) -> dg.Definitions:
+    from rag_assets.definitions import build_definitions
+
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    return build_definitions(str(cfg_path))
+
+
+def test_usage_costs_asset_by_model(setup, tmp_path, monkeypatch):
+    cfg_path, _ = setup
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    _fill(url)
+    defs = _defs(cfg_path, monkeypatch, {"RAG_LEDGER_URL": url})
+    result = dg.materialize([defs.resolve_assets_def("usage_costs")])
+    meta = result.asset_materializations_for_node("usage_costs")[0].metadata
+    rows = {r.data["model"]: r.data for r in meta["by_model"].value.records}
+    assert rows["gpt-4o-mini"]["cost_per_query_usd"] == pytest.approx(0.0004225)
+    assert rows["demo-chat (default)"]["cost_per_query_usd"] is None
+    assert "no price for" in rows["demo-chat (default)"]["note"]
+    assert meta["extraction_spend_usd"].value == pytest.approx(0.002)
+    assert meta["query_spend_usd"].value == pytest.approx(0.000785)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_audit_daily_summary_asset(backend, setup, tmp_path, monkeypatch, request):
+    cfg_path, _ = setup
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}" if backend == "sqlite" else request.getfixturevalue("pg_ledger_url")
+    trail = AuditTrail(url)
+    now = datetime.now(UTC)
+    yesterday = now - timedelta(days=1)
+    trail.append(
+        *[AuditRecord(created_at=yesterday, event="query", role="public") for _ in range(3)],
+        AuditRecord(created_at=yesterday, event="collections_blocked", role="public"),
+        AuditRecord(created_at=yesterday, event="generation_fallback", role="public"),
+        AuditRecord(created_at=yesterday, event="generation_fallback", role="public"),
+        AuditRecord(created_at=now, event="query", role="employee"),
+        AuditRecord(created_at=now, event="collections_blocked", role="employee"),
+        AuditRecord(created_at=now - timedelta(days=90), event="collections_blocked"),  # outside the window
+        AuditRecord(created_at=now, event="approval_granted", actor="jane"),  # not counted
+    )
+    trail.dispose()
+    defs = _defs(cfg_path, monkeypatch, {"RAG_LEDGER_URL": url})
+    result = dg.materialize([defs.resolve_assets_def("audit_daily_summary")])
+    meta = result.asset_materializations_for_node("audit_daily_summary")[0].metadata
+    assert meta["query_yesterday"].value == 3 and isinstance(meta["query_yesterday"].value, int)
+    assert meta["collections_blocked_yesterday"].value == 1
+    assert meta["generation_fallback_yesterday"].value == 2
+    assert meta["collections_blocked_30d"].value == 2 and meta["query_30d"].value == 4
+    days = {r.data["day"]: r.data for r in meta["per_day"].value.records}
+    assert len(days) == 30
+    assert days[now.date().isoformat()]["collections_blocked"] == 1
+    assert days[yesterday.date().isoformat()]["generation_fallback"] == 2
+
+
+# -- the provider swap dry run: the candidate's row beside the current one -------------------------
+
+
+def test_swap_dry_run_shows_both_rows_when_both_have_reports(variant, tmp_path):
+    from rag_engine.providers.swap import dry_run, render_text
+    from tests.providers.test_swap import FAKE_DIM, _endpoints, _engine
+    from tests.support.fake_openai import FakeOpenAI
+
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    _report(reports / "demo.json", *DEMO, 0.75, 0.6, datetime.now(UTC))
+    _fill(f"sqlite:///{tmp_path / 'ledger.sqlite'}")  # the ledger _engine uses
+
+    def edit(fake_url: str):
+        def inner(text: str) -> str:
+            text = _endpoints(fake_url, fake_url)(text)
+            return text.replace("report_dirs: [evals/reports, var/eval]", f"report_dirs: [{reports}]")
+
+        return inner
+
+    with FakeOpenAI(dimension=FAKE_DIM) as fake:
+        path = variant("qpd-swap", edit=edit(fake.base_url))
+        eng = _engine(path, tmp_path, OPENAI_API_KEY="sk-test-not-a-secret")
+        only_current = dry_run(eng, role="generation", candidate="gpt-4o-mini", config_path=path)
+        assert only_current.quality_per_dollar == ()
+        assert any("no eval report answered by gpt-4o-mini" in n for n in only_current.notes)
+        _report(reports / "mini.json", *OPENAI, 0.8, 0.7, datetime.now(UTC))
+        report = dry_run(eng, role="generation", candidate="gpt-4o-mini", config_path=path)
+        eng.close()
+    current, candidate = report.quality_per_dollar
+    assert (current.model, candidate.model) == ("demo-chat", "gpt-4o-mini")
+    assert current.cost_per_query is None and candidate.cost_per_query == Decimal("0.0004225")
+    text = render_text(report)
+    assert "quality per dollar (current, then candidate):" in text and "1,893" in text
+    assert "demo-chat: cost unknown: no price for" in text
