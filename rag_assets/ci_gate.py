@@ -43,7 +43,10 @@ def run_gate(instance: dg.DagsterInstance, config: str, report: str) -> tuple[dg
         run_config={"ops": {"eval_report": {"config": {"from_report": str(Path(report).resolve())}}}},
         raise_on_error=False,
     )
-    failure = next((e for e in result.all_events if e.event_type_value == "STEP_FAILURE"), None)
+    # a failing blocking check fails its own step too: only eval_report's failure means no evaluation
+    failure = next(
+        (e for e in result.all_events if e.event_type_value == "STEP_FAILURE" and e.step_key == "eval_report"), None
+    )
     if failure is not None:
         error = failure.step_failure_data.error
         raise RuntimeError(f"eval_report failed: {error.message.strip() if error else failure.message}")
