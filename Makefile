@@ -12,7 +12,7 @@ export RAG_TEST_PG_LEDGER_URL ?= postgresql+psycopg2://postgres@127.0.0.1:$(PG_L
 EMBED_LOCAL_PORT ?= 8765
 export RAG_EMBED_ENDPOINT ?= http://127.0.0.1:$(EMBED_LOCAL_PORT)/v1
 
-.PHONY: setup lint demo test dev neo4j-start neo4j-stop postgres-start postgres-stop embed-start embed-stop bench eval eval-gate baseline clean
+.PHONY: setup lint demo test dev neo4j-start neo4j-stop postgres-start postgres-stop embed-start embed-stop bench eval eval-gate eval-gate-dagster baseline clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -91,6 +91,12 @@ eval-gate: eval
 	$(PY) -m evals.gates --config config/engine.yaml --report $(EVAL_DIR)/report.json \
 		--baseline-report evals/reports/BASELINE.json --output $(EVAL_DIR)/gate.json $(if $(ACCEPT),--accept $(ACCEPT))
 	$(PY) -m evals.xref --gate --output $(EVAL_DIR)/xref.json
+
+# The same gate as the Dagster asset check eval_report:eval_gate, on a PostgreSQL-backed instance: records
+# the report `make eval` wrote (no re-embedding, no queries), prints one line per metric and the reasons.
+# Exit codes as eval-gate. Run it after eval-gate (CI does).
+eval-gate-dagster: setup postgres-start
+	$(EVAL_ENV) $(PY) -m rag_assets.ci_gate --report $(EVAL_DIR)/report.json
 
 # Replace the baseline with a fresh report (review the diff, commit with a reason).
 baseline: eval

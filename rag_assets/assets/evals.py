@@ -1,7 +1,10 @@
 """eval_report and its blocking eval_gate check: the same logic as `python -m evals.gates`.
 
 eval_report runs the golden packs through the query path and stores the report under
-var/reports/ (latest.json plus one per run). eval_gate compares it with the committed
+var/reports/ (latest.json plus one per run). With ``from_report`` it records a report that
+``python -m evals.runner`` already wrote for this config and golden set instead of running the
+queries again (CI: `make eval-gate-dagster` after `make eval`); the file is copied byte for byte,
+so an acceptance bound to its hash applies to both gates. eval_gate compares it with the committed
 evals/reports/BASELINE.json; an acceptance file in evals/acceptances/ whose hashes bind this
 baseline and this candidate turns a regression into a pass, anything else fails the check
 (ERROR, blocking).
@@ -16,7 +19,7 @@ from typing import Any
 import dagster as dg
 
 from evals.gates import GateResult, evaluate_gate, load_acceptance
-from evals.report import dump_report, load_report, report_sha256
+from evals.report import EvalReport, dump_report, golden_sha256, load_report, report_sha256
 from evals.runner import run_eval
 from rag_assets.automation import PaidApproval, eval_estimate, eval_step, model_is_free, require_paid_approval
 from rag_assets.resources import EngineResource
@@ -25,6 +28,26 @@ from rag_engine.engine import Engine
 from rag_engine.errors import EvalInputError
 from rag_engine.graph.extraction import prompt_hash
 from rag_engine.query import SYSTEM_PROMPT
+
+
+class EvalReportConfig(PaidApproval):
+    from_report: str | None = None
+    """A report `python -m evals.runner` wrote for this config and golden set: recorded as this
+    materialization instead of running the queries again. None: run the eval."""
+
+
+def recorded_report(engine: Engine, path: Path, golden_paths: list[Path]) -> EvalReport:
+    """The report at ``path`` if it was made with this engine config and these golden files
+    (EvalInputError otherwise: a stale report must not pass for this code)."""
+    report = load_report(path)
+    problems = []
+    if report.config_hash != config_hash(engine.cfg):
+        problems.append(f"config hash {report.config_hash} is not this config's {config_hash(engine.cfg)}")
+    if report.golden.hash != golden_sha256(golden_paths):
+        problems.append("golden files changed since it was written")
+    if problems:
+        raise EvalInputError(f"eval report {path} was not made for this engine: {'; '.join(problems)}")
+    return report
 
 
 def _acceptance_for(folder: Path, baseline_sha: str, candidate_sha: str) -> tuple[dict[str, Any] | None, str | None]:
@@ -111,15 +134,23 @@ def build_eval_assets(pack_keys: list[dg.AssetKey], engine: Engine, config_path:
         "the blocking eval_gate check.",
     )
     def eval_report(
-        context: dg.AssetExecutionContext, rag: EngineResource, config: PaidApproval
+        context: dg.AssetExecutionContext, rag: EngineResource, config: EvalReportConfig
     ) -> dg.MaterializeResult:
         engine = rag.engine()
-        require_paid_approval(context, engine, eval_estimate(engine), config)
+        if not config.from_report:  # recording a finished report calls no model
+            require_paid_approval(context, engine, eval_estimate(engine), config)
         paths = [engine.root / p for p in engine.cfg.evals.golden]
-        report = run_eval(engine, paths, progress=context.log.info)
         reports = under_root(engine.root, engine.cfg.evals.reports_dir)
         target = reports / f"{context.run.run_id}.json"
-        dump_report(report, target)
+        if config.from_report:
+            source = Path(config.from_report)
+            report = recorded_report(engine, source, paths)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+            context.log.info("eval: recorded %s (%d queries) without running it again", source, len(report.queries))
+        else:
+            report = run_eval(engine, paths, progress=context.log.info)
+            dump_report(report, target)
         shutil.copyfile(target, reports / "latest.json")
         gen, emb = engine.registry.generation, engine.registry.embedding
         metrics = {k: v for k, v in report.metrics.model_dump(by_alias=True).items() if v is not None}
@@ -134,6 +165,7 @@ def build_eval_assets(pack_keys: list[dg.AssetKey], engine: Engine, config_path:
                 **{k: (float(v) if isinstance(v, (int, float)) else str(v)) for k, v in metrics.items()},
                 "dagster/row_count": len(report.queries),
                 "report_path": str(target),
+                "recorded_from": config.from_report or "",
                 "default_generation": f"{gen.provider.name}/{gen.model.served_model}",
                 "answers_by": f"{report.generation.provider}/{report.generation.model}",
                 "embedder": f"{emb.provider.name}/{emb.model.served_model} dim {emb.model.dimension}",
