@@ -12,9 +12,9 @@
   unknown, never free (tokens by rag_engine.providers.estimates, the provider swap dry run's
   estimator: ledger history per call, else a prompt-size bound). Above the limit the asset is
   *awaiting approval*: the condition says so with the estimate, and nothing downstream of it runs
-  (graph_writes and eval_report wait for it). An operator approves by materializing the asset (the UI's Materialize button, or
-  ``dg launch --assets <pack>/llm_extraction --partition-range A...B``); the free dependents then
-  follow by themselves.
+  (graph_writes and eval_report wait for it). An operator approves by materializing the asset (the
+  UI's Materialize button, or ``dg launch --assets <pack>/llm_extraction --partition-range A...B``);
+  the free dependents then follow by themselves.
 
 The cost condition runs Python, so the automation sensor evaluates in the code server
 (``use_user_code_server=True``).
@@ -224,18 +224,28 @@ def paid_step(config_path: str) -> dg.AutomationCondition:
     ).with_label("paid: eager + code version, under cost limit")
 
 
+EXTRACTION = dg.AssetSelection.tag("model", "extraction")
+"""The llm_extraction assets: the only deps whose approval graph_writes and eval_report wait for.
+Limiting the dep conditions to them keeps the condition tree small: Dagster serializes every
+node's partition subsets on each tick, a cost per node and partitioned asset."""
+
+
+def _extraction_waiting(config_path: str) -> dg.AutomationCondition:
+    return dg.AutomationCondition.any_deps_match(awaiting_approval(config_path, "extraction")).allow(EXTRACTION)
+
+
 def graph_step(config_path: str) -> dg.AutomationCondition:
     """graph_writes: free, but waits while its extraction awaits approval (one rebuild, not two)."""
-    return (
-        free_step() & ~dg.AutomationCondition.any_deps_match(awaiting_approval(config_path, "extraction"))
-    ).with_label("free: eager + code version, after approved extraction")
+    return (free_step() & ~_extraction_waiting(config_path)).with_label(
+        "free: eager + code version, after approved extraction"
+    )
 
 
-def eval_step(config_path: str) -> dg.AutomationCondition:
-    """eval_report: after any pack's index or graph changed, never while a pack's graph waits
-    for an approval; the generation model is paid work."""
-    upstream_waiting = dg.AutomationCondition.any_deps_match(
-        dg.AutomationCondition.any_deps_match(awaiting_approval(config_path, "extraction"))
+def eval_step(config_path: str, graph_keys: list[dg.AssetKey]) -> dg.AutomationCondition:
+    """eval_report: after any pack's index or graph changed, never while a pack's graph
+    (``graph_keys``) waits for an extraction's approval; the generation model is paid work."""
+    upstream_waiting = dg.AutomationCondition.any_deps_match(_extraction_waiting(config_path)).allow(
+        dg.AssetSelection.assets(*graph_keys)
     )
     return (_triggered() & _not_busy() & ~upstream_waiting & CostWithinLimit(config_path, "eval")).with_label(
         "paid: after index/graph changes, under cost limit"
