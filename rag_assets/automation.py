@@ -9,14 +9,15 @@
 - Paid work (LLM extraction, generation evals) calls a model; it runs by itself only when its
   estimated cost is at most ``automation.max_auto_cost_usd`` (default 0). A model that is local
   and unpriced costs 0; a priced model costs its estimate; a hosted model without a price is
-  unknown, never free. Above the limit the asset is *awaiting approval*: the condition says so
-  with the estimate, and nothing downstream of it runs (graph_writes and eval_report wait for
-  it). An operator approves by materializing the asset with an approval in its run config
-  (``approved_by``, ``reason``, optionally the ``inputs_hash`` of the estimate it saw; the UI's
-  Materialize with config, or ``dg launch --assets <pack>/llm_extraction --partition-range A...B
-  --config-json ...``): ``rag_engine.approvals`` binds it to the asset, partitions and estimate, and a
-  run above the limit without one fails with ``ApprovalRequired`` before any model call; both are
-  audit records. The free dependents then follow by themselves.
+  unknown, never free (tokens by rag_engine.providers.estimates, the provider swap dry run's
+  estimator: ledger history per call, else a prompt-size bound). Above the limit the asset is
+  *awaiting approval*: the condition says so with the estimate, and nothing downstream of it runs
+  (graph_writes and eval_report wait for it). An operator approves by materializing the asset with
+  an approval in its run config (``approved_by``, ``reason``, optionally the ``inputs_hash`` of the
+  estimate it saw; the UI's Materialize with config, or ``dg launch --assets <pack>/llm_extraction
+  --partition-range A...B --config-json ...``): ``rag_engine.approvals`` binds it to the asset,
+  partitions and estimate, and a run above the limit without one fails with ``ApprovalRequired``
+  before any model call; both are audit records. The free dependents then follow by themselves.
 
 The cost condition runs Python, so the automation sensor evaluates in the code server
 (``use_user_code_server=True``).
@@ -35,17 +36,13 @@ from rag_assets.resources import engine_for
 from rag_engine.engine import Engine
 from rag_engine.errors import RegistryError
 from rag_engine.packs import DomainPack
+from rag_engine.providers.estimates import extraction_tokens
 
 if TYPE_CHECKING:  # since_last_handled's return type, which dagster does not export
     from dagster._core.definitions.declarative_automation.automation_condition import BuiltinAutomationCondition
 
 log = logging.getLogger("rag_engine.automation")
 
-# A chunk's prompt besides its text (instructions, schema, pack lexicon), in tokens; a coarse
-# allowance for the estimate only. TODO(issue 14): use rag_engine.providers.swap's estimate
-# (ledger history per chunk) once it exists.
-PROMPT_OVERHEAD_TOKENS = 600
-CHARS_PER_TOKEN = 4
 EVAL_ANSWER_TOKENS = 512
 
 
@@ -75,39 +72,34 @@ def _price(engine: Engine, model_name: str, input_tokens: int, output_tokens: in
 def _chunk_texts(engine: Engine, pack: DomainPack, key: str) -> list[str]:
     from rag_engine.documents import load_document
 
-    try:
+    if engine.artifacts.exists(pack.name, key, "chunks"):
+        data = engine.artifacts.read(pack.name, key, "chunks")
+        return [c["text"] for c in data] if isinstance(data, list) else []
+    try:  # not chunked yet (a new version requested with its whole chain): chunk it here, pure
         return [c.text for c in pack.chunk(load_document(pack, key, max_bytes=engine.cfg.max_document_bytes))]
     except Exception:  # noqa: BLE001 - an estimate: a document that does not load or chunk counts no calls
         return []
 
 
 def extraction_estimate(engine: Engine, pack_name: str, keys: list[str]) -> dict[str, Any]:
-    """Worst-case cost of extracting these document versions again (every chunk a call of at
-    most budgets.max_output_tokens). Chunks come from the chunks artifact, or the pack chunks the
-    document now (pure, no write)."""
+    """Cost of extracting these document versions again: one call per chunk (from the chunks
+    artifact, or the pack chunks the document now, pure), tokens by the provider swap dry run's
+    estimator (ledger history per call, else the prompt-size bound), priced at the model's rate."""
     pack = engine.pack(pack_name)
     name = engine.cfg.defaults.extraction_model
-    calls, tokens_in = 0, 0
-    if pack.entry.extraction:
-        for key in keys:
-            texts: list[str] = []
-            if engine.artifacts.exists(pack_name, key, "chunks"):
-                data = engine.artifacts.read(pack_name, key, "chunks")
-                texts = [c["text"] for c in data] if isinstance(data, list) else []
-            else:  # not chunked yet (a new version requested with its whole chain): chunk it here, pure
-                texts = _chunk_texts(engine, pack, key)
-            calls += len(texts)
-            tokens_in += sum(len(t) // CHARS_PER_TOKEN + PROMPT_OVERHEAD_TOKENS for t in texts)
-    tokens_out = calls * engine.cfg.budgets.max_output_tokens
-    if calls:
-        cost = _price(engine, required_model(name, "defaults.extraction_model"), tokens_in, tokens_out)
+    texts = [t for key in keys for t in _chunk_texts(engine, pack, key)] if pack.entry.extraction else []
+    tokens = extraction_tokens(engine, [pack_name], len(texts), sum(len(t) for t in texts))
+    if tokens.calls:
+        model = required_model(name, "defaults.extraction_model")
+        cost = _price(engine, model, tokens.input_tokens, tokens.output_tokens)
     else:
         cost = Decimal(0)
     return {
         "model": name,
-        "calls": calls,
-        "input_tokens": tokens_in,
-        "output_tokens": tokens_out,
+        "calls": tokens.calls,
+        "input_tokens": tokens.input_tokens,
+        "output_tokens": tokens.output_tokens,
+        "tokens_from": tokens.source,
         "cost_usd": None if cost is None else float(cost),
     }
 
@@ -276,18 +268,28 @@ def paid_step(config_path: str) -> dg.AutomationCondition:
     ).with_label("paid: eager + code version, under cost limit")
 
 
+EXTRACTION = dg.AssetSelection.tag("model", "extraction")
+"""The llm_extraction assets: the only deps whose approval graph_writes and eval_report wait for.
+Limiting the dep conditions to them keeps the condition tree small: Dagster serializes every
+node's partition subsets on each tick, a cost per node and partitioned asset."""
+
+
+def _extraction_waiting(config_path: str) -> dg.AutomationCondition:
+    return dg.AutomationCondition.any_deps_match(awaiting_approval(config_path, "extraction")).allow(EXTRACTION)
+
+
 def graph_step(config_path: str) -> dg.AutomationCondition:
     """graph_writes: free, but waits while its extraction awaits approval (one rebuild, not two)."""
-    return (
-        free_step() & ~dg.AutomationCondition.any_deps_match(awaiting_approval(config_path, "extraction"))
-    ).with_label("free: eager + code version, after approved extraction")
+    return (free_step() & ~_extraction_waiting(config_path)).with_label(
+        "free: eager + code version, after approved extraction"
+    )
 
 
-def eval_step(config_path: str) -> dg.AutomationCondition:
-    """eval_report: after any pack's index or graph changed, never while a pack's graph waits
-    for an approval; the generation model is paid work."""
-    upstream_waiting = dg.AutomationCondition.any_deps_match(
-        dg.AutomationCondition.any_deps_match(awaiting_approval(config_path, "extraction"))
+def eval_step(config_path: str, graph_keys: list[dg.AssetKey]) -> dg.AutomationCondition:
+    """eval_report: after any pack's index or graph changed, never while a pack's graph
+    (``graph_keys``) waits for an extraction's approval; the generation model is paid work."""
+    upstream_waiting = dg.AutomationCondition.any_deps_match(_extraction_waiting(config_path)).allow(
+        dg.AssetSelection.assets(*graph_keys)
     )
     return (_triggered() & _not_busy() & ~upstream_waiting & CostWithinLimit(config_path, "eval")).with_label(
         "paid: after index/graph changes, under cost limit"

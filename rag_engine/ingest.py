@@ -27,6 +27,7 @@ from rag_engine.errors import (
 )
 from rag_engine.graph import schema, writer
 from rag_engine.packs import ChunkRecord, DomainPack, content_hash
+from rag_engine.step_stamps import STEP_DEPS
 
 log = logging.getLogger(__name__)
 
@@ -356,30 +357,30 @@ class IngestObserver:
         """The step's report, its seconds included."""
 
 
-STEP_DEPS: dict[str, tuple[str, ...]] = {
-    "source_documents": (),
-    "chunks": ("source_documents",),
-    "references": ("chunks",),
-    "chunk_index": ("chunks",),
-    "llm_extraction": ("chunks",),
-    "graph_writes": ("references", "chunk_index", "llm_extraction"),
-}
-"""What each step reads: a partition that re-ran a step re-runs every step downstream of it."""
-
 _STEP_ARTIFACT = {"source_documents": SOURCE, "chunks": CHUNKS, "references": REFERENCES, "llm_extraction": EXTRACTION}
 """The artifact a later step reads; a skipped step must still have left it."""
 
 
-def step_stamps(engine: Engine, pack: DomainPack, keys: list[str]) -> dict[str, str]:
-    """The code version each step's stamp must carry. graph_writes resolves references across the
-    pack, so its stamp also names the set of partitions: an added or changed document re-derives
-    every document's reference edges (no model call)."""
-    from rag_engine.code_versions import code_versions
-    from rag_engine.config import slice_hash
+def stamp_holds(engine: Engine, pack: DomainPack, key: str, step: str, stamps: dict[str, str], version: str) -> bool:
+    """A partition's step is done already: its stamp carries the step's code version and the
+    artifact later steps read is on disk (a pack without extraction leaves none: the stamp alone)."""
+    artifact = _STEP_ARTIFACT.get(step) if step != "llm_extraction" or pack.entry.extraction else None
+    return stamps.get(step) == version and (artifact is None or engine.artifacts.exists(pack.name, key, artifact))
 
-    versions = dict(code_versions(engine, pack))
-    versions["graph_writes"] = slice_hash(versions["graph_writes"], sorted(keys))
-    return versions
+
+def complete(figures: dict[str, Any]) -> bool:
+    """Whether a partition's step report vouches for a stamp (an extraction with failed or
+    budget-skipped chunks is not done)."""
+    return not (figures.get("failed") or figures.get("skipped"))
+
+
+def step_stamps(engine: Engine, pack: DomainPack) -> dict[str, str]:
+    """The code version each step's stamp must carry: the assets' code versions. graph_writes of
+    one version re-derives the reference edges into and out of its document (writer.resolve_references),
+    so an added or changed document re-runs its own graph step only, as a Dagster partition does."""
+    from rag_engine.code_versions import code_versions
+
+    return dict(code_versions(engine, pack))
 
 
 def ingest_pack(
@@ -402,7 +403,7 @@ def ingest_pack(
     """
     from rag_engine.documents import discover
     from rag_engine.llm_extraction import extraction_step, finish_run, new_budget
-    from rag_engine.step_stamps import read_stamps, write_stamps
+    from rag_engine.step_stamps import read_stamps, stamped, write_stamps
 
     # files that are not documents (a link out of the corpus, a doc id another file already is)
     # get a partition too: source_documents records why they are rejected
@@ -428,7 +429,7 @@ def ingest_pack(
     if extract:
         steps.append(("llm_extraction", lambda e, p, k: extraction_step(e, p, k, run_id=run_id, budget=budget)))
     steps.append(("graph_writes", graph_step))
-    wanted = step_stamps(engine, pack, keys)
+    wanted = step_stamps(engine, pack)
     old = read_stamps(engine.driver, engine.database, pack.name) if skip_unchanged else {}
     ran: dict[str, set[str]] = {k: set() for k in keys}
     new: dict[str, dict[str, str]] = {}
@@ -436,11 +437,8 @@ def ingest_pack(
     for name, fn in steps:
 
         def unchanged(k: str, name: str = name) -> bool:
-            artifact = _STEP_ARTIFACT.get(name) if name != "llm_extraction" or pack.entry.extraction else None
-            return (
-                old.get(k, {}).get(name) == wanted[name]
-                and not (ran[k] & set(STEP_DEPS[name]))
-                and (artifact is None or engine.artifacts.exists(pack.name, k, artifact))
+            return not (ran[k] & set(STEP_DEPS[name])) and stamp_holds(
+                engine, pack, k, name, old.get(k, {}), wanted[name]
             )
 
         todo = [k for k in keys if not (skip_unchanged and unchanged(k))]
@@ -459,10 +457,8 @@ def ingest_pack(
         for k in todo:
             ran[k].add(name)
             done = report.done.get(k)
-            if done is not None and not (
-                done.get("failed") or done.get("skipped")
-            ):  # an incomplete extraction is not done
-                new.setdefault(k, dict(old.get(k, {})))[name] = wanted[name]
+            if done is not None and complete(done):
+                new[k] = stamped(new.get(k, old.get(k, {})), name, wanted[name])
         if name == "llm_extraction" and todo:  # a run that extracted nothing records no run
             finish_run(engine, pack, run_id, budget)
         obs.step_finished(pack.name, name, report)

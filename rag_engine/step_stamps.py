@@ -6,12 +6,18 @@ successful run is stored on the partition's (:DocumentVersion) node (``step_vers
 object), not in the artifacts dir: a stamp then lives and dies with what it vouches for. A wiped
 store, a version that never went live (failed index) or one superseded and later restored by a
 revert has no valid stamp, so its steps run again. Only ``current`` versions are read.
+
+`rag ingest` writes its stamps at the end of a run (``write_stamps``); the Dagster assets stamp
+each step as it finishes (``record_step``), on the version node while it is still pending too, and
+drop the stamps of the steps downstream of it, which must run again. So either orchestrator sees
+the other's work as done: after a Dagster materialization `rag ingest` finds nothing to do, and
+after `rag ingest` the assets skip the work of partitions whose stamp matches.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import neo4j
 
@@ -25,6 +31,49 @@ RETURN v.key AS key, v.step_versions AS stamps
 _WRITE = """
 UNWIND $rows AS row
 MATCH (v:DocumentVersion {key: row.key}) WHERE v.status = 'current'
+SET v.step_versions = row.stamps
+"""
+
+STEP_DEPS: dict[str, tuple[str, ...]] = {
+    "source_documents": (),
+    "chunks": ("source_documents",),
+    "references": ("chunks",),
+    "chunk_index": ("chunks",),
+    "llm_extraction": ("chunks",),
+    "graph_writes": ("references", "chunk_index", "llm_extraction"),
+}
+"""What each step reads: a partition that re-ran a step re-runs every step downstream of it."""
+
+
+def downstream(step: str) -> set[str]:
+    """Every step that reads ``step``'s output, directly or not."""
+    out: set[str] = set()
+    todo = [step]
+    while todo:
+        current = todo.pop()
+        for name, deps in STEP_DEPS.items():
+            if current in deps and name not in out:
+                out.add(name)
+                todo.append(name)
+    return out
+
+
+def stamped(stamps: Mapping[str, str], step: str, version: str) -> dict[str, str]:
+    """``stamps`` after ``step`` ran at ``version``: its stamp set, its downstream steps' dropped."""
+    gone = downstream(step)
+    return {**{k: v for k, v in stamps.items() if k not in gone}, step: version}
+
+
+_LOCK_LIVE = """
+UNWIND $keys AS key
+MATCH (v:DocumentVersion {key: key}) WHERE v.status IN ['pending', 'current']
+SET v.step_versions_at = datetime()
+RETURN v.key AS key, v.step_versions AS stamps
+"""
+
+_SET = """
+UNWIND $rows AS row
+MATCH (v:DocumentVersion {key: row.key})
 SET v.step_versions = row.stamps
 """
 
@@ -48,11 +97,7 @@ def read_stamps(driver: neo4j.Driver, database: str, pack: str) -> dict[str, dic
     prefix = version_key(pack, "")
     out: dict[str, dict[str, str]] = {}
     for rec in records:
-        try:
-            stamps = json.loads(rec["stamps"]) if rec["stamps"] else {}
-        except (TypeError, ValueError):  # unreadable stamp: no stamp, the steps run again
-            stamps = {}
-        out[rec["key"][len(prefix) :]] = stamps if isinstance(stamps, dict) else {}
+        out[rec["key"][len(prefix) :]] = _decode(rec["stamps"])
     return out
 
 
@@ -66,6 +111,38 @@ def write_stamps(driver: neo4j.Driver, database: str, pack: str, stamps: Mapping
         return 0
     driver.execute_query(_WRITE, rows=rows, database_=database)
     return len(rows)
+
+
+def _decode(raw: object) -> dict[str, str]:
+    try:
+        stamps = json.loads(raw) if isinstance(raw, str) and raw else {}
+    except ValueError:  # unreadable stamp: no stamp, the steps run again
+        stamps = {}
+    return stamps if isinstance(stamps, dict) else {}
+
+
+def record_step(driver: neo4j.Driver, database: str, pack: str, step: str, version: str, keys: Iterable[str]) -> int:
+    """Stamp ``step`` at ``version`` on these partitions' version nodes (pending or current; a
+    partition without one, e.g. a new version before chunks wrote it, is left out) and drop the
+    stamps of its downstream steps. One write transaction that locks the nodes before reading
+    them, so steps finishing concurrently on one partition do not lose each other's stamp."""
+    prefix = version_key(pack, "")
+    wanted = [version_key(pack, k) for k in keys]
+    if not wanted:
+        return 0
+
+    def work(tx: neo4j.ManagedTransaction) -> int:
+        rows = [
+            {"key": rec["key"], "stamps": json.dumps(stamped(_decode(rec["stamps"]), step, version), sort_keys=True)}
+            for rec in tx.run(_LOCK_LIVE, keys=wanted)
+            if rec["key"].startswith(prefix)
+        ]
+        if rows:
+            tx.run(_SET, rows=rows).consume()
+        return len(rows)
+
+    with driver.session(database=database) as session:
+        return session.execute_write(work)
 
 
 def any_missing(driver: neo4j.Driver, database: str, pack: str, present: list[str]) -> bool:

@@ -126,7 +126,7 @@ def build_eval_assets(pack_keys: list[dg.AssetKey], engine: Engine, config_path:
         code_version=eval_code_version(engine),
         owners=["team:rag-platform"],
         tags={"cost": "free" if gen_free else "paid", "model": "generation"},
-        automation_condition=eval_step(config_path),
+        automation_condition=eval_step(config_path, [k for k in pack_keys if k.path[-1] == "graph_writes"]),
         freshness_policy=dg.FreshnessPolicy.time_window(fail_window=timedelta(days=7), warn_window=timedelta(days=2)),
         description="Golden query packs through the query path: recall, MRR, nDCG, citations, "
         "insufficient evidence, latency, cost per query. Re-runs after index or graph "

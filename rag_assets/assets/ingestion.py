@@ -21,6 +21,7 @@ from rag_engine.engine import Engine
 from rag_engine.errors import EmbedderMismatch
 from rag_engine.llm_extraction import extraction_step, finish_run, new_budget
 from rag_engine.packs import DomainPack
+from rag_engine.step_stamps import read_stamps, record_step
 
 StepFn = Callable[[Engine, DomainPack, str], dict[str, Any]]
 
@@ -43,6 +44,9 @@ def _scalar(value: object) -> int | float | str | None:
 def partition_metadata(step: str, outcome: str, figures: dict[str, Any], seconds: float) -> dict[str, Any]:
     """One partition's own figures (never the run's totals): what the UI shows per partition."""
     meta: dict[str, Any] = {"outcome": outcome, "seconds": round(seconds, 3)}
+    if outcome == "unchanged":
+        meta["reason"] = "done by an earlier run (its step stamp holds): no work"
+        return meta
     if outcome != "done":
         meta["reason"] = str(figures.get("reason", ""))
         meta["dagster/row_count"] = 0
@@ -62,8 +66,9 @@ def partition_metadata(step: str, outcome: str, figures: dict[str, Any], seconds
 def _run_summary(report: ingest.StepReport, totals: tuple[str, ...]) -> str:
     figures = ", ".join(f"{k} {report.total(k)}" for k in totals)
     return (
-        f"{report.step}: {len(report.done)} done, {len(report.rejected)} rejected, {len(report.skipped)} "
-        f"skipped, {len(report.failed)} failed in {report.seconds:.1f}s" + (f"; {figures}" if figures else "")
+        f"{report.step}: {len(report.done)} done, {len(report.unchanged)} unchanged, {len(report.rejected)} "
+        f"rejected, {len(report.skipped)} skipped, {len(report.failed)} failed in {report.seconds:.1f}s"
+        + (f"; {figures}" if figures else "")
     )
 
 
@@ -92,10 +97,19 @@ def _run(
     extra: "Callable[[str], dict[str, Any]] | None" = None,
 ) -> dg.MaterializeResult:
     """Run one step over the run's partitions; each partition's materialization carries its own
-    figures (``extra(key)`` adds per-partition figures the step does not return, e.g. tokens)."""
+    figures (``extra(key)`` adds per-partition figures the step does not return, e.g. tokens).
+
+    The step stamps of `rag ingest` change detection are shared: a partition whose stamp holds
+    (done by `rag ingest` or an earlier run at this code version) is materialized without work, and
+    every partition the step completes is stamped (its downstream stamps dropped)."""
     engine = engine_res.engine()
     pack = engine.pack(pack_name)
     keys = ingest.claim_order(list(context.partition_keys)) if step == "chunks" else list(context.partition_keys)
+    version = context.assets_def.code_versions_by_key[context.asset_key]
+    if version is None:  # every ingestion asset is built with its code version
+        raise dg.Failure(description=f"{step}: asset without a code version")
+    old = read_stamps(engine.driver, engine.database, pack_name)
+    unchanged = {k for k in keys if ingest.stamp_holds(engine, pack, k, step, old.get(k, {}), version)}
     seconds: dict[str, float] = {}
     added: dict[str, dict[str, Any]] = {}
 
@@ -108,7 +122,9 @@ def _run(
             if extra:
                 added[key] = extra(key)
 
-    report = ingest.run_step(step, keys, timed, progress=context.log.info)
+    report = ingest.run_step(step, [k for k in keys if k not in unchanged], timed, progress=context.log.info)
+    report.unchanged = [k for k in keys if k in unchanged]
+    _stamp(engine, pack_name, step, version, [k for k, figures in report.done.items() if ingest.complete(figures)])
     for key, reason in {**report.rejected, **report.failed}.items():
         context.log.error("%s: %s", key, reason)
     summary = _run_summary(report, totals)
@@ -124,7 +140,9 @@ def _run(
         )
     context.log.info("run totals: %s", summary)
     for key in keys:
-        if key in report.done:
+        if key in unchanged:
+            outcome, figures = "unchanged", {}
+        elif key in report.done:
             outcome, figures = "done", {**report.done[key], **added.get(key, {})}
         else:
             outcome = "rejected" if key in report.rejected else "skipped"
@@ -147,6 +165,15 @@ def _run(
             )
         )
     return dg.MaterializeResult(check_results=checks)
+
+
+def _stamp(engine: Engine, pack_name: str, step: str, version: str, keys: list[str]) -> None:
+    """Stamp the partitions this step completed. source_documents writes no node, so a new
+    version has none to stamp yet: chunks (which writes it) stamps source_documents too."""
+    if step == "chunks":
+        source = code_versions(engine, engine.pack(pack_name))["source_documents"]
+        record_step(engine.driver, engine.database, pack_name, "source_documents", source, keys)
+    record_step(engine.driver, engine.database, pack_name, step, version, keys)
 
 
 OWNERS = ["team:rag-platform"]

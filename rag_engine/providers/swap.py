@@ -552,23 +552,6 @@ def _ledger_embed_rate(engine: Any, ident: Identity, avg_tokens: float) -> tuple
     )
 
 
-def _extraction_history(engine: Any, packs: list[str]) -> tuple[int, int, int, str]:
-    """(calls, input tokens, output tokens) of ok graph-extraction calls of these packs' extraction runs."""
-    runs = {
-        r["run_id"]
-        for r in _read(engine, "MATCH (r:ExtractionRun) WHERE r.pack IN $packs RETURN r.run_id AS run_id", packs=packs)
-    }
-    records = [
-        r for r in engine.ledger.records() if r.purpose == "graph_extraction" and r.status == "ok" and r.run_id in runs
-    ]
-    return (
-        len(records),
-        sum(r.input_tokens for r in records),
-        sum(r.output_tokens for r in records),
-        f"ledger: {len(records)} extraction calls of {len(runs)} extraction runs of {', '.join(packs) or 'no pack'}",
-    )
-
-
 # -- consequences ---------------------------------------------------------------------------------
 
 
@@ -625,19 +608,20 @@ def _embedding_consequence(
 def _extraction_consequence(
     engine: Any, cand_cfg: EngineConfig, current: Identity, candidate: Identity, table: Any, price_key_: str | None
 ) -> Consequence:
+    from rag_engine.providers.estimates import extraction_tokens
+
     packs = [p.name for p in cand_cfg.enabled_packs if p.extraction]
-    n, _chars, _ = _active_chunks(engine, packs) if packs else (0, 0, [])
-    calls, tin, tout, how = _extraction_history(engine, packs) if packs else (0, 0, 0, "no pack extracts")
-    est_in: int | None
-    est_out: int | None
-    if calls:
-        est_in, est_out = round(tin / calls * n), round(tout / calls * n)
-        cost = _cost(table, price_key_, est_in, est_out)
+    n, chars, _ = _active_chunks(engine, packs) if packs else (0, 0, [])
+    tokens = extraction_tokens(engine, packs, n, chars)
+    how = tokens.source
+    est_in: int | None = tokens.input_tokens if n else None
+    est_out: int | None = tokens.output_tokens if n else None
+    if n:
+        cost = _cost(table, price_key_, tokens.input_tokens, tokens.output_tokens)
         cost_note = "at the candidate's rate" if cost is not None else "cost unknown: the candidate has no price"
     else:
-        est_in = est_out = None
         cost = None
-        cost_note = "tokens and cost unknown: the ledger has no extraction calls for these chunks"
+        cost_note = "no active chunk of an extracting pack: nothing to re-extract"
     return Consequence(
         kind="reextract",
         summary=(
