@@ -277,7 +277,8 @@ def run_eval(
             control_ms = (time.perf_counter() - started) * 1000
             records = engine.ledger.records(run_id) if generate else []
             tokens = sum(r.input_tokens + r.output_tokens for r in records)
-            answers.add(q["id"], outcome.answer, [r.reported_model for r in records if r.purpose == "answer"])
+            if generate:
+                answers.add(q["id"], outcome.answer, [r.reported_model for r in records if r.purpose == "answer"])
             anchors = {d.chunk_id: d.anchor for d in outcome.context.documents}
             # what the query's model calls cost (ledger): 0 without a call, unknown if any call's is
             costs = [r.cost for r in records]
@@ -363,7 +364,8 @@ def systems_table(report: EvalReport) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The runner's command line (the model answers unless --extractive)."""
     ap = argparse.ArgumentParser(
         prog="python -m evals.runner", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -374,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         "--generate",
         dest="extractive",
         action="store_false",
+        default=False,
         help="answer with the default generation model (the default)",
     )
     answers.add_argument(
@@ -394,7 +397,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--weights", metavar="LEG=W,...", help="engine per-leg fusion weights (after --legs)")
     ap.add_argument("--k", type=int, default=None, help="engine top k (default: retrieval.final_k)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     engine = Engine.from_path(args.config)
     try:
         if args.k is not None and not 1 <= args.k <= engine.cfg.retrieval.max_k:

@@ -201,10 +201,20 @@ def test_ablation_changes_the_engine_only(reports, ingested_engine):
 # -- generation through the replay cassette (issue 14) ---------------------------------------
 
 
+def test_the_runner_answers_with_the_model_unless_told_extractive():
+    from evals.runner import build_parser
+
+    assert build_parser().parse_args(["--output", "r.json"]).extractive is False
+    assert build_parser().parse_args(["--output", "r.json", "--generate"]).extractive is False
+    assert build_parser().parse_args(["--output", "r.json", "--extractive"]).extractive is True
+
+
 def _with_cassette(engine: Engine, cassette: Path) -> Engine:
     """The engine with the demo replay provider reading ``cassette`` (a fresh client cache)."""
     cfg = engine.cfg
-    providers = [p.model_copy(update={"cassette": str(cassette)}) if p.kind == "replay" else p for p in cfg.providers]
+    providers = tuple(
+        p.model_copy(update={"cassette": str(cassette)}) if p.kind == "replay" else p for p in cfg.providers
+    )
     return Engine(cfg.model_copy(update={"providers": providers}), engine.root, engine.env)
 
 
