@@ -34,8 +34,14 @@ The rules, in the order they are checked:
    judged for: when the gate's config names another default generation model than the candidate
    report was run with, or the configured model changed from the baseline's and the candidate
    answered extractively, ``generation_changed_without_eval`` (exit 1; an acceptance may waive it).
-   A candidate answered by another model than the baseline is otherwise judged by the metrics:
-   it needs a passing gate or an acceptance.
+   Every model call of the candidate's run must have answered: a failed call (a ``ReplayMiss``:
+   the cassette holds no answer for the exact request; a timeout) left an extractive answer in
+   the report, which does not measure the model: ``generation_failed`` (exit 1; an acceptance
+   cannot waive it). A candidate answered by another model than the baseline (provider, served
+   model, and the models the provider reported, e.g. a cassette re-recorded from a live model:
+   ``generation_identity_changed``) needs a passing gate that judges the answers
+   (``citation_hit_rate`` and ``insufficient_evidence_accuracy`` gated) or an acceptance; when
+   other reasons fail the gate, the change is named among them.
 6. **Cost, tokens, latency** (when listed in ``gate_metrics``): ``cost_per_query`` and
    ``tokens_per_query`` (means over the queries) may exceed the baseline's by ``cost_tolerance`` /
    ``tokens_tolerance`` (shares); ``latency_ratio`` is the engine's p50 latency over the p50 of an
@@ -71,7 +77,7 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from evals.report import METRIC_NAMES, SCHEMA, EvalReport, load_report, report_sha256
+from evals.report import METRIC_NAMES, SCHEMA, EvalReport, GenerationInfo, load_report, report_sha256
 from rag_engine import yaml_safe
 from rag_engine.approvals import ACCEPT_GATE_REGRESSION, Approval, inputs_hash, require
 from rag_engine.config import EvalsConfig, load_config
@@ -82,6 +88,10 @@ Status = Literal["pass", "regression", "accepted", "incomparable"]
 EXIT_CODES: dict[str, int] = {"pass": 0, "accepted": 0, "regression": 1, "incomparable": 2}
 EMBEDDER_CHANGED = "embedder_changed_without_reindex"
 GENERATION_CHANGED = "generation_changed_without_eval"
+GENERATION_FAILED = "generation_failed"
+GENERATION_IDENTITY_CHANGED = "generation_identity_changed"
+ANSWER_METRICS: tuple[str, ...] = ("citation_hit_rate", "insufficient_evidence_accuracy")
+"""The gate metrics that judge generated answers: a generation change is judged only if both are gated."""
 RESOURCE_METRICS: tuple[str, ...] = ("cost_per_query", "tokens_per_query", "latency_ratio")
 """Gate metrics where lower is better, judged by a relative tolerance (not the bootstrap)."""
 BM25_FLOOR = "bm25_floor"
@@ -142,8 +152,10 @@ class GateAudit(_Frozen):
     """Secret-redacted hash of the gate's config."""
     golden_paths: tuple[str, ...] = ()
     golden_hash: str | None = None
-    candidate_generation: dict[str, str] | None = None
-    baseline_generation: dict[str, str] | None = None
+    candidate_generation: dict[str, Any] | None = None
+    baseline_generation: dict[str, Any] | None = None
+    generation_change: str | None = None
+    """``baseline identity -> candidate identity`` when the model that answered differs (rule 5)."""
     candidate_embedder: str | None = None
     baseline_embedder: str | None = None
 
@@ -533,9 +545,65 @@ def generation_problem(
     if cand_cfg is not None and base_cfg is not None and cand_cfg != base_cfg and candidate.generation != cand_cfg:
         return (
             f"{GENERATION_CHANGED}: default generation model {_gen(base_cfg)} -> {_gen(cand_cfg)}, but the "
-            f"candidate answered with {_gen(candidate.generation)}: run the eval with --generate"
+            f"candidate answered with {_gen(candidate.generation)}: run the eval without --extractive"
         )
     return None
+
+
+def generation_failure(candidate: EvalReport) -> str | None:
+    """Model calls of the candidate's run that failed: those queries were answered extractively,
+    so the report does not measure the model it names (never waivable)."""
+    gen = candidate.generation
+    if not gen.failed:
+        return None
+    kinds = ", ".join(f"{kind} x{n}" for kind, n in sorted((gen.failures or {}).items()))
+    failed = [q.id for q in candidate.queries if q.answer_error is not None or q.answer_method == "extractive"]
+    hint = (
+        ": the replay cassette holds no answer for these exact requests (a prompt, context or corpus "
+        "change); re-record it with python -m evals.cassettes.build_demo_cassette --answers"
+        if "ReplayMiss" in (gen.failures or {})
+        else ""
+    )
+    return (
+        f"{GENERATION_FAILED}: {gen.failed} of {len(candidate.queries)} queries were not answered by "
+        f"{_gen(gen)} ({kinds}), e.g. {failed[:5]}{hint}; their extractive fallback does not measure the model"
+    )
+
+
+def same_generation(candidate: GenerationInfo, baseline: GenerationInfo) -> bool:
+    """The same model answered both reports: provider and served model, and the models the provider
+    reported (a re-recorded cassette, or a provider's new model version) when both reports have them."""
+    if (candidate.provider, candidate.model) != (baseline.provider, baseline.model):
+        return False
+    if candidate.reported_models is None or baseline.reported_models is None:
+        return True
+    return set(candidate.reported_models) == set(baseline.reported_models)
+
+
+def generation_change(candidate: EvalReport, baseline: EvalReport | None) -> str | None:
+    """``baseline identity -> candidate identity`` when another model answered the candidate."""
+    if baseline is None or same_generation(candidate.generation, baseline.generation):
+        return None
+    return f"{baseline.generation.identity()} -> {candidate.generation.identity()}"
+
+
+def generation_change_reasons(change: str | None, cfg: EvalsConfig, blocked: bool) -> list[str]:
+    """A candidate answered by another model than the baseline needs a passing gate that judges
+    the answers (``ANSWER_METRICS`` gated), or an acceptance. ``blocked``: other reasons already fail it."""
+    if change is None:
+        return []
+    unjudged = [m for m in ANSWER_METRICS if m not in cfg.gate_metrics]
+    if unjudged:
+        return [
+            f"{GENERATION_IDENTITY_CHANGED}: {change}, but evals.gate_metrics does not gate {unjudged}, so the "
+            "gate cannot judge the new model's answers: gate them, or accept the change"
+        ]
+    if blocked:
+        return [
+            f"{GENERATION_IDENTITY_CHANGED}: {change}: the model change is blocked until the reasons "
+            "above are fixed or accepted"
+        ]
+    return []
 
 
 def gate_audit(engine_cfg: Any, candidate: EvalReport | None, baseline: EvalReport | None) -> GateAudit:
@@ -561,8 +629,9 @@ def gate_audit(engine_cfg: Any, candidate: EvalReport | None, baseline: EvalRepo
         config_hash=config_hash(engine_cfg),
         golden_paths=tuple(candidate.golden.paths) if candidate else (),
         golden_hash=candidate.golden.hash if candidate else None,
-        candidate_generation=candidate.generation.model_dump() if candidate else None,
-        baseline_generation=baseline.generation.model_dump() if baseline else None,
+        candidate_generation=candidate.generation.model_dump(mode="json") if candidate else None,
+        baseline_generation=baseline.generation.model_dump(mode="json") if baseline else None,
+        generation_change=generation_change(candidate, baseline) if candidate else None,
         candidate_embedder=candidate.embedder.identity if candidate else None,
         baseline_embedder=baseline.embedder.identity if baseline else None,
     )
@@ -719,7 +788,11 @@ def evaluate_gate(
     embedder = embedder_problem(candidate, baseline) if baseline is not None else None
     if embedder:
         unwaivable.append(embedder)
+    failed = generation_failure(candidate)
+    if failed:
+        unwaivable.append(failed)
     reasons += unwaivable
+    reasons += generation_change_reasons(generation_change(candidate, baseline), cfg, blocked=bool(reasons))
 
     if not reasons:
         if outcome is not None:
@@ -760,6 +833,11 @@ def evaluate_gate(
             extra += (
                 f"not applied: an acceptance cannot waive {EMBEDDER_CHANGED}; re-index with the new "
                 "embedder and re-run the eval",
+            )
+        if outcome.matched and failed is not None:
+            extra += (
+                f"not applied: an acceptance cannot waive {GENERATION_FAILED}; the report does not "
+                "measure the model: record its answers and re-run the eval",
             )
         if outcome.matched and floor_reasons(floor):
             extra += (
@@ -833,6 +911,8 @@ def summary(result: GateResult) -> str:
             f"{(a.golden_hash or '-')[:12]} ({', '.join(a.golden_paths)}); reports baseline "
             f"{(result.baseline_sha256 or '-')[:12]} candidate {(result.candidate_sha256 or '-')[:12]}"
         )
+        if a.generation_change:
+            lines.append(f"  generation changed: {a.generation_change}")
     lines += [f"  - {r}" for r in result.reasons]
     if result.acceptance is not None and not result.acceptance.applied and result.status == "pass":
         lines += [f"  acceptance: {p}" for p in result.acceptance.problems]

@@ -12,6 +12,11 @@ with (per-leg weights, k), the per-pack ``systems`` table (the engine, BM25, and
 fulltext and dense legs alone, scored on the same chunks and questions) and the baselines'
 per-query top-10 ``rankings``. ``/1`` files (e.g. an older committed baseline) stay readable:
 their ``map@10`` is None and they have no systems table.
+
+Optional in ``/2`` (absent from an older runner's report): how the generation model answered
+(``generation.reported_models``, ``model_answers``, ``no_call``, ``failures`` by error type) and per
+query ``answer_method`` / ``answer_error``, so a failed model call (a replay miss) is in the report
+rather than hidden behind the extractive fallback.
 """
 
 from __future__ import annotations
@@ -99,8 +104,31 @@ class GoldenRef(_Frozen):
 
 
 class GenerationInfo(_Frozen):
+    """A generation model (provider and served model); for the model that answered an eval, also
+    what it answered: the fields below are absent from an older runner's report and from
+    ``configured_generation``."""
+
     provider: NonEmpty
     model: NonEmpty
+    reported_models: tuple[NonEmpty, ...] | None = None
+    """The models the provider said answered (sorted): a live model's version, or a cassette's
+    fixture label. Part of the generation identity: a re-recorded cassette answers as another model."""
+    model_answers: int | None = Field(None, ge=0)
+    """Queries the model answered (insufficient-evidence verdicts included)."""
+    no_call: int | None = Field(None, ge=0)
+    """Queries decided before any model call (empty context or low evidence coverage)."""
+    failures: dict[NonEmpty, Annotated[int, Field(ge=1)]] | None = None
+    """Error type -> queries whose model call failed (e.g. ``ReplayMiss``: the cassette has no answer
+    for the request); the engine answered those extractively, so the report does not measure the model."""
+
+    def identity(self) -> str:
+        """What the gate compares: provider/model, and the reported models when recorded."""
+        reported = f" (answered as {', '.join(self.reported_models)})" if self.reported_models else ""
+        return f"{self.provider}/{self.model}{reported}"
+
+    @property
+    def failed(self) -> int:
+        return sum((self.failures or {}).values())
 
 
 class EmbedderInfo(_Frozen):
@@ -159,6 +187,11 @@ class QueryResult(_Frozen):
     tokens: int | None = Field(None, ge=0)
     """Model tokens (input + output) the answer billed; 0 for an extractive answer; None: not
     recorded (an older runner)."""
+    answer_method: Literal["model", "extractive", "none"] | None = None
+    """How the answer was made: by the model, extractively (no model, or its call failed: see
+    ``answer_error``), or ``none`` (decided before any call); None: not recorded (an older runner)."""
+    answer_error: NonEmpty | None = None
+    """The error type of a failed model call (``ReplayMiss``, ``ProviderTimeout``, ...)."""
     control_latency_ms: Millis | None = None
     """In-run control: the engine's fulltext leg alone on the same question, same run (the gate
     compares latency only as a ratio to it); None: not recorded (an older runner)."""

@@ -1,12 +1,17 @@
 """Run the golden query packs through the query path, beside BM25 and each leg alone, and write
 an eval report.
 
-    python -m evals.runner [--config config/engine.yaml] --output evals/reports/latest.json [--generate]
+    python -m evals.runner [--config config/engine.yaml] --output evals/reports/latest.json [--extractive]
         [--pack P ...] [--legs lexical,dense] [--weights lexical=1,dense=0.5] [--k K]
 
-By default answers are extractive (top context chunk, cited): deterministic and free, so the CI
-gate measures retrieval, citation and insufficient-evidence behaviour without a model. With
---generate the configured default generation model answers (and costs money if hosted).
+The configured default generation model answers (and costs money if hosted). The shipped default,
+``demo-chat``, replays FIXTURE answers from ``evals/cassettes/demo.jsonl`` (recorded for every
+golden question by ``python -m evals.cassettes.build_demo_cassette --answers``), so CI exercises
+generation, the citations of generated answers, tokens and cost per query offline. A model call
+that fails (a ``ReplayMiss``: the cassette holds no answer for the exact request) is counted in
+the report's ``generation.failures`` and printed, and the gate fails on it: the engine's
+extractive fallback never passes for the model. ``--extractive`` answers with the top context
+chunk instead (retrieval, citation and insufficient-evidence behaviour without any model).
 The report records the golden pack hash, the embedder identity, whether the chunk index was
 fully built with it, the secret-redacted config hash and the fusion weights the engine ran with.
 
@@ -30,6 +35,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -47,6 +53,7 @@ from rag_engine.engine import DEFAULT_CONFIG, Engine
 from rag_engine.errors import EvalInputError
 from rag_engine.query import run_query
 from rag_engine.retrieval import store_reads
+from rag_engine.retrieval.answer import Answer
 from rag_engine.retrieval.policy import gate
 
 
@@ -141,6 +148,57 @@ def leg_weights(
 # The run
 
 
+NO_MODEL = "NoGenerationModel"
+"""The failure recorded when no usable generation model answered (none configured, or unbuildable)."""
+
+
+class AnswerTally:
+    """How the generation model answered the run's queries: answered, decided before any call,
+    or failed (by error type; the engine then answers extractively, which the report must say)."""
+
+    def __init__(self) -> None:
+        self.model_answers = 0
+        self.no_call = 0
+        self.failures: Counter[str] = Counter()
+        self.failed_ids: list[str] = []
+        self.reported: set[str] = set()
+
+    def add(self, query_id: str, answer: Answer, reported_models: Sequence[str | None]) -> None:
+        if answer.method == "model":
+            self.model_answers += 1
+            self.reported.update(m for m in reported_models if m)
+        elif answer.method == "none":  # empty context or low evidence coverage: no call was due
+            self.no_call += 1
+        else:  # extractive: the model call failed, or no usable generation model (never silent)
+            self.failures[answer.error_type or NO_MODEL] += 1
+            self.failed_ids.append(query_id)
+
+    def warning(self) -> str | None:
+        """The loud line a run with failed model calls prints (the gate then fails on it)."""
+        if not self.failures:
+            return None
+        kinds = ", ".join(f"{kind} x{n}" for kind, n in sorted(self.failures.items()))
+        hint = (
+            " (no recorded answer for these requests: a prompt, context or corpus change; re-record with "
+            "python -m evals.cassettes.build_demo_cassette --answers)"
+            if "ReplayMiss" in self.failures
+            else ""
+        )
+        ids = ", ".join(self.failed_ids[:5]) + (" ..." if len(self.failed_ids) > 5 else "")
+        return (
+            f"[eval] GENERATION FAILED for {len(self.failed_ids)} queries: {kinds}{hint}; "
+            f"answered extractively, so the report does not measure the model: {ids}"
+        )
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "reported_models": sorted(self.reported),
+            "model_answers": self.model_answers,
+            "no_call": self.no_call,
+            "failures": dict(sorted(self.failures.items())),
+        }
+
+
 def _anchors(rows: Sequence[dict[str, Any]]) -> list[str]:
     return [r["anchor"] for r in rows][:TOP_K]
 
@@ -184,6 +242,7 @@ def run_eval(
     systems: dict[str, dict[str, Any]] = {}
     rankings: dict[str, dict[str, list[str]]] = {}
     bm25 = BM25Baseline(engine.driver, engine.database)
+    answers = AnswerTally()
     for path in golden_paths:
         golden = load_golden(path)
         pack = golden["pack"]
@@ -216,9 +275,14 @@ def run_eval(
                 engine.cfg.retrieval.lexical_k,
             )
             control_ms = (time.perf_counter() - started) * 1000
-            tokens = sum(r.input_tokens + r.output_tokens for r in engine.ledger.records(run_id)) if generate else 0
+            records = engine.ledger.records(run_id) if generate else []
+            tokens = sum(r.input_tokens + r.output_tokens for r in records)
+            if generate:
+                answers.add(q["id"], outcome.answer, [r.reported_model for r in records if r.purpose == "answer"])
             anchors = {d.chunk_id: d.anchor for d in outcome.context.documents}
-            cost = outcome.answer.cost if generate else Decimal(0)
+            # what the query's model calls cost (ledger): 0 without a call, unknown if any call's is
+            costs = [r.cost for r in records]
+            cost = None if None in costs else sum((c for c in costs if c is not None), Decimal(0))
             scored = score_query(
                 id=q["id"],
                 pack=pack,
@@ -231,7 +295,14 @@ def run_eval(
                 latency_ms=latency,
                 cost_usd=cost,
             )
-            scored = scored.model_copy(update={"tokens": tokens, "control_latency_ms": control_ms})
+            scored = scored.model_copy(
+                update={
+                    "tokens": tokens,
+                    "control_latency_ms": control_ms,
+                    "answer_method": outcome.answer.method,
+                    "answer_error": outcome.answer.error_type,
+                }
+            )
             results.append(scored)
             rankings[q["id"]] = baseline_rankings(engine, bm25, pack, q["question"], role)
             rows["engine"].append((scored.ranked, gold, insufficient))
@@ -239,6 +310,9 @@ def run_eval(
                 rows[system].append((rankings[q["id"]][system], gold, insufficient))
         systems[pack] = {s: system_metrics(r) for s, r in rows.items()}
         progress(f"[eval] {path}: {len(golden['queries'])} queries")
+    warning = answers.warning()
+    if warning:
+        progress(warning)
     gen = engine.registry.generation
     emb = engine.registry.embedding
     return EvalReport.model_validate(
@@ -253,7 +327,7 @@ def run_eval(
                 "hash": golden_sha256(golden_paths),
             },
             "generation": (
-                {"provider": gen.provider.name, "model": gen.model.served_model}
+                {"provider": gen.provider.name, "model": gen.model.served_model, **answers.info()}
                 if generate
                 else {"provider": "none", "model": "extractive"}
             ),
@@ -290,13 +364,26 @@ def systems_table(report: EvalReport) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The runner's command line (the model answers unless --extractive)."""
     ap = argparse.ArgumentParser(
         prog="python -m evals.runner", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--config", default=DEFAULT_CONFIG)
     ap.add_argument("--output", required=True)
-    ap.add_argument("--generate", action="store_true", help="answer with the default generation model")
+    answers = ap.add_mutually_exclusive_group()
+    answers.add_argument(
+        "--generate",
+        dest="extractive",
+        action="store_false",
+        default=False,
+        help="answer with the default generation model (the default)",
+    )
+    answers.add_argument(
+        "--extractive",
+        action="store_true",
+        help="answer extractively (top chunk, cited): retrieval only, no generation model",
+    )
     ap.add_argument(
         "--pack",
         action="append",
@@ -310,7 +397,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--weights", metavar="LEG=W,...", help="engine per-leg fusion weights (after --legs)")
     ap.add_argument("--k", type=int, default=None, help="engine top k (default: retrieval.final_k)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     engine = Engine.from_path(args.config)
     try:
         if args.k is not None and not 1 <= args.k <= engine.cfg.retrieval.max_k:
@@ -319,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         weights = leg_weights(engine.leg_weights, legs=args.legs, weights=args.weights)
         paths = select_golden([engine.root / p for p in engine.cfg.evals.golden], args.pack)
-        report = run_eval(engine, paths, generate=args.generate, weights=weights, k=args.k)
+        report = run_eval(engine, paths, generate=not args.extractive, weights=weights, k=args.k)
     except EvalInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -337,6 +428,12 @@ def main(argv: list[str] | None = None) -> int:
         f"insufficient-evidence accuracy {f(m.insufficient_evidence_accuracy)}, "
         f"p50 {m.latency_ms_p50:.0f} ms, p95 {m.latency_ms_p95:.0f} ms -> {args.output}"
     )
+    gen = report.generation
+    if gen.model_answers is not None:
+        print(
+            f"[eval] answers by {gen.identity()}: {gen.model_answers} by the model, {gen.no_call} decided "
+            f"before any model call, {gen.failed} failed" + (f" {dict(gen.failures or {})}" if gen.failed else "")
+        )
     assert report.retrieval is not None  # run_eval always records the retrieval run
     print(f"[eval] engine weights {report.retrieval.weights}" + (f", k {args.k}" if args.k else ""))
     print(systems_table(report))

@@ -15,7 +15,7 @@ import neo4j
 
 from rag_engine.artifacts import ArtifactStore
 from rag_engine.config import EngineConfig, load_config, under_root
-from rag_engine.errors import PackError
+from rag_engine.errors import ConfigError, PackError
 from rag_engine.graph.connection import Neo4jTarget, neo4j_target, open_driver
 from rag_engine.packs import DomainPack, load_packs
 from rag_engine.providers.embedders import HashEmbedder
@@ -111,6 +111,13 @@ class Engine:
                 config=self.cfg,
             )
         return cache[model_name]
+
+    def use_client(self, model_name: str, client: ModelClient) -> None:
+        """Answer ``model_name``'s calls with ``client`` from now on (a cassette builder recording
+        fixture answers through the engine's own query path)."""
+        if client.spec.name != model_name:
+            raise ConfigError(f"client for {client.spec.name!r} cannot serve model {model_name!r}")
+        self.__dict__.setdefault("_clients", {})[model_name] = client
 
     @cached_property
     def embedder(self) -> HashEmbedder | ModelClient:

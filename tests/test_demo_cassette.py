@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from evals.cassettes import build_demo_cassette as builder
+from evals.cassettes.grounded_answerer import ANSWER_SOURCE, LABEL, context_blocks, grounded_draft, parse_draft
+from evals.cassettes.grounded_answerer import REPORTED_MODEL as ANSWER_MODEL
 from evals.cassettes.heuristic_extractor import (
     FIXTURE_SOURCE,
     MAX_ENTITIES,
@@ -134,7 +136,9 @@ def test_committed_cassette_covers_every_current_chunk(demo_engine, committed, c
         f"{len(missing)} chunk(s) have no cassette entry (corpus edited without a rebuild?): "
         "run python -m evals.cassettes.build_demo_cassette"
     )
-    assert len(cassette) == len(chunks)
+    entries = [json.loads(line) for line in committed.read_text(encoding="utf-8").splitlines() if line.strip()]
+    assert len(cassette) == len(entries)
+    assert sum(not builder.is_answer_entry(e) for e in entries) == len(chunks)
     assert builder.main(["--check"]) == 0
 
 
@@ -158,17 +162,27 @@ def test_replay_client_answers_a_real_extraction_request(demo_engine, chunks):
         assert result.usage.input_tokens > 0 and result.usage.cached_input_tokens == 0  # first of its pack
 
 
+def _keys(path: Path, *, answers: bool | None = None) -> list[str]:
+    entries = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    return [e["key"] for e in entries if answers is None or builder.is_answer_entry(e) == answers]
+
+
 def test_rebuild_gives_the_same_keys(demo_engine, committed, tmp_path):
     rebuilt = tmp_path / "rebuilt.jsonl"
     stats = builder.build(demo_engine, rebuilt)
-
-    def keys(path: Path) -> list[str]:
-        return [json.loads(line)["key"] for line in path.read_text(encoding="utf-8").splitlines()]
-
-    assert keys(rebuilt) == keys(committed)
-    assert stats["entries"] == len(keys(committed)) and stats["bytes"] < 3_000_000
+    extraction = _keys(committed, answers=False)
+    assert _keys(rebuilt) == extraction
+    assert stats["entries"] == len(extraction) and stats["bytes"] < 3_000_000
     builder.build(demo_engine, rebuilt)  # from scratch: no duplicated lines
-    assert keys(rebuilt) == keys(committed)
+    assert _keys(rebuilt) == extraction
+
+
+def test_rebuilding_extraction_keeps_the_recorded_answers(demo_engine, committed, tmp_path):
+    copy = tmp_path / "copy.jsonl"
+    copy.write_bytes(committed.read_bytes())
+    stats = builder.build(demo_engine, copy)
+    assert stats["answers_kept"] == len(_keys(committed, answers=True)) > 0
+    assert _keys(copy) == _keys(committed)  # extraction entries first, then the answers, as committed
 
 
 # -- (3) every entry is labelled as fixture data ----------------------------------------------
@@ -178,7 +192,16 @@ def test_every_entry_is_labelled_fixture(committed):
     entries = [json.loads(line) for line in committed.read_text(encoding="utf-8").splitlines() if line.strip()]
     assert entries
     seen_cached = False
-    for entry in entries:
+    answers = [e for e in entries if builder.is_answer_entry(e)]
+    assert answers  # the golden questions replay offline
+    for entry in answers:
+        assert entry["fixture"] is True and entry["source"] == ANSWER_SOURCE
+        assert entry["reported_model"] == ANSWER_MODEL and entry["operation"] == "chat.completions"
+        draft = parse_draft(entry["response"]["text"])
+        assert draft.model_dump(mode="json") == entry["response"]["parsed"]
+        if not draft.insufficient_evidence:
+            assert draft.answer.startswith(LABEL) and draft.citations
+    for entry in (e for e in entries if not builder.is_answer_entry(e)):
         assert entry["fixture"] is True
         assert entry["source"] == FIXTURE_SOURCE
         assert entry["operation"] == "chat.completions"
@@ -188,3 +211,36 @@ def test_every_entry_is_labelled_fixture(committed):
         assert all(r.description.startswith("heuristic fixture") for r in raw.relationships)
         seen_cached = seen_cached or (entry["usage"]["cached_input_tokens"] or 0) > 0
     assert seen_cached  # later calls of a pack count the shared system prompt as cached
+
+
+# -- (4) the fixture answerer cites only blocks the prompt holds ------------------------------
+
+
+def _prompt(question: str, blocks: list[tuple[str, str]]) -> str:
+    from rag_engine.retrieval.answer import INSTRUCTIONS
+
+    rendered = "\n\n".join(
+        f"[{n}] chunk_id={cid} doc={cid.split('#')[0]} anchor={cid.split(':')[-1]} | heading\n{text}"
+        for n, (cid, text) in enumerate(blocks, start=1)
+    )
+    return f"{INSTRUCTIONS}\n\nContext:\n{rendered}\n\nQuestion: {question}"
+
+
+def test_fixture_answer_cites_only_context_blocks_and_says_when_they_do_not_answer():
+    blocks = [
+        ("p:doc#a", "The data subject has the right to erasure of personal data. It applies without delay."),
+        ("p:doc#b", "Erasure of personal data is also called the right to be forgotten."),
+        ("p:doc#c", "Unrelated text about fees."),
+    ]
+    question, parsed = context_blocks(_prompt("What is the right to erasure of personal data?", blocks))
+    assert question == "What is the right to erasure of personal data?" and [c for c, _ in parsed] == [
+        "p:doc#a",
+        "p:doc#b",
+        "p:doc#c",
+    ]
+    assert parsed[0][1] == blocks[0][1]
+    draft = grounded_draft(question, parsed)
+    assert draft.citations == ["p:doc#a", "p:doc#b"] and not draft.insufficient_evidence
+    assert draft.answer == f"{LABEL} {blocks[0][1]}"
+    off_topic = grounded_draft("Which cat breeds shed least?", parsed)
+    assert off_topic.insufficient_evidence and off_topic.citations == []

@@ -196,3 +196,91 @@ def test_ablation_changes_the_engine_only(reports, ingested_engine):
     for system in ("bm25", "fulltext", "dense"):  # the baselines do not depend on the engine's weights
         assert lexical.systems["company_x_kb"].system(system) == full.systems["company_x_kb"].system(system)
     assert {q: r for q, r in full.rankings.items() if q in lexical.rankings} == lexical.rankings
+
+
+# -- generation through the replay cassette (issue 14) ---------------------------------------
+
+
+def test_the_runner_answers_with_the_model_unless_told_extractive():
+    from evals.runner import build_parser
+
+    assert build_parser().parse_args(["--output", "r.json"]).extractive is False
+    assert build_parser().parse_args(["--output", "r.json", "--generate"]).extractive is False
+    assert build_parser().parse_args(["--output", "r.json", "--extractive"]).extractive is True
+
+
+def _with_cassette(engine: Engine, cassette: Path) -> Engine:
+    """The engine with the demo replay provider reading ``cassette`` (a fresh client cache)."""
+    cfg = engine.cfg
+    providers = tuple(
+        p.model_copy(update={"cassette": str(cassette)}) if p.kind == "replay" else p for p in cfg.providers
+    )
+    return Engine(cfg.model_copy(update={"providers": providers}), engine.root, engine.env)
+
+
+@pytest.fixture(scope="module")
+def answer_cassette(ingested_engine, tmp_path_factory):
+    """Fixture answers recorded by the cassette builder for a few GDPR golden questions, on this store."""
+    from evals.cassettes.build_demo_cassette import build_answers
+
+    base = tmp_path_factory.mktemp("answers")
+    golden = load_golden(ROOT / "packs/legal_regulatory/golden/queries.yaml")
+    picked = [q for q in golden["queries"] if not q.get("insufficient_evidence")][:4]
+    picked += [q for q in golden["queries"] if q.get("insufficient_evidence")][:1]
+    small = base / "golden.yaml"
+    small.write_text(yaml.safe_dump({**golden, "queries": picked}))
+    cassette = base / "answers.jsonl"
+    recorder = _with_cassette(ingested_engine, cassette)
+    try:
+        stats = build_answers(recorder, golden=[small], progress=lambda m: None)
+    finally:
+        recorder.close()
+    return small, cassette, stats
+
+
+def test_cassette_replay_answers_golden_questions_with_citations(answer_cassette, ingested_engine):
+    small, cassette, stats = answer_cassette
+    assert stats["answers"] >= 1 and stats["source"] == "fixture:grounded-demo-answerer"
+    engine = _with_cassette(ingested_engine, cassette)
+    try:
+        generated = run_eval(engine, [small], generate=True, progress=lambda m: None)
+    finally:
+        engine.close()
+    extractive = run_eval(ingested_engine, [small], progress=lambda m: None)
+    gen = generated.generation
+    assert (gen.provider, gen.model) == ("demo_replay", "gpt-4o-mini-2024-07-18")
+    assert gen.failures == {} and gen.model_answers == stats["answers"]
+    assert gen.reported_models == ("fixture-grounded-demo-answerer",)
+    by_model = [q for q in generated.queries if q.answer_method == "model"]
+    assert by_model and all(q.answer_error is None and q.tokens and q.tokens > 0 for q in by_model)
+    for q in by_model:  # a generated answer cites what the context held: anchors of the ranking
+        assert q.cited and set(q.cited) <= set(q.ranked) | {a for r in generated.rankings.values() for a in r.bm25}
+    assert any(q.citation_hit == 1.0 for q in by_model)
+    assert generated.metrics.cost_per_query_usd is None  # demo-chat has no price: unknown, never zero
+    # generation never changes the ranking
+    assert [q.ranked for q in generated.queries] == [q.ranked for q in extractive.queries]
+
+
+def test_replay_miss_is_counted_reported_and_fails_the_gate(answer_cassette, ingested_engine, tmp_path):
+    from evals.gates import GENERATION_FAILED, evaluate_gate
+
+    small, cassette, _ = answer_cassette
+    lines = cassette.read_text(encoding="utf-8").splitlines()
+    holed = tmp_path / "holed.jsonl"
+    holed.write_text("\n".join(lines[1:]) + "\n", encoding="utf-8")  # drop one recorded answer
+    messages: list[str] = []
+    full_engine, holed_engine = _with_cassette(ingested_engine, cassette), _with_cassette(ingested_engine, holed)
+    try:
+        full = run_eval(full_engine, [small], generate=True, progress=lambda m: None)
+        missed = run_eval(holed_engine, [small], generate=True, progress=messages.append)
+    finally:
+        full_engine.close()
+        holed_engine.close()
+    assert missed.generation.failures == {"ReplayMiss": 1}
+    assert [q.answer_error for q in missed.queries].count("ReplayMiss") == 1
+    assert any("GENERATION FAILED for 1 queries: ReplayMiss x1" in m for m in messages), messages
+    cfg = ingested_engine.cfg.evals.model_copy(update={"min_queries": 1, "bm25_margin": None})
+    accept = {"baseline_sha256": "b" * 64, "candidate_sha256": "c" * 64, "reason": "r", "accepted_by": "me"}
+    result = evaluate_gate(missed, full, cfg, candidate_sha="c" * 64, baseline_sha="b" * 64, acceptance=accept)
+    assert result.status == "regression"  # never silently extractive, and no acceptance waives it
+    assert any(r.startswith(GENERATION_FAILED) and "ReplayMiss x1" in r for r in result.reasons), result.reasons

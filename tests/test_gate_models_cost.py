@@ -3,10 +3,16 @@ control), and its output is auditable on its own (issue 14)."""
 
 from __future__ import annotations
 
-from evals.gates import GENERATION_CHANGED, evaluate_gate
+from evals.gates import GENERATION_CHANGED, GENERATION_FAILED, GENERATION_IDENTITY_CHANGED, evaluate_gate
 from evals.report import EvalReport
 from rag_engine.config import EvalsConfig
 from tests.test_gates import make_report, run_gate
+
+
+def uncited(i: int) -> int | None:
+    """The gold is not retrieved (so not cited) on every other query: worse answers."""
+    return None if i % 2 else 1
+
 
 CFG = EvalsConfig(
     gate_metrics=("ndcg@10", "recall@5", "cost_per_query", "tokens_per_query", "latency_ratio"),
@@ -17,6 +23,9 @@ CFG = EvalsConfig(
     cost_tolerance=0.10,
     tokens_tolerance=0.10,
     latency_ratio_tolerance=0.5,
+)
+ANSWERS_GATED = CFG.model_copy(
+    update={"gate_metrics": (*CFG.gate_metrics, "citation_hit_rate", "insufficient_evidence_accuracy")}
 )
 DEMO = {"provider": "demo_replay", "model": "gpt-4o-mini-2024-07-18"}
 HOSTED = {"provider": "openai", "model": "gpt-4o-mini"}
@@ -42,11 +51,17 @@ def with_queries(
     return EvalReport.model_validate(data)
 
 
-def judge(candidate: EvalReport, baseline: EvalReport, configured: dict | None = None, acceptance=None):
+def judge(
+    candidate: EvalReport,
+    baseline: EvalReport,
+    configured: dict | None = None,
+    acceptance=None,
+    cfg: EvalsConfig = CFG,
+):
     return evaluate_gate(
         candidate,
         baseline,
-        CFG,
+        cfg,
         candidate_sha="c" * 64,
         baseline_sha="b" * 64,
         acceptance=acceptance,
@@ -128,7 +143,60 @@ def test_model_change_without_eval_is_blocked():
 def test_model_change_evaluated_with_the_model_passes_when_the_metrics_do():
     base = with_queries(make_report(), configured=DEMO, generation=DEMO)
     cand = with_queries(make_report(), configured=HOSTED, generation=HOSTED)
-    assert judge(cand, base, configured=HOSTED).status == "pass"
+    r = judge(cand, base, configured=HOSTED, cfg=ANSWERS_GATED)
+    assert r.status == "pass", r.reasons
+
+
+FIXTURE = {**DEMO, "reported_models": ["fixture-grounded-demo-answerer"], "model_answers": 26, "failures": {}}
+RECORDED = {**DEMO, "reported_models": ["gpt-4o-mini-2024-07-18"], "model_answers": 26, "failures": {}}
+ACCEPT = {"baseline_sha256": "b" * 64, "candidate_sha256": "c" * 64, "reason": "new model", "accepted_by": "jane"}
+
+
+def test_candidate_answered_by_another_model_needs_a_passing_gate_or_an_acceptance():
+    # same provider and served model, but the cassette was re-recorded from the live model
+    base = with_queries(make_report(), configured=DEMO, generation=FIXTURE)
+    same = judge(with_queries(make_report(), configured=DEMO, generation=FIXTURE), base, DEMO, cfg=ANSWERS_GATED)
+    assert same.status == "pass", same.reasons
+    # answers judged and no worse: the change passes, and says so
+    cand = with_queries(make_report(), configured=DEMO, generation=RECORDED)
+    ok = judge(cand, base, DEMO, cfg=ANSWERS_GATED)
+    assert ok.status == "pass", ok.reasons
+    # the answers regress: blocked, naming the model change
+    worse_answers = with_queries(make_report(rank_of=uncited), configured=DEMO, generation=RECORDED)
+    blocked = judge(worse_answers, base, DEMO, cfg=ANSWERS_GATED)
+    assert blocked.status == "regression"
+    change = next(x for x in blocked.reasons if x.startswith(GENERATION_IDENTITY_CHANGED))
+    assert "fixture-grounded-demo-answerer" in change and "gpt-4o-mini-2024-07-18" in change
+    assert judge(worse_answers, base, DEMO, cfg=ANSWERS_GATED, acceptance=ACCEPT).status == "accepted"
+    # a gate that does not judge the answers cannot pass a model change: blocked unless accepted
+    unjudged = judge(cand, base, DEMO)
+    assert unjudged.status == "regression"
+    assert any(x.startswith(GENERATION_IDENTITY_CHANGED) and "does not gate" in x for x in unjudged.reasons)
+    assert judge(cand, base, DEMO, acceptance=ACCEPT).status == "accepted"
+
+
+def test_failed_model_calls_fail_the_gate_and_no_acceptance_waives_them():
+    base = with_queries(make_report(), configured=DEMO, generation=FIXTURE)
+    missed = with_queries(
+        make_report(), configured=DEMO, generation={**FIXTURE, "model_answers": 24, "failures": {"ReplayMiss": 2}}
+    )
+    r = judge(missed, base, DEMO, cfg=ANSWERS_GATED, acceptance=ACCEPT)
+    assert r.status == "regression"
+    reason = next(x for x in r.reasons if x.startswith(GENERATION_FAILED))
+    assert "2 of 30 queries" in reason and "ReplayMiss x2" in reason and "--answers" in reason
+    assert any("cannot waive generation_failed" in p for p in r.acceptance.problems)
+
+
+def test_gate_cli_names_the_generation_change(repo_root, tmp_path):
+    base = with_queries(make_report(), configured=DEMO, generation=FIXTURE)
+    cand = with_queries(make_report(), configured=DEMO, generation=RECORDED)
+    code, out, stdout = run_gate(repo_root, tmp_path, cand, base)
+    assert code == 0, out["reasons"]  # the shipped gate judges the answers, and they are no worse
+    assert out["audit"]["generation_change"] == (
+        "demo_replay/gpt-4o-mini-2024-07-18 (answered as fixture-grounded-demo-answerer) -> "
+        "demo_replay/gpt-4o-mini-2024-07-18 (answered as gpt-4o-mini-2024-07-18)"
+    )
+    assert "generation changed: demo_replay/" in stdout
 
 
 def test_gate_output_carries_audit_metadata(repo_root, tmp_path):

@@ -1,10 +1,13 @@
-"""Build (or check) the demo replay cassette: one extraction answer per chunk of every enabled pack.
+"""Build (or check) the demo replay cassette: one extraction answer per chunk of every enabled pack,
+and one answer per golden question.
 
-The answers are FIXTURE data from a deterministic heuristic (evals/cassettes/heuristic_extractor.py),
-not model output. Each entry is labelled fixture: true, source: fixture:heuristic-demo-extractor.
+The answers are FIXTURE data from deterministic rules (evals/cassettes/heuristic_extractor.py,
+evals/cassettes/grounded_answerer.py), not model output. Each entry is labelled fixture: true and
+source: fixture:heuristic-demo-extractor or fixture:grounded-demo-answerer.
 
-    python -m evals.cassettes.build_demo_cassette            # rewrite the cassette from scratch
+    python -m evals.cassettes.build_demo_cassette            # rewrite the extraction entries
     python -m evals.cassettes.build_demo_cassette --check    # exit 1 if any current chunk has no entry
+    python -m evals.cassettes.build_demo_cassette --answers  # re-record the golden answers (ingested store)
 
 Keys are what the replay provider looks up: generation_key(served model, build_messages(...),
 RawExtraction), the same request the llm_extraction step sends. A corpus edit changes chunk ids
@@ -14,12 +17,14 @@ and texts, so the keys change: run --check (CI does, via tests/test_demo_cassett
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from evals.cassettes.grounded_answerer import ANSWER_SOURCE, GroundedFixtureBackend
 from evals.cassettes.heuristic_extractor import FIXTURE_SOURCE, heuristic_extraction
 from rag_engine.config import under_root
 from rag_engine.documents import discover, load_document
@@ -28,13 +33,16 @@ from rag_engine.errors import ConfigError
 from rag_engine.graph.extraction import build_messages
 from rag_engine.graph.models import RawExtraction
 from rag_engine.packs import ChunkRecord, DomainPack
+from rag_engine.providers.clients import ModelClient, build_client
 from rag_engine.providers.registry import ModelSpec
-from rag_engine.providers.replay import Cassette, generation_key
+from rag_engine.providers.replay import Cassette, ReplayBackend, generation_key
 from rag_engine.providers.results import TokenUsage
+from rag_engine.retrieval.answer import AnswerDraft
 
 # Graph provenance records the reported model: it must say this is fixture data, not a model.
 REPORTED_MODEL = "fixture-heuristic-demo-extractor"
 CONFIDENCE_FLOOR = 0.5
+ANSWER_KEYS = set(AnswerDraft.model_fields)
 
 
 def extraction_spec(engine: Engine) -> ModelSpec:
@@ -84,10 +92,26 @@ def _usage(messages: list[dict[str, Any]], answer: str, *, first_of_pack: bool) 
     )
 
 
+def is_answer_entry(entry: dict[str, Any]) -> bool:
+    """An entry answering the engine's answer request (``AnswerDraft``), not an extraction."""
+    parsed = (entry.get("response") or {}).get("parsed")
+    return isinstance(parsed, dict) and set(parsed) == ANSWER_KEYS
+
+
+def _keep_lines(path: Path, *, answers: bool) -> list[str]:
+    """The cassette's lines holding answer entries (``answers``) or the other entries."""
+    if not path.is_file():
+        return []
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [line for line in lines if is_answer_entry(json.loads(line)) == answers]
+
+
 def build(engine: Engine, path: Path | None = None) -> dict[str, Any]:
-    """Rewrite the cassette from scratch; return counts."""
+    """Rewrite the cassette's extraction entries from scratch (answer entries are kept, after
+    them); return counts."""
     spec = extraction_spec(engine)
     path = path or cassette_path(engine)
+    kept_answers = _keep_lines(path, answers=True)
     path.unlink(missing_ok=True)
     cassette = Cassette(path)
     per_pack: dict[str, int] = {}
@@ -118,8 +142,71 @@ def build(engine: Engine, path: Path | None = None) -> dict[str, Any]:
         stats["entities"] += len(raw.entities)
         stats["relationships"] += len(raw.relationships)
         stats["retrieval_eligible"] += sum(r.confidence >= CONFIDENCE_FLOOR for r in raw.relationships)
+    if kept_answers:
+        with path.open("a", encoding="utf-8") as fh:
+            fh.write("\n".join(kept_answers) + "\n")
+    stats["answers_kept"] = len(kept_answers)
     stats["bytes"] = path.stat().st_size if path.exists() else 0
     return stats
+
+
+# ---------------------------------------------------------------------------------------
+# Answers to the golden questions (needs the ingested store: the eval's exact requests)
+
+
+def generation_spec(engine: Engine) -> ModelSpec:
+    """The default generation model; it must be served by a replay provider with a cassette."""
+    spec = engine.registry.generation
+    if spec.provider.kind != "replay" or not spec.provider.cassette:
+        raise ConfigError(
+            f"generation model {spec.name!r} is served by {spec.provider.name!r} ({spec.provider.kind}), "
+            "not a replay provider with a cassette; nothing to record"
+        )
+    return spec
+
+
+def build_answers(
+    engine: Engine, path: Path | None = None, *, golden: list[Path] | None = None, progress: Any = print
+) -> dict[str, Any]:
+    """Re-record the answer to every golden question of every enabled pack: the eval's own run
+    (``evals.runner.run_eval``) against the ingested store, so every key is the exact request the
+    eval makes. The old answer entries are dropped first (extraction entries are kept).
+    ``golden``: these golden files instead of the configured ones (tests).
+
+    With ``record: true`` and a ``record_provider`` on the replay provider, the live provider
+    answers (``source: recorded:<provider>``); otherwise the FIXTURE answerer does
+    (``evals/cassettes/grounded_answerer.py``, ``source: fixture:grounded-demo-answerer``).
+    """
+    from evals.runner import run_eval
+
+    spec = generation_spec(engine)
+    path = path or under_root(engine.root, spec.provider.cassette or "")
+    kept = _keep_lines(path, answers=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+    if spec.provider.record:
+        live = "recorded:" + str(spec.provider.record_provider)
+        client = build_client(spec, ledger=engine.ledger, env=engine.env, root=engine.root, config=engine.cfg)
+        if path != under_root(engine.root, spec.provider.cassette or ""):
+            raise ConfigError("record mode writes to the configured cassette only; drop the path argument")
+    else:
+        live = ANSWER_SOURCE
+        backend = ReplayBackend(spec, Cassette(path), live=GroundedFixtureBackend(), record_source=ANSWER_SOURCE)
+        client = ModelClient(spec, backend, ledger=engine.ledger, pricing=engine.pricing)
+    engine.use_client(spec.name, client)
+    paths = golden or [engine.root / p for p in engine.cfg.evals.golden]
+    report = run_eval(engine, paths, generate=True, progress=progress)
+    answers = _keep_lines(path, answers=True)
+    gen = report.generation
+    if gen.failed:
+        raise ConfigError(f"{gen.failed} golden questions got no recorded answer: {dict(gen.failures or {})}")
+    return {
+        "answers": len(answers),
+        "source": live,
+        "questions": len(report.queries),
+        "decided_before_any_call": gen.no_call,
+        "bytes": path.stat().st_size,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,10 +214,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--check", action="store_true", help="only verify that every current chunk has an entry; exit 1 if not"
     )
+    parser.add_argument(
+        "--answers",
+        action="store_true",
+        help="re-record the answers to every golden question (needs the ingested store: run `rag ingest` "
+        "first, on a fresh database as make eval does)",
+    )
     args = parser.parse_args(argv)
     engine = Engine.from_path()
-    path = cassette_path(engine)
     started = time.perf_counter()
+    if args.answers:
+        try:
+            answers = build_answers(engine, progress=lambda m: print(m, file=sys.stderr))
+        finally:
+            engine.close()
+        print(
+            f"recorded {answers['answers']} answers ({answers['source']}) for {answers['questions']} golden "
+            f"questions ({answers['decided_before_any_call']} decided before any model call) in "
+            f"{time.perf_counter() - started:.2f}s"
+        )
+        return 0
+    path = cassette_path(engine)
     if args.check:
         if not path.is_file():
             print(

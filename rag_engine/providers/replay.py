@@ -152,10 +152,13 @@ def _entry(
 class ReplayBackend:
     """Answers from the cassette; with ``live`` set (record mode) misses are recorded from it."""
 
-    def __init__(self, spec: ModelSpec, cassette: Cassette, *, live: Backend | None = None):
+    def __init__(
+        self, spec: ModelSpec, cassette: Cassette, *, live: Backend | None = None, record_source: str | None = None
+    ):
         self._spec = spec
         self._cassette = cassette
         self._live = live
+        self._record_source = record_source  # the recorded entries' source; default recorded:<provider>
 
     def __repr__(self) -> str:
         mode = f"record from {self._live.name}" if self._live else "replay"
@@ -200,7 +203,7 @@ class ReplayBackend:
                 schema=schema,
                 reported_model=answer.reported_model,
                 usage=answer.usage,
-                source=f"recorded:{answer.provider}",
+                source=self._record_source or f"recorded:{answer.provider}",
             )
             return answer
         response = entry.get("response") or {}
@@ -227,7 +230,7 @@ class ReplayBackend:
                 answer.vectors,
                 reported_model=answer.reported_model,
                 usage=answer.usage,
-                source=f"recorded:{answer.provider}",
+                source=self._record_source or f"recorded:{answer.provider}",
                 input_mode=input_mode,
             )
             return answer
