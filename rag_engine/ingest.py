@@ -177,20 +177,34 @@ def references_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any
     return {"references": len(refs), **{f"type_{k}": v for k, v in sorted(by_type.items())}}
 
 
+def ensure_vector_index(engine: Engine) -> str:
+    """The active embedder's vector index (created if missing, refused if another embedder's is
+    active); returns the chunk property index_step writes vectors to."""
+    spec = engine.registry.embedding
+    dimension = spec.model.dimension
+    if dimension is None:  # config validation requires one on every embedding model
+        raise ConfigError(f"embedding model {spec.name!r} has no dimension")
+    return schema.ensure_vector_index(engine.driver, engine.database, spec.identity, dimension)
+
+
 def index_step(
-    engine: Engine, pack: DomainPack, key: str, run_id: str | None = None, progress: Callable[[Any], None] | None = None
+    engine: Engine,
+    pack: DomainPack,
+    key: str,
+    run_id: str | None = None,
+    progress: Callable[[Any], None] | None = None,
+    vector_property: str | None = None,
 ) -> dict[str, Any]:
     """Embed the version's chunks (batched; unchanged texts come from the embedding cache with no
-    model call), write the vectors, then activate the version. ``progress`` gets an
-    ``EmbedProgress`` after each batch (default: a log line)."""
+    model call), write the vectors and activate the version in one transaction. ``progress`` gets
+    an ``EmbedProgress`` after each batch (default: a log line). ``vector_property``: the result
+    of ``ensure_vector_index`` when the caller (a run of many partitions) already ensured it."""
     from rag_engine.providers.embedding_cache import embed_batched
 
     chunks = load_chunks(engine, pack, key)
     spec = engine.registry.embedding
     dimension = spec.model.dimension
-    if dimension is None:  # config validation requires one on every embedding model
-        raise ConfigError(f"embedding model {spec.name!r} has no dimension")
-    prop = schema.ensure_vector_index(engine.driver, engine.database, spec.identity, dimension)
+    prop = vector_property or ensure_vector_index(engine)
     result = embed_batched(
         [f"{c.heading}\n{c.text}" for c in chunks],
         lambda batch: engine.embed_texts(batch, purpose="index", run_id=run_id),
@@ -220,10 +234,8 @@ def index_step(
         rows=rows,
         batch_size=engine.cfg.storage.neo4j.write_batch_size,
         property=prop,
-    )
-    # indexed: this version goes live now (lexical and dense alike), the previous one retires
-    writer.activate_version(
-        engine.driver, engine.database, pack=pack.name, doc_id=chunks[0].doc_id, version=chunks[0].doc_version
+        # indexed: this version goes live with its vectors (lexical and dense alike), the previous one retires
+        activate=(pack.name, chunks[0].doc_id, chunks[0].doc_version),
     )
     return {
         "embedded": len(rows),
@@ -371,6 +383,8 @@ def ingest_pack(
     """Run every step over the given document versions (default: all discovered), in order.
 
     The same steps the Dagster assets run, for the CLI, benchmarks and tests of the engine alone.
+    The schema and the vector index are ensured once for the run, and each step's output is passed
+    to the next in memory (``ArtifactStore.remembering``; the artifacts are still written).
     With ``skip_unchanged`` (what `rag ingest` does unless --force), a partition whose current
     version holds a stamp of the step's code version, whose upstream steps were skipped too and
     whose artifact is on disk is not run again (``StepReport.unchanged``); stamps of the steps that
@@ -385,15 +399,21 @@ def ingest_pack(
     found = discover(pack, include_rejected=True)
     keys = keys if keys is not None else [r.partition_key for r in found]
     run_id = run_id or f"local-{uuid.uuid4().hex[:12]}"
+    schema.ensure_schema(engine.driver, engine.database)  # once for the run (and the process)
     withdraw_missing_documents(engine, pack, [r.doc_id for r in found if r.problem is None])
     budget = new_budget(engine)
     obs = observer or IngestObserver()
+    vector_property: list[str] = []  # ensured by the first partition chunk_index runs, then reused
 
     def index_partition(e: Engine, p: DomainPack, k: str) -> dict[str, Any]:
         def on_batch(ep: Any) -> None:
             obs.embedding(p.name, k, ep)
 
-        return index_step(e, p, k, run_id=run_id, progress=on_batch if observer else None)
+        if not vector_property:
+            vector_property.append(ensure_vector_index(e))
+        return index_step(
+            e, p, k, run_id=run_id, progress=on_batch if observer else None, vector_property=vector_property[0]
+        )
 
     steps: list[tuple[str, Callable[..., dict[str, Any]]]] = [
         ("source_documents", source_step),
@@ -404,41 +424,42 @@ def ingest_pack(
     if extract:
         steps.append(("llm_extraction", lambda e, p, k: extraction_step(e, p, k, run_id=run_id, budget=budget)))
     steps.append(("graph_writes", graph_step))
-    wanted = step_stamps(engine, pack, keys)
-    old = read_stamps(engine.driver, engine.database, pack.name) if skip_unchanged else {}
-    ran: dict[str, set[str]] = {k: set() for k in keys}
-    new: dict[str, dict[str, str]] = {}
-    reports = {}
-    for name, fn in steps:
+    with engine.artifacts.remembering():  # each step's output reaches the next in memory
+        wanted = step_stamps(engine, pack, keys)
+        old = read_stamps(engine.driver, engine.database, pack.name) if skip_unchanged else {}
+        ran: dict[str, set[str]] = {k: set() for k in keys}
+        new: dict[str, dict[str, str]] = {}
+        reports = {}
+        for name, fn in steps:
 
-        def unchanged(k: str, name: str = name) -> bool:
-            artifact = _STEP_ARTIFACT.get(name) if name != "llm_extraction" or pack.entry.extraction else None
-            return (
-                old.get(k, {}).get(name) == wanted[name]
-                and not (ran[k] & set(STEP_DEPS[name]))
-                and (artifact is None or engine.artifacts.exists(pack.name, k, artifact))
-            )
+            def unchanged(k: str, name: str = name) -> bool:
+                artifact = _STEP_ARTIFACT.get(name) if name != "llm_extraction" or pack.entry.extraction else None
+                return (
+                    old.get(k, {}).get(name) == wanted[name]
+                    and not (ran[k] & set(STEP_DEPS[name]))
+                    and (artifact is None or engine.artifacts.exists(pack.name, k, artifact))
+                )
 
-        todo = [k for k in keys if not (skip_unchanged and unchanged(k))]
-        obs.step_started(pack.name, name, len(keys), len(keys) - len(todo))
+            todo = [k for k in keys if not (skip_unchanged and unchanged(k))]
+            obs.step_started(pack.name, name, len(keys), len(keys) - len(todo))
 
-        def run_partition(k: str, fn: Callable[..., dict[str, Any]] = fn) -> dict[str, Any]:
-            return fn(engine, pack, k)
+            def run_partition(k: str, fn: Callable[..., dict[str, Any]] = fn) -> dict[str, Any]:
+                return fn(engine, pack, k)
 
-        def on_done(k: str, outcome: str, name: str = name) -> None:
-            obs.partition_done(pack.name, name, k, outcome)
+            def on_done(k: str, outcome: str, name: str = name) -> None:
+                obs.partition_done(pack.name, name, k, outcome)
 
-        reports[name] = report = run_step(name, todo, run_partition, progress, on_done=on_done)
-        report.unchanged = [k for k in keys if k not in set(todo)]
-        for k in todo:
-            ran[k].add(name)
-            done = report.done.get(k)
-            if done is not None and not (
-                done.get("failed") or done.get("skipped")
-            ):  # an incomplete extraction is not done
-                new.setdefault(k, dict(old.get(k, {})))[name] = wanted[name]
-        if name == "llm_extraction" and todo:  # a run that extracted nothing records no run
-            finish_run(engine, pack, run_id, budget)
-        obs.step_finished(pack.name, name, report)
+            reports[name] = report = run_step(name, todo, run_partition, progress, on_done=on_done)
+            report.unchanged = [k for k in keys if k not in set(todo)]
+            for k in todo:
+                ran[k].add(name)
+                done = report.done.get(k)
+                if done is not None and not (
+                    done.get("failed") or done.get("skipped")
+                ):  # an incomplete extraction is not done
+                    new.setdefault(k, dict(old.get(k, {})))[name] = wanted[name]
+            if name == "llm_extraction" and todo:  # a run that extracted nothing records no run
+                finish_run(engine, pack, run_id, budget)
+            obs.step_finished(pack.name, name, report)
     write_stamps(engine.driver, engine.database, pack.name, {k: s for k, s in new.items() if s != old.get(k)})
     return reports

@@ -9,7 +9,8 @@ For each pack (default: GDPR, KB, ADGM) and round, on fresh pack names so every 
   reference resolution, activation, stamps.
 
 The embedder is pinned to the local hash embedder, so the numbers measure this pipeline, not a
-neural model. Artifacts go to a temporary directory. ``--per-row`` adds the one-transaction-per-
+neural model: the database must have no vector index or the hash embedder's (the bench drops the
+one it created). Artifacts go to a temporary directory. ``--per-row`` adds the one-transaction-per-
 chunk write for comparison with batched UNWIND. ``--scale N`` repeats the GDPR corpus N times (each
 copy its own documents) to check the pipeline stays linear in chunks.
 
@@ -69,7 +70,8 @@ def cleanup(engine: Engine, pack: str) -> None:
         ).consume()
         for label, prefix in (("DocumentVersion", pack + ":"), ("RefKey", pack + "|")):
             session.run(
-                f"MATCH (n:{label}) WHERE n.key STARTS WITH $p CALL (n) {{ DETACH DELETE n }} IN TRANSACTIONS OF 2000 ROWS",
+                f"MATCH (n:{label}) WHERE n.key STARTS WITH $p "
+                "CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 2000 ROWS",
                 p=prefix,
             ).consume()
 
@@ -78,7 +80,9 @@ def raw_write(engine: Engine, pack: DomainPack, *, vectors: bool, per_row: bool 
     """Write every document's chunks (and vectors) with no pipeline around it; return the chunk count."""
     docs = [load_document(pack, r.partition_key, max_bytes=engine.cfg.max_document_bytes) for r in discover(pack)]
     chunked = [(d, pack.chunk(d)) for d in docs]
-    embedded = [engine.embed_texts([f"{c.heading}\n{c.text}" for c in chunks], purpose="index") for _, chunks in chunked]
+    embedded = [
+        engine.embed_texts([f"{c.heading}\n{c.text}" for c in chunks], purpose="index") for _, chunks in chunked
+    ]
     prop = schema.ensure_vector_index(
         engine.driver, engine.database, engine.embedder_identity, engine.registry.embedding.model.dimension or 0
     )
@@ -196,6 +200,12 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="rag-bench-") as tmp:
         engine = bench_engine(Path(tmp) / "artifacts")
+        before = schema.current_embedder(engine.driver, engine.database)
+        if before is not None and before["identity"] != engine.embedder_identity:
+            raise SystemExit(
+                f"the database's vector index is {before['identity']!r}'s; the bench writes with the hash embedder: "
+                "run it on a Neo4j of its own (or an empty one)"
+            )
         try:
             schema.ensure_schema(engine.driver, engine.database)
             result: dict[str, Any] = {
@@ -206,12 +216,16 @@ def main() -> None:
             if args.scale:
                 result["scale"] = run_scale(engine, [int(n) for n in args.scale.split(",")], Path(tmp))
         finally:
+            if before is None:  # leave the database as found: no index of ours stays active
+                schema.reset_vector_index(engine.driver, engine.database)
             engine.close()
     if args.json:
         print(json.dumps(result, indent=2))
         return
     print(f"embedder {result['embedder']}, median of {args.repeat} rounds, chunks/s")
-    print(f"{'pack':<18}{'chunks':>7}{'raw':>9}{'raw_chunks':>12}{'pipeline':>10}{'pipe/raw':>10}{'pipe/raw_chunks':>17}")
+    print(
+        f"{'pack':<18}{'chunks':>7}{'raw':>9}{'raw_chunks':>12}{'pipeline':>10}{'pipe/raw':>10}{'pipe/raw_chunks':>17}"
+    )
     for r in result["packs"]:
         print(
             f"{r['pack']:<18}{r['chunks']:>7}{r['raw_chunks_per_s']:>9}{r['raw_chunks_chunks_per_s']:>12}"
