@@ -203,8 +203,8 @@ def index_step(
 
     chunks = load_chunks(engine, pack, key)
     spec = engine.registry.embedding
-    dimension = spec.model.dimension
     prop = vector_property or ensure_vector_index(engine)
+    dimension = spec.model.dimension or 0  # ensure_vector_index refused a model without one
     result = embed_batched(
         [f"{c.heading}\n{c.text}" for c in chunks],
         lambda batch: engine.embed_texts(batch, purpose="index", run_id=run_id),
