@@ -3,6 +3,11 @@
 Steps exchange plain, inspectable JSON files keyed by (pack, partition, step) rather than
 pickles, so a failed document can be looked at by a person and any step can be re-run alone.
 Writes are atomic (temp file + rename) so a crash never leaves half a file behind.
+
+Within one run where the next step is in the same process (``ingest_pack``), ``remembering()``
+keeps every payload written or read in memory: later steps get it without re-reading and
+re-parsing the file. The files are still written, for Dagster's steps that run in other processes
+and for people. Payloads handed out from memory are shared: callers treat them as read-only.
 """
 
 from __future__ import annotations
@@ -10,6 +15,8 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +24,19 @@ from typing import Any
 class ArtifactStore:
     def __init__(self, base: Path):
         self.base = base
+        self._memory: dict[tuple[str, str, str], Any] | None = None
+
+    @contextmanager
+    def remembering(self) -> Iterator[None]:
+        """Serve reads from memory for artifacts written or read inside the block (nested: the outer one wins)."""
+        if self._memory is not None:
+            yield
+            return
+        self._memory = {}
+        try:
+            yield
+        finally:
+            self._memory = None
 
     def path(self, pack: str, partition: str, step: str) -> Path:
         return self.base / pack / partition / f"{step}.json"
@@ -28,13 +48,22 @@ class ArtifactStore:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(payload, fh, ensure_ascii=False)
         os.replace(tmp, target)
+        if self._memory is not None:
+            self._memory[(pack, partition, step)] = payload
         return target
 
     def read(self, pack: str, partition: str, step: str) -> Any:
+        if self._memory is not None and (pack, partition, step) in self._memory:
+            return self._memory[(pack, partition, step)]
         target = self.path(pack, partition, step)
         if not target.is_file():
             raise FileNotFoundError(f"no {step} artifact for {pack}/{partition}: materialize {step} first")
-        return json.loads(target.read_text(encoding="utf-8"))
+        payload = json.loads(target.read_text(encoding="utf-8"))
+        if self._memory is not None:
+            self._memory[(pack, partition, step)] = payload
+        return payload
 
     def exists(self, pack: str, partition: str, step: str) -> bool:
+        if self._memory is not None and (pack, partition, step) in self._memory:
+            return True
         return self.path(pack, partition, step).is_file()

@@ -202,20 +202,34 @@ def references_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any
     return {"references": len(refs), **{f"type_{k}": v for k, v in sorted(by_type.items())}}
 
 
-def index_step(
-    engine: Engine, pack: DomainPack, key: str, run_id: str | None = None, progress: Callable[[Any], None] | None = None
-) -> dict[str, Any]:
-    """Embed the version's chunks (batched; unchanged texts come from the embedding cache with no
-    model call), write the vectors, then activate the version. ``progress`` gets an
-    ``EmbedProgress`` after each batch (default: a log line)."""
-    from rag_engine.providers.embedding_cache import embed_batched
-
-    chunks = load_chunks(engine, pack, key)
+def ensure_vector_index(engine: Engine) -> str:
+    """The active embedder's vector index (created if missing, refused if another embedder's is
+    active); returns the chunk property index_step writes vectors to."""
     spec = engine.registry.embedding
     dimension = spec.model.dimension
     if dimension is None:  # config validation requires one on every embedding model
         raise ConfigError(f"embedding model {spec.name!r} has no dimension")
-    prop = schema.ensure_vector_index(engine.driver, engine.database, spec.identity, dimension)
+    return schema.ensure_vector_index(engine.driver, engine.database, spec.identity, dimension)
+
+
+def index_step(
+    engine: Engine,
+    pack: DomainPack,
+    key: str,
+    run_id: str | None = None,
+    progress: Callable[[Any], None] | None = None,
+    vector_property: str | None = None,
+) -> dict[str, Any]:
+    """Embed the version's chunks (batched; unchanged texts come from the embedding cache with no
+    model call), write the vectors and activate the version in one transaction. ``progress`` gets
+    an ``EmbedProgress`` after each batch (default: a log line). ``vector_property``: the result
+    of ``ensure_vector_index`` when the caller (a run of many partitions) already ensured it."""
+    from rag_engine.providers.embedding_cache import embed_batched
+
+    chunks = load_chunks(engine, pack, key)
+    spec = engine.registry.embedding
+    prop = vector_property or ensure_vector_index(engine)
+    dimension = spec.model.dimension or 0  # ensure_vector_index refused a model without one
     result = embed_batched(
         [f"{c.heading}\n{c.text}" for c in chunks],
         lambda batch: engine.embed_texts(batch, purpose="index", run_id=run_id),
@@ -245,10 +259,8 @@ def index_step(
         rows=rows,
         batch_size=engine.cfg.storage.neo4j.write_batch_size,
         property=prop,
-    )
-    # indexed: this version goes live now (lexical and dense alike), the previous one retires
-    writer.activate_version(
-        engine.driver, engine.database, pack=pack.name, doc_id=chunks[0].doc_id, version=chunks[0].doc_version
+        # indexed: this version goes live with its vectors (lexical and dense alike), the previous one retires
+        activate=(pack.name, chunks[0].doc_id, chunks[0].doc_version),
     )
     return {
         "embedded": len(rows),
@@ -396,6 +408,8 @@ def ingest_pack(
     """Run every step over the given document versions (default: all discovered), in order.
 
     The same steps the Dagster assets run, for the CLI, benchmarks and tests of the engine alone.
+    The schema and the vector index are ensured once for the run, and each step's output is passed
+    to the next in memory (``ArtifactStore.remembering``; the artifacts are still written).
     With ``skip_unchanged`` (what `rag ingest` does unless --force), a partition whose current
     version holds a stamp of the step's code version, whose upstream steps were skipped too and
     whose artifact is on disk is not run again (``StepReport.unchanged``); stamps of the steps that
@@ -410,15 +424,21 @@ def ingest_pack(
     found = discover(pack, include_rejected=True)
     keys = keys if keys is not None else [r.partition_key for r in found]
     run_id = run_id or f"local-{uuid.uuid4().hex[:12]}"
+    schema.ensure_schema(engine.driver, engine.database)  # once for the run (and the process)
     withdraw_missing_documents(engine, pack, [r.doc_id for r in found if r.problem is None])
     budget = new_budget(engine)
     obs = observer or IngestObserver()
+    vector_property: list[str] = []  # ensured by the first partition chunk_index runs, then reused
 
     def index_partition(e: Engine, p: DomainPack, k: str) -> dict[str, Any]:
         def on_batch(ep: Any) -> None:
             obs.embedding(p.name, k, ep)
 
-        return index_step(e, p, k, run_id=run_id, progress=on_batch if observer else None)
+        if not vector_property:
+            vector_property.append(ensure_vector_index(e))
+        return index_step(
+            e, p, k, run_id=run_id, progress=on_batch if observer else None, vector_property=vector_property[0]
+        )
 
     steps: list[tuple[str, Callable[..., dict[str, Any]]]] = [
         ("source_documents", source_step),
@@ -429,38 +449,39 @@ def ingest_pack(
     if extract:
         steps.append(("llm_extraction", lambda e, p, k: extraction_step(e, p, k, run_id=run_id, budget=budget)))
     steps.append(("graph_writes", graph_step))
-    wanted = step_stamps(engine, pack)
-    old = read_stamps(engine.driver, engine.database, pack.name) if skip_unchanged else {}
-    ran: dict[str, set[str]] = {k: set() for k in keys}
-    new: dict[str, dict[str, str]] = {}
-    reports = {}
-    for name, fn in steps:
+    with engine.artifacts.remembering():  # each step's output reaches the next in memory
+        wanted = step_stamps(engine, pack)
+        old = read_stamps(engine.driver, engine.database, pack.name) if skip_unchanged else {}
+        ran: dict[str, set[str]] = {k: set() for k in keys}
+        new: dict[str, dict[str, str]] = {}
+        reports = {}
+        for name, fn in steps:
 
-        def unchanged(k: str, name: str = name) -> bool:
-            return not (ran[k] & set(STEP_DEPS[name])) and stamp_holds(
-                engine, pack, k, name, old.get(k, {}), wanted[name]
-            )
+            def unchanged(k: str, name: str = name) -> bool:
+                return not (ran[k] & set(STEP_DEPS[name])) and stamp_holds(
+                    engine, pack, k, name, old.get(k, {}), wanted[name]
+                )
 
-        todo = [k for k in keys if not (skip_unchanged and unchanged(k))]
-        if name == "chunks":
-            todo = claim_order(todo)
-        obs.step_started(pack.name, name, len(keys), len(keys) - len(todo))
+            todo = [k for k in keys if not (skip_unchanged and unchanged(k))]
+            if name == "chunks":
+                todo = claim_order(todo)
+            obs.step_started(pack.name, name, len(keys), len(keys) - len(todo))
 
-        def run_partition(k: str, fn: Callable[..., dict[str, Any]] = fn) -> dict[str, Any]:
-            return fn(engine, pack, k)
+            def run_partition(k: str, fn: Callable[..., dict[str, Any]] = fn) -> dict[str, Any]:
+                return fn(engine, pack, k)
 
-        def on_done(k: str, outcome: str, name: str = name) -> None:
-            obs.partition_done(pack.name, name, k, outcome)
+            def on_done(k: str, outcome: str, name: str = name) -> None:
+                obs.partition_done(pack.name, name, k, outcome)
 
-        reports[name] = report = run_step(name, todo, run_partition, progress, on_done=on_done)
-        report.unchanged = [k for k in keys if k not in set(todo)]
-        for k in todo:
-            ran[k].add(name)
-            done = report.done.get(k)
-            if done is not None and complete(done):
-                new[k] = stamped(new.get(k, old.get(k, {})), name, wanted[name])
-        if name == "llm_extraction" and todo:  # a run that extracted nothing records no run
-            finish_run(engine, pack, run_id, budget)
-        obs.step_finished(pack.name, name, report)
+            reports[name] = report = run_step(name, todo, run_partition, progress, on_done=on_done)
+            report.unchanged = [k for k in keys if k not in set(todo)]
+            for k in todo:
+                ran[k].add(name)
+                done = report.done.get(k)
+                if done is not None and complete(done):
+                    new[k] = stamped(new.get(k, old.get(k, {})), name, wanted[name])
+            if name == "llm_extraction" and todo:  # a run that extracted nothing records no run
+                finish_run(engine, pack, run_id, budget)
+            obs.step_finished(pack.name, name, report)
     write_stamps(engine.driver, engine.database, pack.name, {k: s for k, s in new.items() if s != old.get(k)})
     return reports

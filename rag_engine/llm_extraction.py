@@ -122,23 +122,6 @@ def _cache(engine: Engine) -> ExtractionCache:
     return ExtractionCache(engine.artifacts.base / "_extraction_cache")
 
 
-def _rebind(raw: RawExtraction, asked: str, current: str) -> RawExtraction:
-    """Same content under a new version's chunk id: what the model said about the chunk it was
-    asked about now belongs to the current chunk. Anything naming another chunk stays foreign."""
-    if asked == current:
-        return raw
-
-    def swap(cid: str) -> str:
-        return current if cid == asked else cid
-
-    return raw.model_copy(
-        update={
-            "chunk_id": swap(raw.chunk_id),
-            "relationships": [r.model_copy(update={"chunk_id": swap(r.chunk_id)}) for r in raw.relationships],
-        }
-    )
-
-
 def extraction_step(engine: Engine, pack: DomainPack, key: str, *, run_id: str, budget: RunBudget) -> dict[str, Any]:
     if not pack.entry.extraction:  # the pack is configured without LLM extraction: no model call
         return {"extracted": 0, "disabled": 1}
@@ -156,7 +139,8 @@ def extraction_step(engine: Engine, pack: DomainPack, key: str, *, run_id: str, 
         hit = cache.get(cache_key(chunk.content_hash, phash, spec.identity))
         if hit:
             budget.cache_hits += 1
-            raw = _rebind(RawExtraction.model_validate(hit["raw"]), hit["chunk_id"], chunk.chunk_id)
+            # the answer names no chunk: what was said about this text belongs to this version's chunk
+            raw = RawExtraction.model_validate(hit["raw"])
             raw_by_chunk[chunk.chunk_id] = (raw, hit["run_id"], hit["model"])
         else:
             todo.append(chunk)

@@ -1,95 +1,241 @@
-"""Chunk write throughput into Neo4j: batched UNWIND (the pipeline's path) vs one transaction
-per row, measured in one run on the same chunks (the GDPR pack). Prints chunks/s and the ratio.
+"""Ingest throughput, per pack, in one run: the full pipeline vs the raw batched writes.
 
-    python -m evals.bench.ingest [--repeat 3]
+For each pack (default: GDPR, KB, ADGM) and round, on fresh pack names so every write creates:
+
+- ``raw``: the chunks already parsed and their vectors already computed, written with the
+  pipeline's batched writers (``write_document_version`` then ``write_embeddings``), nothing else;
+- ``raw_chunks``: the chunk writes alone (the denominator of the first measurements, #17);
+- ``pipeline``: ``ingest_pack(extract=False)`` end to end: discovery, every step, artifacts,
+  reference resolution, activation, stamps.
+
+The embedder is pinned to the local hash embedder, so the numbers measure this pipeline, not a
+neural model: the database must have no vector index or the hash embedder's (the bench drops the
+one it created). Artifacts go to a temporary directory. ``--per-row`` adds the one-transaction-per-
+chunk write for comparison with batched UNWIND. ``--scale N`` repeats the GDPR corpus N times (each
+copy its own documents) to check the pipeline stays linear in chunks.
+
+    python -m evals.bench.ingest [--repeat 3] [--packs legal_regulatory,company_x_kb,adgm_rulebooks]
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import json
 import statistics
+import tempfile
 import time
 import uuid
+from pathlib import Path
+from typing import Any
 
+from rag_engine.artifacts import ArtifactStore
 from rag_engine.documents import discover, load_document
 from rag_engine.engine import Engine
 from rag_engine.graph import schema, writer
+from rag_engine.ingest import ingest_pack
+from rag_engine.packs import DomainPack
+
+HASH_EMBEDDER = "hash-embed-384"
+PACKS = "legal_regulatory,company_x_kb,adgm_rulebooks"
 
 
-def _cleanup(engine: Engine, pack: str) -> None:
+def bench_engine(artifacts_dir: Path) -> Engine:
+    """The configured engine with the local hash embedder pinned and artifacts in ``artifacts_dir``."""
+    base = Engine.from_path()
+    cfg = base.cfg.model_copy(
+        update={"defaults": base.cfg.defaults.model_copy(update={"embedding_model": HASH_EMBEDDER})}
+    )
+    engine = Engine(cfg, base.root, base.env)
+    engine.__dict__["artifacts"] = ArtifactStore(artifacts_dir)
+    return engine
+
+
+def renamed(pack: DomainPack, name: str, corpus: Path | None = None) -> DomainPack:
+    """The same pack under another name (so its chunk ids and keys are new), optionally reading another corpus."""
+    out = copy.copy(pack)
+    update: dict[str, Any] = {"name": name}
+    if corpus is not None:
+        update["corpus"] = str(corpus)
+    out.entry = pack.entry.model_copy(update=update)
+    return out
+
+
+def cleanup(engine: Engine, pack: str) -> None:
     with engine.driver.session(database=engine.database) as session:  # IN TRANSACTIONS needs an implicit tx
         session.run(
-            "MATCH (n) WHERE (n:Chunk OR n:Document) AND n.pack = $pack "
+            "MATCH (n) WHERE (n:Chunk OR n:Document OR n:Entity) AND n.pack = $pack "
             "CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 2000 ROWS",
             pack=pack,
         ).consume()
-    engine.driver.execute_query(
-        "MATCH (v:DocumentVersion) WHERE v.key STARTS WITH $p DETACH DELETE v", p=pack + ":", database_=engine.database
+        for label, prefix in (("DocumentVersion", pack + ":"), ("RefKey", pack + "|")):
+            session.run(
+                f"MATCH (n:{label}) WHERE n.key STARTS WITH $p "
+                "CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 2000 ROWS",
+                p=prefix,
+            ).consume()
+
+
+def raw_write(engine: Engine, pack: DomainPack, *, vectors: bool, per_row: bool = False) -> int:
+    """Write every document's chunks (and vectors) with no pipeline around it; return the chunk count."""
+    docs = [load_document(pack, r.partition_key, max_bytes=engine.cfg.max_document_bytes) for r in discover(pack)]
+    chunked = [(d, pack.chunk(d)) for d in docs]
+    embedded = [
+        engine.embed_texts([f"{c.heading}\n{c.text}" for c in chunks], purpose="index") for _, chunks in chunked
+    ]
+    prop = schema.ensure_vector_index(
+        engine.driver, engine.database, engine.embedder_identity, engine.registry.embedding.model.dimension or 0
     )
-    engine.driver.execute_query(
-        "MATCH (k:RefKey) WHERE k.key STARTS WITH $p DETACH DELETE k", p=pack + "|", database_=engine.database
-    )
+    batch = engine.cfg.storage.neo4j.write_batch_size
+    started = time.perf_counter()
+    for (d, chunks), vecs in zip(chunked, embedded, strict=True):
+        writer.write_document_version(
+            engine.driver,
+            engine.database,
+            pack=pack.name,
+            doc_id=d.doc_id,
+            version=d.version,
+            title=d.title,
+            collection=d.collection,
+            content_hash=d.version,
+            source_path=d.source_path,
+            chunks=[] if per_row else chunks,
+            batch_size=batch,
+        )
+        if per_row:
+            writer.write_chunks_per_row(
+                engine.driver, engine.database, pack=pack.name, key=f"{d.doc_id}--{d.version}", chunks=chunks
+            )
+        if vectors:
+            writer.write_embeddings(
+                engine.driver,
+                engine.database,
+                identity=engine.embedder_identity,
+                rows=[{"chunk_id": c.chunk_id, "embedding": v} for c, v in zip(chunks, vecs, strict=True)],
+                batch_size=batch,
+                property=prop,
+            )
+    seconds = time.perf_counter() - started
+    return int(sum(len(c) for _, c in chunked) / seconds)
+
+
+def pipeline(engine: Engine, pack: DomainPack) -> tuple[int, int, dict[str, float]]:
+    """(chunks/s, chunks, seconds per step) of ``ingest_pack`` without model calls."""
+    started = time.perf_counter()
+    reports = ingest_pack(engine, pack, extract=False)
+    seconds = time.perf_counter() - started
+    failed = {k: v for r in reports.values() for k, v in r.failed.items()}
+    if failed:
+        raise SystemExit(f"pipeline failed on {pack.name}: {failed}")
+    chunks = reports["chunks"].total("chunks")
+    return int(chunks / seconds), chunks, {name: r.seconds for name, r in reports.items()}
+
+
+def scaled_corpus(pack: DomainPack, copies: int, into: Path) -> Path:
+    """``copies`` copies of the pack's corpus, each file made a distinct document (own name, own bytes)."""
+    into.mkdir(parents=True, exist_ok=True)
+    for r in discover(pack):
+        text = r.path.read_text(encoding="utf-8")
+        for i in range(copies):
+            (into / f"{r.path.stem}_c{i:04d}{r.path.suffix}").write_text(f"{text}\n<!-- copy {i} -->\n", "utf-8")
+    return into
+
+
+def run_packs(engine: Engine, names: list[str], rounds: int, per_row: bool) -> list[dict[str, Any]]:
+    rows = []
+    for name in names:
+        pack = engine.pack(name)
+        rates: dict[str, list[int]] = {"raw": [], "raw_chunks": [], "pipeline": [], "per_row": []}
+        steps: dict[str, list[float]] = {}
+        chunks = 0
+        for _ in range(rounds):
+            modes = ["raw", "raw_chunks", "pipeline"] + (["per_row"] if per_row else [])
+            for mode in modes:
+                bench = renamed(pack, f"bench_{uuid.uuid4().hex[:8]}")
+                try:
+                    if mode == "pipeline":
+                        rate, chunks, per_step = pipeline(engine, bench)
+                        for step, s in per_step.items():
+                            steps.setdefault(step, []).append(s)
+                    else:
+                        rate = raw_write(engine, bench, vectors=mode == "raw", per_row=mode == "per_row")
+                    rates[mode].append(rate)
+                finally:
+                    cleanup(engine, bench.name)
+        med = {m: statistics.median(v) for m, v in rates.items() if v}
+        rows.append(
+            {
+                "pack": name,
+                "chunks": chunks,
+                **{f"{m}_chunks_per_s": int(v) for m, v in med.items()},
+                "pipeline_vs_raw": round(med["pipeline"] / med["raw"], 3),
+                "pipeline_vs_raw_chunks": round(med["pipeline"] / med["raw_chunks"], 3),
+                "step_seconds": {s: round(statistics.median(v), 3) for s, v in steps.items()},
+            }
+        )
+    return rows
+
+
+def run_scale(engine: Engine, copies_list: list[int], tmp: Path) -> list[dict[str, Any]]:
+    gdpr = engine.pack("legal_regulatory")
+    rows = []
+    for copies in copies_list:
+        bench = renamed(gdpr, f"bench_{uuid.uuid4().hex[:8]}", scaled_corpus(gdpr, copies, tmp / f"scale_{copies}"))
+        try:
+            rate, chunks, per_step = pipeline(engine, bench)
+        finally:
+            cleanup(engine, bench.name)
+        rows.append({"copies": copies, "chunks": chunks, "pipeline_chunks_per_s": rate, "step_seconds": per_step})
+    return rows
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--pack", default="legal_regulatory")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=3, help="rounds per pack (the median is reported)")
+    ap.add_argument("--packs", default=PACKS, help="comma-separated pack names")
+    ap.add_argument("--per-row", action="store_true", help="also time one transaction per chunk")
+    ap.add_argument("--scale", default="", help="comma-separated GDPR corpus copy counts, e.g. 1,10,165 (~100k chunks)")
+    ap.add_argument("--json", action="store_true", help="print the results as JSON")
     args = ap.parse_args()
 
-    engine = Engine.from_path()
-    pack = engine.pack(args.pack)
-    schema.ensure_schema(engine.driver, engine.database)
-    docs = [load_document(pack, r.partition_key, max_bytes=engine.cfg.max_document_bytes) for r in discover(pack)]
-    rates: dict[str, list[float]] = {"batched": [], "per_row": []}
-    total = 0
-    for _ in range(args.repeat):
-        for mode in ("batched", "per_row"):
-            bench_pack = f"bench_{uuid.uuid4().hex[:8]}"
-            # distinct doc ids per round so both modes create, not update
-            variants = [d.model_copy(update={"pack": bench_pack}) for d in docs]
-            chunked = [(d, pack.chunk(d)) for d in variants]
-            total = sum(len(c) for _, c in chunked)
-            started = time.perf_counter()
-            for d, chunks in chunked:
-                if mode == "batched":
-                    writer.write_document_version(
-                        engine.driver,
-                        engine.database,
-                        pack=bench_pack,
-                        doc_id=d.doc_id,
-                        version=d.version,
-                        title=d.title,
-                        collection=d.collection,
-                        content_hash=d.version,
-                        source_path=d.source_path,
-                        chunks=chunks,
-                        batch_size=engine.cfg.storage.neo4j.write_batch_size,
-                    )
-                else:
-                    writer.write_document_version(  # the version node alone, then one transaction per chunk
-                        engine.driver,
-                        engine.database,
-                        pack=bench_pack,
-                        doc_id=d.doc_id,
-                        version=d.version,
-                        title=d.title,
-                        collection=d.collection,
-                        content_hash=d.version,
-                        source_path=d.source_path,
-                        chunks=[],
-                    )
-                    writer.write_chunks_per_row(
-                        engine.driver, engine.database, pack=bench_pack, key=f"{d.doc_id}--{d.version}", chunks=chunks
-                    )
-            rates[mode].append(total / (time.perf_counter() - started))
-            _cleanup(engine, bench_pack)
-    b, p = statistics.median(rates["batched"]), statistics.median(rates["per_row"])
-    print(f"chunks per round: {total} ({len(docs)} documents, pack {args.pack}), rounds: {args.repeat}")
-    print(f"batched UNWIND : {b:10.0f} chunks/s (median)")
-    print(f"per-row writes : {p:10.0f} chunks/s (median)")
-    print(f"ratio          : {b / p:10.1f}x")
-    engine.close()
+    with tempfile.TemporaryDirectory(prefix="rag-bench-") as tmp:
+        engine = bench_engine(Path(tmp) / "artifacts")
+        before = schema.current_embedder(engine.driver, engine.database)
+        if before is not None and before["identity"] != engine.embedder_identity:
+            raise SystemExit(
+                f"the database's vector index is {before['identity']!r}'s; the bench writes with the hash embedder: "
+                "run it on a Neo4j of its own (or an empty one)"
+            )
+        try:
+            schema.ensure_schema(engine.driver, engine.database)
+            result: dict[str, Any] = {
+                "embedder": engine.embedder_identity,
+                "rounds": args.repeat,
+                "packs": run_packs(engine, [p for p in args.packs.split(",") if p], args.repeat, args.per_row),
+            }
+            if args.scale:
+                result["scale"] = run_scale(engine, [int(n) for n in args.scale.split(",")], Path(tmp))
+        finally:
+            if before is None:  # leave the database as found: no index of ours stays active
+                schema.reset_vector_index(engine.driver, engine.database)
+            engine.close()
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    print(f"embedder {result['embedder']}, median of {args.repeat} rounds, chunks/s")
+    print(
+        f"{'pack':<18}{'chunks':>7}{'raw':>9}{'raw_chunks':>12}{'pipeline':>10}{'pipe/raw':>10}{'pipe/raw_chunks':>17}"
+    )
+    for r in result["packs"]:
+        print(
+            f"{r['pack']:<18}{r['chunks']:>7}{r['raw_chunks_per_s']:>9}{r['raw_chunks_chunks_per_s']:>12}"
+            f"{r['pipeline_chunks_per_s']:>10}{r['pipeline_vs_raw']:>10.2f}{r['pipeline_vs_raw_chunks']:>17.2f}"
+        )
+        if "per_row_chunks_per_s" in r:
+            print(f"{'':<18}per-row writes: {r['per_row_chunks_per_s']} chunks/s")
+        print(f"{'':<18}pipeline step seconds: {r['step_seconds']}")
+    for r in result.get("scale", []):
+        print(f"scale x{r['copies']}: {r['chunks']} chunks, {r['pipeline_chunks_per_s']} chunks/s, {r['step_seconds']}")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import time
 import uuid
 from typing import Any
 
-from evals.bench.ingest import _cleanup
+from evals.bench.ingest import cleanup
 from rag_engine.engine import Engine
 from rag_engine.graph import schema, writer
 from rag_engine.packs import ChunkRecord, ReferenceRecord, SourceDocument, make_chunk
@@ -130,7 +130,7 @@ def _run(
         ).records[0]
         return {**{k: round(v, 2) for k, v in times.items()}, "edges": edges["n"]}
     finally:
-        _cleanup(engine, pack)
+        cleanup(engine, pack)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,6 @@ relationships from cue words inside one sentence. Every description says so.
 Guarantees, checked by tests/test_demo_cassette.py:
 - entity and relationship types come from the pack manifest's whitelists;
 - every relationship connects two entities listed in the same output (no self loops);
-- every chunk_id equals the input chunk's id;
 - at most MAX_ENTITIES entities and MAX_RELATIONSHIPS relationships per chunk;
 - same input, same output (pure function, no clock, no randomness).
 
@@ -505,8 +504,7 @@ def heuristic_extraction(pack_name: str, manifest: PackManifest, chunk: ChunkRec
             type=rel,
             description=_describe(src, dst, rel, cue),
             confidence=conf,
-            chunk_id=chunk.chunk_id,
         )
         for (src, dst, rel), (_, conf, cue) in ranked
     ]
-    return RawExtraction(chunk_id=chunk.chunk_id, entities=entities, relationships=relationships)
+    return RawExtraction(entities=entities, relationships=relationships)

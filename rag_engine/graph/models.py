@@ -33,13 +33,16 @@ class RawRelationship(BaseModel):
     type: str
     description: str
     confidence: float
-    chunk_id: str
 
 
 class RawExtraction(BaseModel):
-    """The schema sent to the model; every field required (strict structured output)."""
+    """The schema sent to the model; every field required (strict structured output).
 
-    chunk_id: str
+    No chunk id: the engine knows which chunk it asked about and sets provenance itself. An
+    answer that still carries ``chunk_id`` fields (an older prompt, a chatty model) is accepted and
+    those fields are ignored (pydantic drops unknown keys): a model cannot place a record on
+    another chunk by naming it."""
+
     entities: list[RawEntity]
     relationships: list[RawRelationship]
 

@@ -8,7 +8,6 @@ entity occurs in the chunk.
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 
@@ -47,15 +46,12 @@ ANSWERS = {
 
 
 def responder(body: dict):
-    user = body["messages"][-1]["content"]
-    chunk_id = re.search(r"chunk_id: (\S+)", user).group(1)
-    entities, rels = ANSWERS[chunk_id.rsplit("#", 1)[1]]
+    heading = body["messages"][-1]["content"].split("\n", 1)[0].lower()  # the prompt is the chunk: heading, text
+    entities, rels = ANSWERS[next(k for k in ANSWERS if k in heading)]
     answer = {
-        "chunk_id": chunk_id,
         "entities": [{"name": n, "type": t, "description": ""} for n, t in entities],
         "relationships": [
-            {"source": s, "target": d, "type": "owns", "description": "", "confidence": c, "chunk_id": chunk_id}
-            for s, d, c in rels
+            {"source": s, "target": d, "type": "owns", "description": "", "confidence": c} for s, d, c in rels
         ],
     }
     return ok(json.dumps(answer), model="fake-model-1", usage=usage(100, 50))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 
 import pytest
 
@@ -49,10 +48,7 @@ def garbage(body: dict):
 
 
 def valid(body: dict):
-    user = body["messages"][-1]["content"]
-    chunk_id = re.search(r"chunk_id: (\S+)", user).group(1)
     answer = {
-        "chunk_id": chunk_id,
         "entities": [{"name": "Security team", "type": "team", "description": ""}],
         "relationships": [],
     }
@@ -92,7 +88,7 @@ def test_invalid_answers_are_charged_and_the_first_run_profile_is_never_exceeded
         server.base_url,
         budgets={
             "max_chunks_per_run": 10,
-            "max_tokens_per_run": 4000,
+            "max_tokens_per_run": 2000,  # ~7 calls of ~281 tokens (prompt ~81 + 200 written): tokens run out first
             "batch_size": 2,
             "max_output_tokens": MAX_OUTPUT,
         },
@@ -104,7 +100,7 @@ def test_invalid_answers_are_charged_and_the_first_run_profile_is_never_exceeded
         reports = ingest_pack(engine, pack, run_id=run_id)
         billed, calls, errors = _billed(engine, run_id)
         assert calls == errors > 0  # every answer was invalid, every one billed
-        assert billed <= 4000, f"{calls} invalid answers billed {billed} tokens against a budget of 4000"
+        assert billed <= 2000, f"{calls} invalid answers billed {billed} tokens against a budget of 2000"
         node = _run_node(engine, run_id)
         assert node["tokens"] == billed  # the run's budget saw exactly what the ledger billed
         assert node["status"] == "budget_exhausted" and node["calls"] == calls
