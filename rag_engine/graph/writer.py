@@ -4,6 +4,10 @@ Every write is UNWIND + MERGE in a managed transaction, keyed by stable ids, so 
 partition leaves node and edge counts unchanged. A new version's chunks are written inactive
 ('pending'); ``activate_version`` makes it the current one once it is indexed, deactivating
 every other version's chunks (supersede). Until then the previous version keeps answering.
+
+Writes that can change which inferred edges a question may traverse (chunks written, activated
+or withdrawn, inferred records replaced) bump the graph epoch last in their transaction
+(``store.epochs``), so no process keeps a cached graph fact past them.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import neo4j
 
 from rag_engine.graph.connection import single_record
 from rag_engine.packs import ChunkRecord, ReferenceRecord
+from rag_engine.store.epochs import bump_graph_epoch
 
 
 def batched(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
@@ -123,6 +128,7 @@ def write_document_version(
         for batch in batched(rows, batch_size):
             tx.run(_WRITE_CHUNKS, rows=list(batch), key=key, pack=pack).consume()
         tx.run(_DROP_VANISHED_CHUNKS, key=key, chunk_ids=[r["chunk_id"] for r in rows]).consume()
+        bump_graph_epoch(tx)
 
     with driver.session(database=database) as session:
         session.execute_write(work)
@@ -130,14 +136,15 @@ def write_document_version(
 
 def activate_version(driver: neo4j.Driver, database: str, *, pack: str, doc_id: str, version: str) -> None:
     """Make a written (and indexed) version the current one; every other version is superseded."""
-    driver.execute_query(
-        _ACTIVATE,
-        pack=pack,
-        doc_id=doc_id,
-        version=version,
-        key=version_key(pack, f"{doc_id}--{version}"),
-        database_=database,
-    )
+
+    def work(tx: neo4j.ManagedTransaction) -> None:
+        tx.run(
+            _ACTIVATE, pack=pack, doc_id=doc_id, version=version, key=version_key(pack, f"{doc_id}--{version}")
+        ).consume()
+        bump_graph_epoch(tx)
+
+    with driver.session(database=database) as session:
+        session.execute_write(work)
 
 
 def write_chunks_per_row(
@@ -272,6 +279,7 @@ def withdraw_missing(
             keys = single_record(tx.run(_DOC_KEYS, pack=pack, doc_id=doc_id), "document keys")["keys"]
             tx.run(_DROP_DOC_REFERENCES, pack=pack, doc_id=doc_id).consume()
             _resolve(tx, pack, keys, resolution_version)
+        bump_graph_epoch(tx)
         return list(withdrawn)
 
     with driver.session(database=database) as session:
@@ -371,6 +379,7 @@ def write_inferred(
             tx.run(_WRITE_ENTITIES, rows=list(batch), pack=pack).consume()
         for batch in batched(rels, batch_size):
             tx.run(_WRITE_RELATIONSHIPS, rows=list(batch), pack=pack).consume()
+        bump_graph_epoch(tx)
 
     with driver.session(database=database) as session:
         session.execute_write(work)
