@@ -66,8 +66,18 @@ test: setup neo4j-start postgres-start embed-start
 dev: setup neo4j-start embed-start
 	$(VENV)/bin/dg dev
 
+# The query benchmark runs on its own fresh Neo4j (it pins the hash embedder's index) at 1k, 10k
+# and 100k chunks, 3 repeats each, paired with the raw hybrid query: var/bench/query.json.
+BENCH_NEO4J_PORT ?= 7698
+BENCH_DIR := $(CURDIR)/var/bench
+BENCH_SIZES ?= 1000 10000 100000
 bench: setup neo4j-start
 	$(PY) -m evals.bench.ingest
+	rm -rf $(BENCH_DIR) && mkdir -p $(BENCH_DIR)
+	NEO4J_LOCAL_PORT=$(BENCH_NEO4J_PORT) NEO4J_LOCAL_DIR=$(BENCH_DIR)/neo4j tools/neo4j-local/start.sh
+	@set -e; trap 'NEO4J_LOCAL_DIR=$(BENCH_DIR)/neo4j tools/neo4j-local/stop.sh >/dev/null' EXIT; \
+	NEO4J_URI=bolt://127.0.0.1:$(BENCH_NEO4J_PORT) $(PY) -m evals.bench.query --sizes $(BENCH_SIZES) --repeat 3 \
+		--json $(BENCH_DIR)/query.json
 
 # Evals run on their own, freshly created Neo4j so test data never leaks into the numbers.
 EVAL_NEO4J_PORT ?= 7697

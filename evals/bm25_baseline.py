@@ -41,7 +41,7 @@ import bm25s
 import neo4j
 import numpy as np
 
-from rag_engine.retrieval.store_reads import read
+from rag_engine.store.session import read
 
 METHOD = "lucene"
 K1 = 1.5

@@ -52,9 +52,10 @@ from rag_engine.config import LEGS, config_hash
 from rag_engine.engine import DEFAULT_CONFIG, Engine
 from rag_engine.errors import EvalInputError
 from rag_engine.query import run_query
-from rag_engine.retrieval import store_reads
 from rag_engine.retrieval.answer import Answer
 from rag_engine.retrieval.policy import gate
+from rag_engine.store import reads
+from rag_engine.store.session import read_transaction
 
 
 def load_golden(path: Path) -> dict[str, Any]:
@@ -208,13 +209,15 @@ def baseline_rankings(engine: Engine, bm25: BM25Baseline, pack: str, question: s
     over the collections the role may read."""
     collections = gate(engine.cfg, role).collections
     cfg = engine.cfg.retrieval
-    drv, db = engine.driver, engine.database
     vec = engine.embed_texts([question], purpose="query")[0]
-    return {
-        "bm25": bm25.search(pack, collections, question, TOP_K),
-        "fulltext": _anchors(store_reads.fulltext(drv, db, question, collections, cfg.lexical_k)),
-        "dense": _anchors(store_reads.vector(drv, db, vec, collections, cfg.dense_k)) if any(vec) else [],
-    }
+    with read_transaction(engine.driver, engine.database) as rx:
+        return {
+            "bm25": bm25.search(pack, collections, question, TOP_K),
+            "fulltext": _anchors(reads.fulltext(rx, question, collections, cfg.lexical_k)),
+            "dense": _anchors(reads.vector(rx, vec, collections, cfg.dense_k, engine.embedder_identity))
+            if any(vec)
+            else [],
+        }
 
 
 def select_golden(golden_paths: Sequence[Path], packs: Sequence[str] | None) -> list[Path]:
@@ -267,13 +270,8 @@ def run_eval(
             )
             latency = (time.perf_counter() - started) * 1000
             started = time.perf_counter()  # the in-run latency control: the fulltext leg alone
-            store_reads.fulltext(
-                engine.driver,
-                engine.database,
-                q["question"],
-                gate(engine.cfg, role).collections,
-                engine.cfg.retrieval.lexical_k,
-            )
+            with read_transaction(engine.driver, engine.database) as rx:
+                reads.fulltext(rx, q["question"], gate(engine.cfg, role).collections, engine.cfg.retrieval.lexical_k)
             control_ms = (time.perf_counter() - started) * 1000
             records = engine.ledger.records(run_id) if generate else []
             tokens = sum(r.input_tokens + r.output_tokens for r in records)

@@ -10,7 +10,8 @@ being served from the current one.
    model's ``batch_size`` through the embedding cache, and written page by page. A crash (or
    ``stop_after``) keeps what was written: a rerun embeds only the chunks still lacking it.
 3. When no current chunk lacks a vector, the switch happens in one write transaction that checks
-   that again and repoints ``(:IndexMeta)``; the old index becomes ``retired``. Chunks activated
+   that again and repoints ``(:IndexMeta)`` with a new epoch (every process's cached active index
+   expires with it, ``store.epochs``); the old index becomes ``retired``. Chunks activated
    meanwhile are caught up first, so nothing is ever served half-indexed.
 4. The old index and its chunk property are dropped (``drop_old``; keep it to switch back at
    the cost of the chunks activated since).
@@ -183,7 +184,7 @@ _SWITCH = """
 MATCH (m:IndexMeta {name: $meta})
 WHERE m.identity = $old
 SET m.identity = $identity, m.dimension = $dim, m.index = $index, m.property = $property,
-    m.reindexed_at = datetime(), m.previous_identity = $old
+    m.reindexed_at = datetime(), m.previous_identity = $old, m.epoch = randomUUID()
 WITH m
 MATCH (v:VectorIndex {identity: $identity})
 SET v.state = 'active', v.completed_at = datetime()

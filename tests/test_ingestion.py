@@ -151,7 +151,8 @@ def test_removed_document_is_withdrawn_from_retrieval(engine, unique, tmp_path):
 def test_changed_rules_on_the_same_chunk_drop_old_reference_keys(engine, unique):
     from rag_engine.graph import writer
     from rag_engine.packs import SourceDocument, make_chunk
-    from rag_engine.retrieval import store_reads
+    from rag_engine.store import reads
+    from rag_engine.store.session import read_transaction
 
     doc = SourceDocument(
         pack=unique,
@@ -179,13 +180,8 @@ def test_changed_rules_on_the_same_chunk_drop_old_reference_keys(engine, unique)
         writer.activate_version(engine.driver, engine.database, pack=unique, doc_id="d", version="v1")
 
     def hits(key):
-        return store_reads.by_keys(
-            engine.driver,
-            engine.database,
-            [f"{unique}|{key}"],
-            ("kb_internal",),
-            5,
-        )[0]
+        with read_transaction(engine.driver, engine.database) as rx:
+            return reads.by_keys(rx, [f"{unique}|{key}"], ("kb_internal",), 5)[0]
 
     assert hits("policy:pol-111") == [] and len(hits("policy:pol-222")) == 1
 

@@ -8,10 +8,11 @@ from evals import seed_comparison
 from rag_engine.engine import Engine
 from rag_engine.graph import writer
 from rag_engine.graph.entity_resolution import EntityResolver
-from rag_engine.graph.planner import plan
+from rag_engine.graph.planner import match_entities, plan
 from rag_engine.graph.traversal import candidate_chunks, score_path, traverse
 from rag_engine.ingest import ingest_pack
 from rag_engine.retrieval.retriever import retrieve
+from rag_engine.store.session import read_transaction
 from tests.support.packs import temp_pack
 
 
@@ -45,7 +46,8 @@ def test_seed_comparison_json(seed_world):
 
 def _plan(engine: Engine, pack, question: str, **planner):
     cfg = engine.cfg.planner.model_copy(update=planner)
-    return plan(engine.driver, engine.database, question, [pack], cfg, engine.cfg.traversal, ("kb_internal",))
+    with read_transaction(engine.driver, engine.database) as rx:
+        return plan(rx, question, [pack], cfg, engine.cfg.traversal, ("kb_internal",))
 
 
 @pytest.mark.parametrize(
@@ -90,7 +92,8 @@ def test_relationship_bonus_is_added_to_the_path_score(seed_world):
         "MATCH (e:Entity {normalized_name: 'project falcon', pack: $p}) RETURN e.entity_id AS id", p=seed_world[1].name
     )
     cfg = engine.cfg.traversal.model_copy(update={"relationship_bonus": {"depends_on": 0.1}})
-    paths = traverse(engine.driver, engine.database, [(rows[0]["id"], "Project Falcon")], cfg, ("kb_internal",))
+    with read_transaction(engine.driver, engine.database) as rx:
+        paths = traverse(rx, [(rows[0]["id"], "Project Falcon")], cfg, ("kb_internal",))
     best = paths[0]
     assert best.hops[0].type == "depends_on"
     assert best.path_score == pytest.approx(0.83 / 1 + 0.1)
@@ -185,7 +188,8 @@ def test_dense_graph_never_exceeds_the_caps(engine, unique, tmp_path):
         )
     writer.write_inferred(engine.driver, engine.database, pack=unique, doc_id="hub", records=records)
     cfg = engine.cfg.traversal.model_copy(update={"max_paths": 7, "per_seed_limit": 3, "max_candidates": 2})
-    paths = traverse(engine.driver, engine.database, [(hub, "hub service")], cfg, ("kb_internal",))
+    with read_transaction(engine.driver, engine.database) as rx:
+        paths = traverse(rx, [(hub, "hub service")], cfg, ("kb_internal",))
     assert 0 < len(paths) <= 3  # per-seed limit binds before max_paths with one seed
     assert all(len(p.hops) <= cfg.max_depth for p in paths)
     assert len(candidate_chunks(paths, cfg.max_candidates)) <= 2
@@ -206,19 +210,16 @@ def test_graph_path_never_crosses_into_a_forbidden_collection(seed_world):
     engine, pack, _ = seed_world
     question = "Which system does Project Falcon depend on?"
     assert _plan(engine, pack, question).reason == "traverse"
-    public = plan(
-        engine.driver, engine.database, question, [pack], engine.cfg.planner, engine.cfg.traversal, ("kb_public",)
-    )
-    assert public.reason == "missing_graph_entities" and not public.seeds
     rows, _, _ = engine.driver.execute_query(
         "MATCH (e:Entity {normalized_name: 'project falcon', pack: $p}) RETURN e.entity_id AS id", p=pack.name
     )
-    assert (
-        traverse(
-            engine.driver, engine.database, [(rows[0]["id"], "Project Falcon")], engine.cfg.traversal, ("kb_public",)
-        )
-        == []
-    )
+    with read_transaction(engine.driver, engine.database) as rx:
+        public = plan(rx, question, [pack], engine.cfg.planner, engine.cfg.traversal, ("kb_public",))
+        # the internal edges are invisible to kb_public: the planner stops before any entity lookup,
+        # and the lookup itself would find no entity either
+        assert public.reason == "no_eligible_edges" and not public.seeds
+        assert match_entities(rx, question, [pack], ("kb_public",)) == []
+        assert traverse(rx, [(rows[0]["id"], "Project Falcon")], engine.cfg.traversal, ("kb_public",)) == []
     eng = Engine(
         engine.cfg.model_copy(update={"roles": {"outsider": ("kb_public",)}}), engine.root, engine.env, packs=[pack]
     )
@@ -228,3 +229,79 @@ def test_graph_path_never_crosses_into_a_forbidden_collection(seed_world):
         eng.close()
     assert all(c.path is None and c.collection == "kb_public" for c in result.candidates)
     assert "Project Falcon" not in str(result.plan)
+
+
+def test_eligible_edge_check_is_cached_until_a_graph_write(engine, unique, tmp_path):
+    """Without a retrieval-eligible edge in the caller's packs and collections the planner skips
+    its entity reads; that fact is cached per process and expires with the next graph write."""
+    pack = temp_pack(
+        engine,
+        unique,
+        tmp_path / "corpus",
+        {"hub.md": "---\nid: POL-991\n---\n# Hub\n## Part 1\nThe hub service talks to the spoke cluster.\n"},
+    )
+    ingest_pack(engine, pack, extract=False)
+    rows, _, _ = engine.driver.execute_query(
+        "MATCH (c:Chunk {pack: $p, active: true}) RETURN c.chunk_id AS id, c.doc_version AS v ORDER BY id LIMIT 1",
+        p=unique,
+    )
+    chunk_id, version = rows[0]["id"], rows[0]["v"]
+    resolver = EntityResolver(unique, {})
+    hub, spoke = resolver.entity_id("hub service"), resolver.entity_id("spoke cluster")
+    prov = {
+        "doc_id": "hub",
+        "chunk_id": chunk_id,
+        "doc_version": version,
+        "confidence_bucket": "high",
+        "extraction_run_id": "cache",
+        "model": "fixture",
+        "prompt_hash": "p",
+        "source_type": "llm_inferred_graph",
+    }
+    record = {
+        "entities": [
+            {
+                "entity_id": eid,
+                "name": name,
+                "normalized_name": name,
+                "type": "system",
+                "description": "",
+                "provenance": prov,
+            }
+            for eid, name in ((hub, "hub service"), (spoke, "spoke cluster"))
+        ],
+        "relationships": [
+            {
+                "source_id": hub,
+                "target_id": spoke,
+                "type": "depends_on",
+                "description": "",
+                "confidence": 0.9,
+                "retrieval_eligible": True,
+                "provenance": prov,
+            }
+        ],
+    }
+    eng = Engine(
+        engine.cfg.model_copy(update={"roles": {"employee": ("kb_internal",)}}), engine.root, engine.env, packs=[pack]
+    )
+
+    def planner_step() -> dict:
+        result = retrieve(eng, "What does the hub service depend on?", "employee")
+        return next(s for s in result.trace if s["step"] == "planner")
+
+    try:
+        first, second = planner_step(), planner_step()
+        assert (first["reason"], first["eligible_edges_cached"]) == ("no_eligible_edges", False)
+        assert (second["reason"], second["eligible_edges_cached"]) == ("no_eligible_edges", True)
+
+        writer.write_inferred(engine.driver, engine.database, pack=unique, doc_id="hub", records=[record])
+        after = planner_step()  # another driver wrote: the epoch, not the process, invalidates
+        assert (after["reason"], after["eligible_edges_cached"]) == ("traverse", False), after
+        assert planner_step()["eligible_edges_cached"] is True
+
+        writer.write_inferred(engine.driver, engine.database, pack=unique, doc_id="hub", records=[])
+        gone = planner_step()
+        assert (gone["reason"], gone["eligible_edges_cached"]) == ("no_eligible_edges", False)
+    finally:
+        eng.close()

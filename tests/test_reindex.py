@@ -64,9 +64,13 @@ def _engine(cfg: EngineConfig, tmp_path: Path, embedder: str) -> Engine:
     return Engine(cfg, ROOT, env)
 
 
-def _dense_hits(engine: Engine) -> int:
+def _dense_step(engine: Engine) -> dict:
     result = retrieve(engine, QUESTION, "employee", weights={"dense": 1.0})  # whatever the embedder's default weight
-    return next(s for s in result.trace if s["step"] == "dense")["hits"]
+    return next(s for s in result.trace if s["step"] == "dense")
+
+
+def _dense_hits(engine: Engine) -> int:
+    return _dense_step(engine)["hits"]
 
 
 def test_blue_green_reindex_serves_throughout_and_resumes(base_config, tmp_path, neo4j_driver, unique):
@@ -82,6 +86,7 @@ def test_blue_green_reindex_serves_throughout_and_resumes(base_config, tmp_path,
     a_meta = schema.current_embedder(a.driver, a.database)
     assert a_meta["identity"] == a.embedder_identity
     assert _dense_hits(a) > 0
+    assert _dense_step(a)["index_cached"] is True  # the active index is cached per process and epoch
     try:
         # a crash mid-way: one page written, no switch; the old index keeps serving A's queries
         crashed = run_reindex(b, stop_after=1, page_size=2)
@@ -142,8 +147,12 @@ def test_blue_green_reindex_serves_throughout_and_resumes(base_config, tmp_path,
         # B is served from its own index; A's config is refused until restarted with B's
         meta = schema.current_embedder(b.driver, b.database)
         assert (meta["identity"], meta["index"], meta["property"]) == (b.embedder_identity, done.index, done.property)
-        assert _dense_hits(b) > 0
-        with pytest.raises(EmbedderMismatch):
+        # the switch gave the index a new epoch: each process's cached active index expired with it
+        # (B's process had cached A's index when its early query was refused)
+        first = _dense_step(b)
+        assert first["hits"] > 0 and first["index_cached"] is False
+        assert _dense_step(b)["index_cached"] is True
+        with pytest.raises(EmbedderMismatch):  # A's process cached its own index: refused all the same
             _dense_hits(a)
         assert reindex_info(b) == {"embedder_identity": b.embedder_identity, "complete": True}
         assert done.retired_kept == (a_meta["index"],)
@@ -172,7 +181,8 @@ def test_blue_green_reindex_serves_throughout_and_resumes(base_config, tmp_path,
     assert back.embedded_chunks <= back.active_chunks - back.already_present, render_text(back)
     assert back.dropped == (done.index,)
     assert schema.current_embedder(a.driver, a.database)["identity"] == a.embedder_identity
-    assert _dense_hits(a) > 0
+    step = _dense_step(a)
+    assert step["hits"] > 0 and step["index_cached"] is False  # the way back is a new epoch too
     assert reindex_info(a) == {"embedder_identity": a.embedder_identity, "complete": True}
     left = neo4j_driver.execute_query(
         f"MATCH (c:Chunk) WHERE c.{done.property} IS NOT NULL RETURN count(c) AS n", database_=a.database

@@ -9,8 +9,8 @@ import pytest
 
 from rag_engine.engine import Engine
 from rag_engine.errors import EmbedderMismatch, PolicyError
-from rag_engine.retrieval import store_reads
 from rag_engine.retrieval.retriever import retrieve
+from rag_engine.store import reads, session
 from tests.support.cli import rag
 
 QUERIES = [
@@ -92,8 +92,13 @@ def test_query_with_another_embedder_demands_reindex(ingested_engine, tmp_path):
 
 def test_query_path_sessions_are_read_only(ingested_engine):
     with pytest.raises(neo4j.exceptions.ClientError):
-        store_reads.read(ingested_engine.driver, ingested_engine.database, "CREATE (:Intruder {x: 1})")
-    rows = store_reads.read(ingested_engine.driver, ingested_engine.database, "MATCH (n:Intruder) RETURN count(n) AS n")
+        session.read(ingested_engine.driver, ingested_engine.database, "CREATE (:Intruder {x: 1})")
+    with (
+        pytest.raises(neo4j.exceptions.ClientError),
+        session.read_transaction(ingested_engine.driver, ingested_engine.database) as rx,
+    ):
+        rx.rows("CREATE (:Intruder {x: 1})")
+    rows = session.read(ingested_engine.driver, ingested_engine.database, "MATCH (n:Intruder) RETURN count(n) AS n")
     assert rows == [{"n": 0}]
 
 
@@ -120,7 +125,8 @@ def test_small_collection_still_gets_k_dense_hits(ingested_engine):
     """kb_public is a few dozen chunks among ~700: the unfiltered index must be over-fetched
     until the permitted nearest neighbours are found."""
     vec = ingested_engine.embed_texts(["right to erasure of personal data"], purpose="test")[0]
-    rows = store_reads.vector(ingested_engine.driver, ingested_engine.database, vec, ("kb_public",), 20)
+    with session.read_transaction(ingested_engine.driver, ingested_engine.database) as rx:
+        rows = reads.vector(rx, vec, ("kb_public",), 20, ingested_engine.embedder_identity)
     total, _, _ = ingested_engine.driver.execute_query(
         "MATCH (c:Chunk {active: true, collection: 'kb_public'}) RETURN count(c) AS n"
     )
@@ -149,3 +155,25 @@ def test_k_is_honoured_and_validated(ingested_engine):
     assert len(retrieve(ingested_engine, "right to erasure", "legal_analyst", k=3).candidates) <= 3
     with pytest.raises(QueryInputError):
         retrieve(ingested_engine, "right to erasure", "legal_analyst", k=-1)
+
+
+def test_the_engine_answers_over_a_routing_uri(ingested_engine):
+    """``neo4j://`` against the single local server: the driver fetches a routing table and sends
+    every read of the query path (one read transaction per question) to a reader."""
+    direct_uri = ingested_engine.neo4j_target.uri
+    routed_uri = "neo4j://" + direct_uri.split("://", 1)[1]
+    routed = Engine(ingested_engine.cfg, ingested_engine.root, {**ingested_engine.env, "NEO4J_URI": routed_uri})
+    question = "right to erasure ('right to be forgotten')"
+    try:
+        assert routed.neo4j_target.uri.startswith("neo4j://")
+        over_routing = retrieve(routed, question, "legal_analyst", weights={"dense": 1.0})
+        with (
+            pytest.raises(neo4j.exceptions.ClientError),
+            session.read_transaction(routed.driver, routed.database) as rx,
+        ):
+            rx.rows("CREATE (:Intruder {x: 1})")  # a reader's transaction refuses writes
+    finally:
+        routed.close()
+    direct = retrieve(ingested_engine, question, "legal_analyst", weights={"dense": 1.0})
+    assert over_routing.candidates and over_routing.candidates == direct.candidates
+    assert over_routing.expansions == direct.expansions

@@ -1,34 +1,91 @@
-"""Query-path latency at 10k and 100k chunks: p50/p95 of retrieve() (policy gate, exact references,
-fulltext, vector, planner, traversal, fusion, reference expansion), measured in one run.
+"""Query-path latency at growing corpus sizes, paired with a raw hybrid query as the control.
+
+For each size the golden questions run through ``retrieve()`` (policy gate, exact references,
+fulltext, vector, planner, traversal, fusion, reference expansion) and, interleaved question by
+question, through one raw Cypher query doing what neo4j-graphrag's HybridRetriever does: the
+vector and fulltext indexes on the same data, with the same query vector and the same escaped
+text, each normalised by its max score, merged, top k. The machine's load moves both alike, so
+the figure that matters is the paired ratio engine/raw per repeat and how it grows with size.
 
 Synthetic chunks are sampled from the shipped corpora's sentences (seeded), written through the
-pipeline's own batched writer under a throwaway pack, embedded with the active embedder, and
-removed afterwards. The golden questions are the query workload.
+pipeline's own batched writer under a throwaway pack (collection legal_public), and removed
+afterwards. The dataset of one size is built once and reused by every repeat; a size grows the
+previous one. The embedder is pinned to the built-in hash embedder (``hash-embed-384``): a
+neural embedder would make a 100k build take hours, and the query path's cost does not depend on
+what the vectors mean. Its fusion weight is forced to 1.0 so the dense leg runs. The database
+must hold no index of another embedder (use an empty one).
 
-    python -m evals.bench.query [--sizes 10000 100000] [--repeat 2]
+    python -m evals.bench.query [--sizes 1000 10000 100000] [--repeat 3] [--json out.json]
+                                [--pack NAME --keep]
+
+``--pack NAME --keep`` keeps the synthetic chunks for a later run with the same pack name, which
+grows them only as far as its sizes need: two versions of the engine can be measured in turn on
+one dataset.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
+import logging
+import os
 import random
 import re
 import statistics
 import time
 import uuid
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from rag_engine import yaml_safe
 from rag_engine.documents import discover, load_document
 from rag_engine.engine import Engine
-from rag_engine.errors import ConfigError
+from rag_engine.errors import ConfigError, EmbedderMismatch
 from rag_engine.graph import schema, writer
 from rag_engine.packs import SourceDocument, make_chunk
+from rag_engine.retrieval.policy import gate
 from rag_engine.retrieval.retriever import retrieve
+from rag_engine.store.reads import lucene_escape, vector_fetch
 
 _SENTENCE = re.compile(r"(?<=[.;:])\s+")
 DOC_CHUNKS = 1000
+BENCH_EMBEDDER = "hash-embed-384"
+ROLE = "legal_analyst"
+WEIGHTS = {"dense": 1.0}
+"""The hash embedder's configured dense weight is 0 (the leg would be skipped): force it on."""
+
+RAW_HYBRID = """
+CALL () {
+  CALL db.index.vector.queryNodes($index, $vector_fetch, $embedding) YIELD node, score
+  WHERE node.active AND coalesce(node.eligible, true) AND node.collection IN $collections
+  WITH node, score ORDER BY score DESC LIMIT $k
+  WITH collect({node: node, score: score}) AS hits, max(score) AS top
+  UNWIND hits AS h
+  RETURN h.node AS node, h.score / top AS score
+  UNION
+  CALL db.index.fulltext.queryNodes($fulltext, $q, {limit: $text_fetch}) YIELD node, score
+  WHERE node.active AND coalesce(node.eligible, true) AND node.collection IN $collections
+  WITH node, score ORDER BY score DESC LIMIT $k
+  WITH collect({node: node, score: score}) AS hits, max(score) AS top
+  UNWIND hits AS h
+  RETURN h.node AS node, h.score / top AS score
+}
+WITH node, max(score) AS score ORDER BY score DESC LIMIT $k
+RETURN node.chunk_id AS chunk_id, node.text AS text, score
+"""
+"""The control: neo4j-graphrag's hybrid query shape, with the engine's permission filter and
+fetch sizes (vector max(5k, 50), fulltext 4k) so both read the same index entries."""
+
+
+def bench_engine() -> Engine:
+    """The configured engine with the hash embedder pinned as the active one."""
+    base = Engine.from_path()
+    cfg = base.cfg
+    pinned = cfg.model_copy(update={"defaults": cfg.defaults.model_copy(update={"embedding_model": BENCH_EMBEDDER})})
+    return Engine(pinned, base.root, base.env)
 
 
 def sentence_pool(engine: Engine) -> list[str]:
@@ -41,8 +98,8 @@ def sentence_pool(engine: Engine) -> list[str]:
 
 
 def grow(engine: Engine, pack: str, pool: list[str], start: int, stop: int, rng: random.Random) -> float:
-    """Add chunks start..stop (in documents of DOC_CHUNKS); returns seconds spent writing."""
-    spent = 0.0
+    """Add chunks start..stop (in documents of DOC_CHUNKS); returns seconds spent building."""
+    t0 = time.perf_counter()
     for first in range(start, stop, DOC_CHUNKS):
         doc = SourceDocument(
             pack=pack,
@@ -59,7 +116,6 @@ def grow(engine: Engine, pack: str, pool: list[str], start: int, stop: int, rng:
             for i in range(min(DOC_CHUNKS, stop - first))
         ]
         vectors = engine.embed_texts([f"{c.heading}\n{c.text}" for c in chunks], purpose="bench")
-        t0 = time.perf_counter()
         writer.write_document_version(
             engine.driver,
             engine.database,
@@ -81,10 +137,9 @@ def grow(engine: Engine, pack: str, pool: list[str], start: int, stop: int, rng:
             batch_size=1000,
         )
         writer.activate_version(engine.driver, engine.database, pack=pack, doc_id=doc.doc_id, version="v1")
-        spent += time.perf_counter() - t0
     with engine.driver.session(database=engine.database) as s:
         s.run("CALL db.awaitIndexes(1200)").consume()
-    return spent
+    return time.perf_counter() - t0
 
 
 def cleanup(engine: Engine, pack: str) -> None:
@@ -104,58 +159,140 @@ def questions(engine: Engine) -> list[str]:
     return out
 
 
-def measure(engine: Engine, qs: list[str], repeat: int) -> dict[str, float]:
-    for q in qs[:5]:  # warm caches and the query planner once
-        retrieve(engine, q, "legal_analyst")
-    times = []
+def raw_hybrid(engine: Engine, question: str, collections: list[str], index: str) -> list[dict[str, Any]]:
+    """The control: embed, escape, one query (the engine's own escaping, so both search the same text)."""
+    cfg = engine.cfg.retrieval
+    k = cfg.final_k
+    vec = engine.embed_texts([question], purpose="query")[0]
+    records, _, _ = engine.driver.execute_query(
+        RAW_HYBRID,
+        index=index,
+        fulltext=schema.CHUNK_FULLTEXT,
+        embedding=vec,
+        q=lucene_escape(question) or '""',
+        collections=collections,
+        k=k,
+        vector_fetch=vector_fetch(cfg.dense_k),
+        text_fetch=cfg.lexical_k * 4,
+        database_=engine.database,
+        routing_="r",
+    )
+    return [r.data() for r in records]
+
+
+def _pct(times: list[float], p: float) -> float:
+    return float(np.percentile(times, p))
+
+
+def measure(engine: Engine, qs: list[str], repeat: int) -> list[dict[str, float]]:
+    """Per repeat: engine and raw p50/p95 over all questions, run interleaved (same load)."""
+    collections = list(gate(engine.cfg, ROLE, None).collections)
+    meta = schema.current_embedder(engine.driver, engine.database)
+    assert meta is not None
+    for q in qs[:5]:  # warm caches and the Cypher planner once
+        retrieve(engine, q, ROLE, weights=WEIGHTS)
+        raw_hybrid(engine, q, collections, meta["index"])
+    out = []
     for _ in range(repeat):
+        eng_ms: list[float] = []
+        raw_ms: list[float] = []
         for q in qs:
             t0 = time.perf_counter()
-            retrieve(engine, q, "legal_analyst")
-            times.append((time.perf_counter() - t0) * 1000)
-    return {
-        "p50": float(np.percentile(times, 50)),
-        "p95": float(np.percentile(times, 95)),
-        "mean": statistics.fmean(times),
-        "n": len(times),
-    }
+            retrieve(engine, q, ROLE, weights=WEIGHTS)
+            t1 = time.perf_counter()
+            raw_hybrid(engine, q, collections, meta["index"])
+            t2 = time.perf_counter()
+            eng_ms.append((t1 - t0) * 1000)
+            raw_ms.append((t2 - t1) * 1000)
+        e50, e95, r50, r95 = _pct(eng_ms, 50), _pct(eng_ms, 95), _pct(raw_ms, 50), _pct(raw_ms, 95)
+        out.append(
+            {
+                "engine_p50": e50,
+                "engine_p95": e95,
+                "raw_p50": r50,
+                "raw_p95": r95,
+                "ratio_p50": e50 / r50,
+                "ratio_p95": e95 / r95,
+            }
+        )
+    return out
+
+
+def _spread(values: list[float]) -> str:
+    return f"{min(values):7.1f} {statistics.median(values):7.1f} {max(values):7.1f}"
+
+
+def _ratio_spread(values: list[float]) -> str:
+    return f"{min(values):5.2f} {statistics.median(values):5.2f} {max(values):5.2f}"
+
+
+def render(results: list[dict[str, Any]]) -> str:
+    head = (
+        f"{'chunks':>7} | {'engine p50 ms':^23} | {'engine p95 ms':^23} | {'raw p50 ms':^23} | {'raw p95 ms':^23} "
+        f"| {'engine/raw p50':^17} | {'engine/raw p95':^17}"
+    )
+    spans = [f"{'min':>7} {'median':>7} {'max':>7}"] * 4 + [f"{'min':>5} {'med':>5} {'max':>5}"] * 2
+    lines = [head, f"{'':>7} | " + " | ".join(spans)]
+    for r in results:
+        reps = r["repeats"]
+        cols = [_spread([x[key] for x in reps]) for key in ("engine_p50", "engine_p95", "raw_p50", "raw_p95")]
+        cols += [_ratio_spread([x[key] for x in reps]) for key in ("ratio_p50", "ratio_p95")]
+        lines.append(f"{r['size']:>7} | " + " | ".join(cols))
+    if len(results) > 1:
+        med = {r["size"]: {k: statistics.median(x[k] for x in r["repeats"]) for k in r["repeats"][0]} for r in results}
+        sizes = sorted(med)
+        for small, big in itertools.pairwise(sizes):
+            a, b = med[small], med[big]
+            lines.append(
+                f"{small} -> {big}: engine p95 x{b['engine_p95'] / a['engine_p95']:.2f}, "
+                f"raw p95 x{b['raw_p95'] / a['raw_p95']:.2f} (medians over repeats)"
+            )
+    return "\n".join(lines)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
-    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--json", type=Path, help="also write the per-repeat figures here")
+    ap.add_argument("--pack", help="name of the synthetic pack (default: a fresh one)")
+    ap.add_argument("--keep", action="store_true", help="keep the synthetic chunks for a later run")
     args = ap.parse_args()
 
-    engine = Engine.from_path()
+    logging.getLogger("neo4j").setLevel(logging.ERROR)  # the driver's notifications are not results
+    engine = bench_engine()
     schema.ensure_schema(engine.driver, engine.database)
     spec = engine.registry.embedding
-    dimension = spec.model.dimension
-    if dimension is None:  # config validation requires one on every embedding model
+    if spec.model.dimension is None:  # config validation requires one on every embedding model
         raise ConfigError(f"embedding model {spec.name!r} has no dimension")
-    schema.ensure_vector_index(engine.driver, engine.database, spec.identity, dimension)
+    try:
+        schema.ensure_vector_index(engine.driver, engine.database, spec.identity, spec.model.dimension)
+    except EmbedderMismatch as exc:
+        raise SystemExit(f"the benchmark needs a database without another embedder's index: {exc}") from None
     pool, qs = sentence_pool(engine), questions(engine)
-    pack = f"benchq_{uuid.uuid4().hex[:8]}"
-    rng = random.Random(7)
-    rows = []
-    have = 0
+    pack = args.pack or f"benchq_{uuid.uuid4().hex[:8]}"
+    results: list[dict[str, Any]] = []
+    records, _, _ = engine.driver.execute_query(
+        "MATCH (c:Chunk {pack: $p}) RETURN count(c) AS n", p=pack, database_=engine.database
+    )
+    have = int(records[0]["n"])
+    rng = random.Random(7 + have)  # a resumed build does not repeat the first chunks' sentences
+    load = os.getloadavg()
+    print(f"{len(qs)} golden questions x {args.repeat} repeats per size; load average {load[0]:.2f} {load[1]:.2f}")
     try:
         for size in sorted(args.sizes):
-            seconds = grow(engine, pack, pool, have, size, rng)
-            have = size
-            stats = measure(engine, qs, args.repeat)
-            rows.append((size, stats, seconds))
-            print(
-                f"{size:>7} synthetic chunks (+ corpus): p50 {stats['p50']:7.1f} ms  p95 {stats['p95']:7.1f} ms  "
-                f"mean {stats['mean']:7.1f} ms  over {stats['n']} queries   (write {seconds:.1f}s)",
-                flush=True,
-            )
+            seconds = grow(engine, pack, pool, have, size, rng) if size > have else 0.0
+            have = max(have, size)
+            reps = measure(engine, qs, args.repeat)
+            results.append({"size": have, "build_s": round(seconds, 1), "repeats": reps, "load": os.getloadavg()[0]})
+            print(f"{have:>7} synthetic chunks (built in {seconds:.1f}s); load {os.getloadavg()[0]:.2f}", flush=True)
+            print(render(results), flush=True)
     finally:
-        cleanup(engine, pack)
+        if not args.keep:
+            cleanup(engine, pack)
         engine.close()
-    if len(rows) > 1:
-        (s0, a, _), (s1, b, _) = rows[0], rows[-1]
-        print(f"{s1 // s0}x more chunks -> p50 x{b['p50'] / a['p50']:.2f}, p95 x{b['p95'] / a['p95']:.2f}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

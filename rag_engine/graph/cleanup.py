@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from rag_engine import approvals
 from rag_engine.errors import ApprovalMismatch, ApprovalRequired
 from rag_engine.graph.connection import single_record
-from rag_engine.retrieval.store_reads import read
+from rag_engine.store.session import read
 
 
 class CleanupNotApproved(ApprovalRequired):

@@ -9,23 +9,26 @@ pointless:
   missing_graph_entities   no entity of a permitted pack matches the question
   ambiguous_entity_match   more matches than planner.max_ambiguous_matches: seeds would be guesses
   single_entity_query      one entity and no relationship asked about: its own chunks are the answer
-  low_confidence_match     seeds exist but none has a retrieval-eligible edge above the floor
-
-Otherwise the decision is ``traverse`` with the seeds. Thresholds come from config.
+  no_eligible_edges        no retrieval-eligible edge above the floor exists in the permitted packs
+                           and collections at all: nothing to traverse, so no entity is looked up
+                           (a per-process fact cached until a graph write, ``store.epochs``)
+Otherwise the decision is ``traverse`` with the seeds. Thresholds come from config. Every read
+runs in the question's read transaction (``store.session.Reads``).
 """
 
 from __future__ import annotations
 
 import re
 
-import neo4j
 from pydantic import BaseModel, ConfigDict
 
 from rag_engine.config import PlannerConfig, TraversalConfig
 from rag_engine.graph.entity_resolution import EntityResolver, normalize_name
-from rag_engine.graph.schema import ENTITY_FULLTEXT
 from rag_engine.packs import DomainPack
-from rag_engine.retrieval.store_reads import lucene_escape, read
+from rag_engine.store.epochs import any_eligible_edge
+from rag_engine.store.names import ENTITY_FULLTEXT
+from rag_engine.store.reads import lucene_escape
+from rag_engine.store.session import Reads
 
 _WORD = re.compile(r"[a-z0-9]+")
 _STOP = frozenset(
@@ -74,6 +77,7 @@ _GENERIC_RELATIONAL = ("between", "relat", "connect", "link", "depend", "respons
 TRAVERSE = "traverse"
 FALLBACKS = (
     "simple_question",
+    "no_eligible_edges",
     "missing_graph_entities",
     "ambiguous_entity_match",
     "single_entity_query",
@@ -129,8 +133,7 @@ ENTITY_FETCH_CAP = 5000
 
 
 def match_entities(
-    driver: neo4j.Driver,
-    database: str,
+    rx: Reads,
     question: str,
     packs: list[DomainPack],
     collections: tuple[str, ...],
@@ -147,9 +150,7 @@ def match_entities(
     # entities of the same name (many packs in one database) must not push this pack's out
     fetch = limit * 4
     while True:
-        result = read(
-            driver,
-            database,
+        result = rx.rows(
             f"CALL db.index.fulltext.queryNodes('{ENTITY_FULLTEXT}', $q, {{limit: $fetch}}) YIELD node AS e "
             "WITH collect(e) AS hits "
             "RETURN size(hits) AS total, [e IN hits WHERE e.pack IN $packs AND EXISTS { "
@@ -182,9 +183,7 @@ def match_entities(
             if any(f" {normalize_name(a)} " in normalized_question for a in (canonical, *aliases)):
                 norm = resolver.resolve(canonical)
                 eid = resolver.entity_id(norm)
-                found = read(
-                    driver,
-                    database,
+                found = rx.rows(
                     "MATCH (e:Entity {entity_id: $id}) WHERE EXISTS { MATCH (e)-[:MENTIONED_IN]->(c:Chunk) "
                     "WHERE c.active AND c.collection IN $collections } RETURN e.name AS name",
                     id=eid,
@@ -195,12 +194,8 @@ def match_entities(
     return sorted(seeds.values(), key=lambda s: (-s.score, s.name))[:limit]
 
 
-def eligible_edge_count(
-    driver: neo4j.Driver, database: str, seed_ids: list[str], floor: float, collections: tuple[str, ...]
-) -> int:
-    rows = read(
-        driver,
-        database,
+def eligible_edge_count(rx: Reads, seed_ids: list[str], floor: float, collections: tuple[str, ...]) -> int:
+    rows = rx.rows(
         "MATCH (e:Entity)-[r:RELATED]-() WHERE e.entity_id IN $ids AND r.retrieval_eligible "
         "AND r.confidence >= $floor AND EXISTS { MATCH (ev:Chunk {chunk_id: r.chunk_id}) "
         "WHERE ev.active AND ev.collection IN $collections } RETURN count(r) AS n",
@@ -212,8 +207,7 @@ def eligible_edge_count(
 
 
 def plan(
-    driver: neo4j.Driver,
-    database: str,
+    rx: Reads,
     question: str,
     packs: list[DomainPack],
     planner: PlannerConfig,
@@ -225,11 +219,14 @@ def plan(
         return PlanDecision(
             traverse=False, reason="simple_question", detail=f"{len(terms)} content terms < {planner.min_query_terms}"
         )
-    matches = [
-        s
-        for s in match_entities(driver, database, question, packs, collections)
-        if s.score >= planner.min_entity_match_score
-    ]
+    edges, _cached = any_eligible_edge(rx, [p.name for p in packs], collections, traversal.confidence_floor)
+    if not edges:
+        return PlanDecision(
+            traverse=False,
+            reason="no_eligible_edges",
+            detail=f"no retrieval-eligible edge >= {traversal.confidence_floor} in the permitted collections",
+        )
+    matches = [s for s in match_entities(rx, question, packs, collections) if s.score >= planner.min_entity_match_score]
     if not matches:
         return PlanDecision(
             traverse=False,
@@ -263,10 +260,7 @@ def plan(
             matches=len(matches),
             detail="no relationship asked",
         )
-    if (
-        eligible_edge_count(driver, database, [s.entity_id for s in matches], traversal.confidence_floor, collections)
-        == 0
-    ):
+    if eligible_edge_count(rx, [s.entity_id for s in matches], traversal.confidence_floor, collections) == 0:
         return PlanDecision(
             traverse=False,
             reason="low_confidence_match",

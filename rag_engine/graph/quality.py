@@ -22,7 +22,7 @@ from typing import Any
 import neo4j
 
 from rag_engine.graph.cleanup import STALE
-from rag_engine.retrieval.store_reads import read
+from rag_engine.store.session import read
 
 PROVENANCE_FIELDS = (
     "doc_id",

@@ -8,8 +8,10 @@ Blue/green re-index (``rag_engine.reindex``): every embedder identity gets its o
 and chunk property, named by the identity (``index_names``); the (:IndexMeta) node points at the
 active pair (``index``, ``property``). The first index of a database keeps the original names
 (``chunk_embedding`` on ``embedding``), which is also what an IndexMeta without those fields
-means. Each non-active index is a (:VectorIndex {identity, index, property, state}) record:
-``building`` while a re-index fills it, ``retired`` after a switch until it is dropped.
+means. ``IndexMeta.epoch`` gets a fresh token whenever the active index changes (created,
+switched): the query path caches the active index per epoch (``store.epochs``). Each non-active
+index is a (:VectorIndex {identity, index, property, state}) record: ``building`` while a
+re-index fills it, ``retired`` after a switch until it is dropped.
 
 Schema statements take schema locks: two ingests starting together on a fresh database deadlock
 on them (``TransientError: DeadlockDetected``). So every schema statement is retried on a
@@ -33,15 +35,14 @@ import neo4j
 from neo4j.exceptions import ClientError, TransientError
 
 from rag_engine.errors import EmbedderMismatch, StoreError
+from rag_engine.store.names import CHUNK_FULLTEXT as CHUNK_FULLTEXT
+from rag_engine.store.names import EMBEDDING_PROPERTY as EMBEDDING_PROPERTY
+from rag_engine.store.names import ENTITY_FULLTEXT as ENTITY_FULLTEXT
+from rag_engine.store.names import VECTOR_INDEX as VECTOR_INDEX
 
 log = logging.getLogger(__name__)
 
-VECTOR_INDEX = "chunk_embedding"
-EMBEDDING_PROPERTY = "embedding"
-"""Names of a database's first vector index and chunk property (and of an IndexMeta without them)."""
 _SAFE_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-CHUNK_FULLTEXT = "chunk_text"
-ENTITY_FULLTEXT = "entity_name"
 
 CONSTRAINTS = (
     "CREATE CONSTRAINT document_key IF NOT EXISTS FOR (d:Document) REQUIRE d.key IS UNIQUE",
@@ -52,6 +53,7 @@ CONSTRAINTS = (
     "CREATE CONSTRAINT extraction_run_id IF NOT EXISTS FOR (r:ExtractionRun) REQUIRE r.run_id IS UNIQUE",
     "CREATE CONSTRAINT index_meta_name IF NOT EXISTS FOR (m:IndexMeta) REQUIRE m.name IS UNIQUE",
     "CREATE CONSTRAINT vector_index_identity IF NOT EXISTS FOR (v:VectorIndex) REQUIRE v.identity IS UNIQUE",
+    "CREATE CONSTRAINT store_epoch_name IF NOT EXISTS FOR (e:StoreEpoch) REQUIRE e.name IS UNIQUE",
 )
 INDEXES = (
     "CREATE INDEX chunk_doc IF NOT EXISTS FOR (c:Chunk) ON (c.doc_id)",
@@ -174,7 +176,7 @@ def ensure_vector_index(driver: neo4j.Driver, database: str, identity: str, dime
             driver,
             database,
             "MERGE (m:IndexMeta {name: $name}) ON CREATE SET m.identity = $identity, "
-            "m.dimension = $dim, m.index = $index, m.property = $property",
+            "m.dimension = $dim, m.index = $index, m.property = $property, m.epoch = randomUUID()",
             name=VECTOR_INDEX,
             identity=identity,
             dim=dimension,
@@ -192,16 +194,6 @@ def ensure_vector_index(driver: neo4j.Driver, database: str, identity: str, dime
     run_schema_statement(driver, database, "CALL db.awaitIndexes(300)")
     active_property: str = existing["property"]
     return active_property
-
-
-def check_embedder(driver: neo4j.Driver, database: str, identity: str) -> None:
-    existing = current_embedder(driver, database)
-    if existing is None:
-        raise EmbedderMismatch("no chunk index exists yet: materialize chunk_index first")
-    if existing["identity"] != identity:
-        raise EmbedderMismatch(
-            f"index built with {existing['identity']!r}, query uses {identity!r}: a full re-index is required"
-        )
 
 
 def index_coverage(driver: neo4j.Driver, database: str, packs: list[str] | None = None) -> dict[str, Any] | None:

@@ -6,18 +6,18 @@ relationship_bonus is the mean, over the path's edges, of traversal.relationship
 (0 for types not listed). Expansion is breadth-first, one query per hop, and every hop keeps
 at most ``per_seed_limit`` edges per frontier entity (highest confidence first), so a dense
 graph costs the same as a sparse one. Paths never revisit an entity. Each path's evidence is
-the chunk its last edge was extracted from; a candidate chunk carries its best path.
+the chunk its last edge was extracted from; a candidate chunk carries its best path. The hops
+run in the question's read transaction (``store.session.Reads``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import neo4j
 from pydantic import BaseModel, ConfigDict
 
 from rag_engine.config import TraversalConfig
-from rag_engine.retrieval.store_reads import read
+from rag_engine.store.session import Reads
 
 # every hop must be evidenced by a current chunk the caller may read: the policy gate applies to
 # paths (entity names, edges) exactly as it does to chunk text
@@ -69,8 +69,7 @@ def score_path(hops: tuple[Hop, ...], bonus: dict[str, float]) -> tuple[float, f
 
 
 def traverse(
-    driver: neo4j.Driver,
-    database: str,
+    rx: Reads,
     seeds: list[tuple[str, str]],
     cfg: TraversalConfig,
     collections: tuple[str, ...],
@@ -83,9 +82,7 @@ def traverse(
         seed_paths: list[GraphPath] = []
         for _depth in range(cfg.max_depth):
             frontier = sorted({(p[-1].to_id if p else seed_id) for p in partial})
-            rows = read(
-                driver,
-                database,
+            rows = rx.rows(
                 _HOP,
                 frontier=frontier,
                 floor=cfg.confidence_floor,

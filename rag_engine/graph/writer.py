@@ -8,6 +8,9 @@ every other version's chunks (supersede). Until then the previous version keeps 
 A document owns the keys its pack says name it (``(:Document)-[:OWNS]->(:RefKey)``, see
 ``DomainPack.owned_keys``); a version whose chunks answer to a key another document owns is not
 written (``KeyConflict``), checked in the same transaction as the write.
+Writes that can change which inferred edges a question may traverse (chunks written, activated
+or withdrawn, inferred records replaced) bump the graph epoch last in their transaction
+(``store.epochs``), so no process keeps a cached graph fact past them.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import neo4j
 from rag_engine.errors import KeyConflict
 from rag_engine.graph.connection import single_record
 from rag_engine.packs import ChunkRecord, ReferenceRecord
+from rag_engine.store.epochs import bump_graph_epoch
 
 
 def batched(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
@@ -159,6 +163,7 @@ def write_document_version(
             tx.run(_WRITE_CHUNKS, rows=list(batch), key=key, pack=pack).consume()
         tx.run(_DROP_VANISHED_CHUNKS, key=key, chunk_ids=[r["chunk_id"] for r in rows]).consume()
         tx.run(_WRITE_OWNED, pack=pack, doc_id=doc_id, keys=sorted(set(owned_keys))).consume()
+        bump_graph_epoch(tx)
 
     with driver.session(database=database) as session:
         session.execute_write(work)
@@ -166,14 +171,15 @@ def write_document_version(
 
 def activate_version(driver: neo4j.Driver, database: str, *, pack: str, doc_id: str, version: str) -> None:
     """Make a written (and indexed) version the current one; every other version is superseded."""
-    driver.execute_query(
-        _ACTIVATE,
-        pack=pack,
-        doc_id=doc_id,
-        version=version,
-        key=version_key(pack, f"{doc_id}--{version}"),
-        database_=database,
-    )
+
+    def work(tx: neo4j.ManagedTransaction) -> None:
+        tx.run(
+            _ACTIVATE, pack=pack, doc_id=doc_id, version=version, key=version_key(pack, f"{doc_id}--{version}")
+        ).consume()
+        bump_graph_epoch(tx)
+
+    with driver.session(database=database) as session:
+        session.execute_write(work)
 
 
 def write_chunks_per_row(
@@ -327,6 +333,7 @@ def withdraw_missing(
             keys = single_record(tx.run(_DOC_KEYS, pack=pack, doc_id=doc_id), "document keys")["keys"]
             tx.run(_DROP_DOC_REFERENCES, pack=pack, doc_id=doc_id).consume()
             _resolve(tx, pack, keys, resolution_version)
+        bump_graph_epoch(tx)
         return list(withdrawn)
 
     with driver.session(database=database) as session:
@@ -426,6 +433,7 @@ def write_inferred(
             tx.run(_WRITE_ENTITIES, rows=list(batch), pack=pack).consume()
         for batch in batched(rels, batch_size):
             tx.run(_WRITE_RELATIONSHIPS, rows=list(batch), pack=pack).consume()
+        bump_graph_epoch(tx)
 
     with driver.session(database=database) as session:
         session.execute_write(work)

@@ -1,13 +1,17 @@
 """Retrieval: policy gate -> legs (exact reference hits, fulltext, vector, live SQL sources) -> weighted RRF fusion
 with a bounded reference boost -> planner and bounded traversal -> deterministic reference
-expansion (reported apart). Every step and its timing lands in the trace."""
+expansion (reported apart). Every step and its timing lands in the trace.
+
+All of a question's store reads run in one read transaction (``store.session.read_transaction``);
+the question's embedding (a model call) runs beside it in a thread while the store answers the
+exact-reference and fulltext legs."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
 from collections.abc import Set as AbstractSet
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
@@ -17,12 +21,13 @@ from rag_engine.config import RetrievalConfig
 from rag_engine.engine import Engine
 from rag_engine.errors import QueryInputError
 from rag_engine.graph.planner import content_terms, plan
-from rag_engine.graph.schema import check_embedder
 from rag_engine.graph.traversal import candidate_chunks, traverse
 from rag_engine.packs import DomainPack
-from rag_engine.retrieval import store_reads
 from rag_engine.retrieval.live_source import LiveLeg, LiveProvenance, start_live_leg
 from rag_engine.retrieval.policy import PolicyDecision, gate
+from rag_engine.store import reads
+from rag_engine.store.epochs import active_index
+from rag_engine.store.session import Reads, read_transaction
 
 
 class Candidate(BaseModel):
@@ -232,24 +237,44 @@ def retrieve(
         result.trace = trace.steps
         return result
 
-    drv, db = engine.driver, engine.database
     # the question's embedding (a model call) runs while the store answers the other legs
     embedding = _EMBEDDER_POOL.submit(_timed_embed, engine, query) if legs["dense"] > 0 else None
     # so does the live SQL leg, for the permitted collections only
     live = start_live_leg(engine, query, decision.collections, _EMBEDDER_POOL) if legs["live"] > 0 else None
     packs = [p for p in engine.packs.values() if set(p.manifest.collections) & set(decision.collections)]
+    with read_transaction(engine.driver, engine.database) as rx:
+        _legs(engine, rx, query, k, legs, decision, packs, embedding, live, trace, result)
+    result.trace = trace.steps
+    return result
+
+
+def _legs(
+    engine: Engine,
+    rx: Reads,
+    query: str,
+    k: int,
+    legs: dict[str, float],
+    decision: PolicyDecision,
+    packs: list[DomainPack],
+    embedding: Future[tuple[list[float], float]] | None,
+    live: Future[LiveLeg] | None,
+    trace: Trace,
+    result: RetrievalResult,
+) -> None:
+    """The legs, fusion, planner, traversal and expansion of ``retrieve``, in its read transaction."""
+    cfg = engine.cfg.retrieval
     with trace.step("exact_references", weight=legs["exact"], max_exact=cfg.max_exact) as t:
         keys, residual = (
             question_references(engine, query, packs) if legs["exact"] > 0 or cfg.ambiguous_ref_boost else ([], query)
         )
-        key_rows, docs_by_key = store_reads.by_keys(drv, db, keys, decision.collections)
+        key_rows, docs_by_key = reads.by_keys(rx, keys, decision.collections)
         # a question that is little more than its reference ("What does Article 17(1) require?")
         # is a lookup: its exact hits lead; otherwise they are one fused leg among the others
         lookup = bool(keys) and len(content_terms(residual)) <= cfg.lookup_max_terms
         t.update(keys=keys, answered=len(key_rows), lookup=lookup)
     with trace.step("lexical", weight=legs["lexical"]) as t:
         lexical = (
-            store_reads.fulltext(drv, db, query, decision.collections, cfg.lexical_k)
+            reads.fulltext(rx, query, decision.collections, cfg.lexical_k)
             if legs["lexical"] > 0 or legs["exact"] > 0
             else []
         )
@@ -261,11 +286,10 @@ def retrieve(
             vec, t["embed_ms"] = embedding.result()
             if _is_zero(vec):  # no indexable word for this embedder: nothing to compare with
                 t["skipped"] = "zero_vector"
-                check_embedder(drv, db, engine.embedder_identity)  # a stale index still says so
-            else:  # the embedder check runs in the vector query's own transaction
-                dense = store_reads.vector(
-                    drv, db, vec, decision.collections, cfg.dense_k, identity=engine.embedder_identity
-                )
+                active_index(rx, engine.embedder_identity)  # a stale index still says so
+            else:  # the embedder check runs in the question's transaction, before the vector query
+                dense = reads.vector(rx, vec, decision.collections, cfg.dense_k, engine.embedder_identity)
+            t["index_cached"] = rx.memo.get("index_cached")
         t["hits"] = len(dense)
     with trace.step("live", weight=legs["live"]) as t:
         leg = live.result() if live is not None else LiveLeg()
@@ -297,8 +321,7 @@ def retrieve(
         )
         named = {f"{p.name}:{d}" for p in packs for d in p.documents_named(query)} if cfg.scope_boost else set()
         boosted = _reference_boost(
-            drv,
-            db,
+            rx,
             fused,
             keys,
             ambiguous_docs,
@@ -322,23 +345,21 @@ def retrieve(
         )
     graph_candidates: list[Candidate] = []
     with trace.step("planner") as t:
-        decision_plan = plan(drv, db, query, packs, engine.cfg.planner, engine.cfg.traversal, decision.collections)
+        decision_plan = plan(rx, query, packs, engine.cfg.planner, engine.cfg.traversal, decision.collections)
         t.update(reason=decision_plan.reason, seeds=[s.name for s in decision_plan.seeds], detail=decision_plan.detail)
+        if "edges_cached" in rx.memo:
+            t["eligible_edges_cached"] = rx.memo["edges_cached"]
         result.plan = decision_plan.model_dump(mode="json")
     if decision_plan.traverse:
         with trace.step("traversal", max_depth=engine.cfg.traversal.max_depth) as t:
             paths = traverse(
-                drv,
-                db,
+                rx,
                 [(s.entity_id, s.name) for s in decision_plan.seeds],
                 engine.cfg.traversal,
                 decision.collections,
             )
             picked = candidate_chunks(paths, engine.cfg.traversal.max_candidates)
-            rows = {
-                r["chunk_id"]: r
-                for r in store_reads.chunks_by_id(drv, db, [c for c, _ in picked], decision.collections)
-            }
+            rows = {r["chunk_id"]: r for r in reads.chunks_by_id(rx, [c for c, _ in picked], decision.collections)}
             for chunk_id, gp in picked:
                 if chunk_id in rows and chunk_id not in exact_ids:
                     graph_candidates.append(
@@ -365,7 +386,7 @@ def retrieve(
     with trace.step("reference_expansion", limit=cfg.reference_expansion_k) as t:
         have = {c.chunk_id for c in ordered}
         seeds = [c.chunk_id for c in ordered if not c.exact][: max(3, cfg.reference_expansion_k)]
-        expanded = store_reads.referenced(drv, db, seeds, decision.collections, cfg.reference_expansion_k)
+        expanded = reads.referenced(rx, seeds, decision.collections, cfg.reference_expansion_k)
         by_id = {c.chunk_id: c for c in ordered}
         added = []
         for row in expanded:
@@ -376,8 +397,6 @@ def retrieve(
         t["added"] = len(added)
     result.candidates = ordered
     result.expansions = added
-    result.trace = trace.steps
-    return result
 
 
 def _sources(f: Fused, exact_ids: set[str], phrase_rows: list[dict[str, Any]]) -> tuple[str, ...]:
@@ -394,8 +413,7 @@ def _doc_of(row: dict[str, Any]) -> str:
 
 
 def _reference_boost(
-    drv: Any,
-    db: str,
+    rx: Reads,
     fused: list[Fused],
     keys: list[str],
     ambiguous_docs: set[str],
@@ -410,7 +428,7 @@ def _reference_boost(
     a document the question names as a whole. Boosts reorder evidence; they never add a chunk."""
     if not fused or ((unit <= 0 or not keys) and (scope_unit <= 0 or not named_docs)):
         return [(f, f.score) for f in fused]
-    cites = store_reads.citing(drv, db, [f.row["chunk_id"] for f in fused], keys) if unit > 0 and keys else {}
+    cites = reads.citing(rx, [f.row["chunk_id"] for f in fused], keys) if unit > 0 and keys else {}
     out = []
     for f in fused:
         doc = _doc_of(f.row)

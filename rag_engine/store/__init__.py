@@ -1,0 +1,7 @@
+"""The Neo4j store layer that ``graph/`` and ``retrieval/`` both stand on.
+
+- ``names``: index and property names of the schema
+- ``session``: read transactions, one per question (``read_transaction``), and the one-off ``read``
+- ``epochs``: store epochs (re-index, graph writes) and the per-process caches keyed by them
+- ``reads``: the query path's reads (fulltext, vector, reference keys, expansion, chunks)
+"""

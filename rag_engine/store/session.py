@@ -1,0 +1,55 @@
+"""Read transactions of the query path.
+
+A question's reads (exact references, fulltext, vector, planner, traversal, expansion) all run in
+one read transaction (``read_transaction``): one session, one connection, one commit, instead of
+a session and a transaction per leg (Neo4j transactions are read-committed, not snapshots).
+Sessions are opened in READ access mode, so over a ``neo4j://`` routing URI every read goes to
+a reader of the cluster.
+
+``read`` is the one-off form (reports, checks): one query in its own managed read transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import neo4j
+
+
+class Reads:
+    """The read transaction of one question, with what the store epochs told it
+    (``epochs.store_state`` reads them once per transaction)."""
+
+    def __init__(self, tx: neo4j.Transaction | neo4j.ManagedTransaction, driver: neo4j.Driver, database: str):
+        self.tx = tx
+        self.driver = driver
+        self.database = database
+        self.queries = 0
+        self.memo: dict[str, Any] = {}
+
+    def rows(self, query: str, **params: Any) -> list[dict[str, Any]]:
+        self.queries += 1
+        return [r.data() for r in self.tx.run(query, **params)]
+
+
+@contextmanager
+def read_transaction(driver: neo4j.Driver, database: str) -> Iterator[Reads]:
+    """One explicit read transaction for a question's reads; nothing in it can write."""
+    with (
+        driver.session(database=database, default_access_mode=neo4j.READ_ACCESS) as session,
+        session.begin_transaction() as tx,
+    ):
+        yield Reads(tx, driver, database)
+        tx.commit()
+
+
+def read(driver: neo4j.Driver, database: str, query: str, **params: Any) -> list[dict[str, Any]]:
+    """One query in its own managed read transaction (retried on transient errors)."""
+
+    def work(tx: neo4j.ManagedTransaction) -> list[dict[str, Any]]:
+        return [r.data() for r in tx.run(query, **params)]
+
+    with driver.session(database=database, default_access_mode=neo4j.READ_ACCESS) as session:
+        return session.execute_read(work)
