@@ -20,7 +20,7 @@ from rag_engine.providers.clients import ModelClient
 from rag_engine.retrieval.answer import Answer, answer_question, extractive_answer, insufficient
 from rag_engine.retrieval.context import AssembledContext, assemble_context
 from rag_engine.retrieval.local_inference import expand_query, rerank
-from rag_engine.retrieval.retriever import RetrievalResult, retrieve
+from rag_engine.retrieval.retriever import RetrievalResult, retrieve, stamped
 
 SYSTEM_PROMPT = (
     "You answer questions about a regulated corpus using only the numbered context blocks. "
@@ -90,6 +90,8 @@ def run_query(
     local = _client(engine, engine.cfg.defaults.local_inference_model) if local_inference else None
     expanded = expand_query(local, question, events=events, run_id=run_id) if local_inference else question
     result = retrieve(engine, expanded, role, k=k, weights=weights, collections=collections)
+    if session_id is not None:
+        result = stamped(result, session_id=session_id)
     candidates = (
         rerank(local, question, result.candidates, events=events, run_id=run_id)
         if local_inference

@@ -173,6 +173,9 @@ def test_query_session_blocked_collection_and_fallback_are_audited(kb_engine):
     assert first["collections_permitted"] == ["kb_internal"]
     assert first["question"] is None and first["question_redacted"]  # kb_internal is sensitive in config
     assert [c["chunk_id"] for c in first["candidates"]] == [c.chunk_id for c in out.retrieval.candidates]
+    assert out.retrieval.candidates and all(  # the candidates themselves carry the session and the time
+        c.session_id == session and c.retrieved_at is not None for c in out.retrieval.candidates
+    )
     assert all(c["sources"] for c in first["candidates"]) and first["retrieved_at"]
     assert first["cited"] == list(out.answer.citations) and first["answer"]["method"] == "extractive"
     assert first["run_id"] == f"session:{session}" and isinstance(first["model_calls"], list)

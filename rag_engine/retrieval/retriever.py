@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from collections.abc import Set as AbstractSet
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -50,6 +51,10 @@ class Candidate(BaseModel):
     provenance: LiveProvenance | None = None
     """For live candidates (rag_engine/retrieval/live_source.py): source, key, committed-at,
     retrieved-at, stale."""
+    retrieved_at: datetime | None = None
+    """When the store (or source) answered: set by ``retrieve`` on every candidate and expansion."""
+    session_id: str | None = None
+    """The caller's session (``run_query(session_id=...)``, ``rag query --session``), for the audit trail."""
 
 
 class RetrievalResult(BaseModel):
@@ -245,6 +250,13 @@ def retrieve(
     with read_transaction(engine.driver, engine.database) as rx:
         _legs(engine, rx, query, k, legs, decision, packs, embedding, live, trace, result)
     result.trace = trace.steps
+    return stamped(result, retrieved_at=datetime.now(UTC))
+
+
+def stamped(result: RetrievalResult, **fields: Any) -> RetrievalResult:
+    """``result`` with ``fields`` (``retrieved_at``, ``session_id``) set on every candidate and expansion."""
+    result.candidates = [c.model_copy(update=fields) for c in result.candidates]
+    result.expansions = [c.model_copy(update=fields) for c in result.expansions]
     return result
 
 
