@@ -336,6 +336,15 @@ class EvalsConfig(Frozen):
     same chunks) by at most this much, or the gate fails. None turns the floor off."""
     golden: tuple[str, ...] = ()
     """Golden query files (relative to the project root) the eval report runs."""
+    gate_dirs: tuple[str, ...] = ("var/eval",)
+    """Where ``gate.json`` results are read besides ``reports_dir`` (``make eval-gate`` writes
+    ``var/eval``): the status view shows the newest; a re-index cut-over accepts a passed one."""
+
+    def gate_files(self, root: Path) -> tuple[Path, ...]:
+        """Every ``gate.json`` location, each once (``reports_dir`` and ``gate_dirs``)."""
+        dirs = dict.fromkeys(under_root(root, d) for d in (self.reports_dir, *self.gate_dirs))
+        return tuple(d / "gate.json" for d in dirs)
+
     cost_tolerance: float = Field(0.10, ge=0)
     """Gate metric ``cost_per_query``: the candidate's mean cost per query may exceed the
     baseline's by this share (0.10: 10 %); unknown cost against a known one fails."""

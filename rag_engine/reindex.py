@@ -17,7 +17,7 @@ being served from the current one.
    the cost of the chunks activated since).
 
 The switch (the cut-over) is an approved action unless an eval gate passed for the new
-embedder: a ``gate.json`` (``evals.reports_dir`` or ``var/eval``) whose ``audit.candidate_embedder``
+embedder: a ``gate.json`` (``evals.reports_dir`` or ``evals.gate_dirs``) whose ``audit.candidate_embedder``
 is the new identity and whose status is ``pass`` or ``accepted`` (e.g. a staging run) clears it.
 Otherwise ``approval`` must approve ``reindex_cutover`` bound to ``cutover_plan`` (from, to, the
 gate evidence found). A mismatched approval fails at the start; a missing one fails with
@@ -40,7 +40,6 @@ import neo4j
 from pydantic import BaseModel, ConfigDict
 
 from rag_engine.approvals import REINDEX_CUTOVER, Approval, require
-from rag_engine.config import under_root
 from rag_engine.engine import Engine
 from rag_engine.errors import ConfigError, EmbedderMismatch, StoreError
 from rag_engine.graph import schema
@@ -111,8 +110,7 @@ def gate_evidence(engine: Engine, identity: str) -> dict[str, Any] | None:
     import json
 
     found: list[tuple[float, dict[str, Any]]] = []
-    for d in dict.fromkeys((engine.cfg.evals.reports_dir, "var/eval")):
-        path = under_root(engine.root, d) / "gate.json"
+    for path in engine.cfg.evals.gate_files(engine.root):
         try:
             raw = path.read_bytes()
             data = json.loads(raw)

@@ -22,7 +22,7 @@ from typing import Any
 
 import neo4j
 
-from rag_engine.config import config_hash, under_root
+from rag_engine.config import config_hash
 from rag_engine.engine import Engine
 
 BLOCKING_CHECKS = {
@@ -122,8 +122,8 @@ def _store(engine: Engine) -> dict[str, Any]:
 
 
 def _gate(engine: Engine) -> dict[str, Any] | None:
-    """The newest gate.json among var/eval (the Makefile's) and evals.reports_dir."""
-    candidates = [under_root(engine.root, d) / "gate.json" for d in ("var/eval", engine.cfg.evals.reports_dir)]
+    """The newest gate.json among evals.gate_dirs (the Makefile's var/eval) and evals.reports_dir."""
+    candidates = engine.cfg.evals.gate_files(engine.root)
     found = sorted((p for p in candidates if p.is_file()), key=lambda p: p.stat().st_mtime, reverse=True)
     if not found:
         return None

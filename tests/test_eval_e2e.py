@@ -188,10 +188,11 @@ def test_ablation_changes_the_engine_only(reports, ingested_engine):
     _, good, _ = reports
     full = load_report(good)
     path = next(ROOT / p for p in ingested_engine.cfg.evals.golden if "company_x_kb" in p)
-    lexical = run_eval(
-        ingested_engine, [path], progress=lambda m: None, weights={"exact": 0.0, "lexical": 1.0, "dense": 0.0}
-    )
-    assert lexical.retrieval.weights == {"exact": 0.0, "lexical": 1.0, "dense": 0.0}
+    ablation = {"exact": 0.0, "lexical": 1.0, "dense": 0.0}
+    lexical = run_eval(ingested_engine, [path], progress=lambda m: None, weights=ablation)
+    # the report names every leg's weight: the ones not overridden (live) at their configured value
+    assert lexical.retrieval.weights == {**ingested_engine.leg_weights, **ablation}
+    assert set(lexical.retrieval.weights) == {"exact", "lexical", "dense", "live"}
     assert set(lexical.systems) == {"company_x_kb"}
     for system in ("bm25", "fulltext", "dense"):  # the baselines do not depend on the engine's weights
         assert lexical.systems["company_x_kb"].system(system) == full.systems["company_x_kb"].system(system)

@@ -55,7 +55,8 @@ def _engine(cfg: EngineConfig, tmp_path: Path, embedder: str) -> Engine:
     cfg = cfg.model_copy(
         update={
             "storage": storage,
-            "evals": cfg.evals.model_copy(update={"reports_dir": str(tmp_path / "reports")}),
+            # only this test's gate results count (not the project's var/eval from `make eval-gate`)
+            "evals": cfg.evals.model_copy(update={"reports_dir": str(tmp_path / "reports"), "gate_dirs": ()}),
             "models": models,
             "defaults": cfg.defaults.model_copy(update={"embedding_model": embedder}),
         }

@@ -33,6 +33,8 @@ from typing import Any
 
 import yaml
 
+from rag_engine.packs import load_yaml
+
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_PACK = "company_x_kb"
 EMBEDDER = "hash-embed-384"
@@ -41,7 +43,8 @@ RANGE = ("dagster/asset_partition_range_start", "dagster/asset_partition_range_e
 
 def write_config(tmp: Path, names: list[str]) -> Path:
     """The shipped config with only copies of the KB pack (one per name), each on its own corpus copy."""
-    cfg = yaml.safe_load((ROOT / "config" / "engine.yaml").read_text())
+    source = ROOT / "config" / "engine.yaml"
+    cfg = load_yaml(source.read_text(), source=str(source), what="engine config")
     entry = next(p for p in cfg["packs"] if p["name"] == SOURCE_PACK)
     packs = []
     for name in names:
