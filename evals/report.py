@@ -180,6 +180,8 @@ class QueryResult(_Frozen):
     gold: tuple[NonEmpty, ...]
     expect_insufficient: bool
     ranked: tuple[NonEmpty, ...] = Field(max_length=TOP_K)
+    exact: tuple[NonEmpty, ...] | None = Field(None, max_length=TOP_K)
+    """The anchors of ``ranked`` that came as exact reference hits; None: not recorded (an older runner)."""
     cited: tuple[NonEmpty, ...]
     answered_insufficient: bool
     latency_ms: Millis

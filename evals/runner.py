@@ -46,7 +46,7 @@ import yaml
 
 from evals.bm25_baseline import BM25Baseline
 from evals.metrics import aggregate, score_query, system_metrics
-from evals.report import BASELINE_SYSTEMS, SCHEMA, SYSTEMS, TOP_K, EvalReport, dump_report, golden_sha256
+from evals.report import BASELINE_SYSTEMS, SCHEMA, SYSTEMS, TOP_K, EvalReport, QueryResult, dump_report, golden_sha256
 from rag_engine import yaml_safe
 from rag_engine.config import LEGS, config_hash
 from rag_engine.engine import DEFAULT_CONFIG, Engine
@@ -299,6 +299,7 @@ def run_eval(
                     "control_latency_ms": control_ms,
                     "answer_method": outcome.answer.method,
                     "answer_error": outcome.answer.error_type,
+                    "exact": tuple(c.anchor for c in outcome.retrieval.candidates if c.exact),
                 }
             )
             results.append(scored)
@@ -359,6 +360,25 @@ def systems_table(report: EvalReport) -> str:
                 + " ".join(f"{'-' if v is None else f'{v:.3f}':>9}" for v in values)
                 + f"  {m.queries:>7}"
             )
+    return "\n".join(lines)
+
+
+def exact_hits_table(report: EvalReport) -> str:
+    """Per pack: how many of the engine's top-k slots went to exact reference hits, and how many of
+    those were gold (reference flooding shows here first)."""
+    lines = [f"{'pack':<22} {'slots':>6} {'exact':>6} {'share':>6} {'gold':>5}  queries with an exact hit"]
+    by_pack: dict[str, list[QueryResult]] = {}
+    for q in report.queries:
+        by_pack.setdefault(q.pack, []).append(q)
+    for pack, queries in by_pack.items():
+        if any(q.exact is None for q in queries):
+            continue
+        slots = sum(len(q.ranked) for q in queries)
+        exact = sum(len(q.exact or ()) for q in queries)
+        gold = sum(len(set(q.exact or ()) & set(q.gold)) for q in queries)
+        with_exact = sum(1 for q in queries if q.exact)
+        share = exact / slots if slots else 0.0
+        lines.append(f"{pack:<22} {slots:>6} {exact:>6} {share:>6.3f} {gold:>5}  {with_exact}")
     return "\n".join(lines)
 
 
@@ -435,6 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     assert report.retrieval is not None  # run_eval always records the retrieval run
     print(f"[eval] engine weights {report.retrieval.weights}" + (f", k {args.k}" if args.k else ""))
     print(systems_table(report))
+    print(exact_hits_table(report))
     return 0
 
 

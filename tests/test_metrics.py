@@ -442,3 +442,16 @@ def test_runner_rejects_bad_flags_before_any_query(tmp_path, capsys, args, messa
     assert main(["--output", str(tmp_path / "r.json"), *args]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "r.json").exists()
+
+
+def test_exact_hits_table_counts_slots_exact_hits_and_gold_per_pack():
+    from evals.runner import exact_hits_table
+
+    data = _report_dict()
+    data["queries"][0]["exact"] = ["d0#a", "other1"]  # the gold and another exact hit
+    data["queries"][1]["exact"] = ["other3"]
+    data["queries"][2]["exact"] = []
+    table = exact_hits_table(parse_report(data))
+    assert table.splitlines()[1].split() == ["p", "30", "3", "0.100", "1", "2"]
+    # a report from an older runner records no exact hits: no row rather than a zero
+    assert len(exact_hits_table(parse_report(_report_dict())).splitlines()) == 1
