@@ -21,7 +21,7 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from rag_engine.errors import ApprovalMismatch, ApprovalRequired
 
@@ -84,6 +84,20 @@ class Approval(BaseModel):
         return v.strip().lower() if isinstance(v, str) else v
 
     @classmethod
+    def given(cls, *, approved_by: str, reason: str, action: str, inputs_hash: str) -> Approval:
+        """An approval as an operator typed it (``--approved-by``, ``--reason``, ``--inputs-hash``):
+        a malformed one is refused as ``ApprovalMismatch`` naming the field, nothing changed."""
+        try:
+            return cls(approved_by=approved_by, reason=reason, action=action, inputs_hash=inputs_hash)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc'])}: "
+                + ("the full 64-hex sha256 the dry run printed" if e["loc"] == ("inputs_hash",) else e["msg"])
+                for e in exc.errors()
+            )
+            raise ApprovalMismatch(f"the {action} approval is malformed ({problems}); nothing was changed") from None
+
+    @classmethod
     def grant(
         cls, action: str, inputs: Mapping[str, Any], *, approved_by: str, reason: str, at: datetime | None = None
     ) -> Approval:
@@ -99,25 +113,28 @@ def require(
     *,
     audit: AuditTrail | None = None,
     session_id: str | None = None,
+    unchanged: str = "nothing was changed",
 ) -> None:
     """Raise unless ``approval`` approves ``action`` on exactly ``inputs``; call it before any change.
 
     ``ApprovalRequired`` for no approval, ``ApprovalMismatch`` for another action or other inputs.
-    With ``audit`` the outcome is appended to the trail (``approval_granted`` / ``approval_refused``)."""
+    With ``audit`` the outcome is appended to the trail (``approval_granted`` / ``approval_refused``).
+    ``unchanged``: what the refusal leaves as it was, said in the error (an action that prepared
+    something before its approved step says what it prepared)."""
     expected = inputs_hash(inputs)
     error: Exception | None = None
     if approval is None:
         error = ApprovalRequired(
             f"{action} changes state and needs an approval (approved_by, reason) bound to its "
-            f"inputs, sha256 {expected}; nothing was changed"
+            f"inputs, sha256 {expected}; {unchanged}"
         )
     elif approval.action != action:
-        error = ApprovalMismatch(f"the approval is for {approval.action!r}, not {action!r}; nothing was changed")
+        error = ApprovalMismatch(f"the approval is for {approval.action!r}, not {action!r}; {unchanged}")
     elif approval.inputs_hash != expected:
         error = ApprovalMismatch(
             f"the approval by {approval.approved_by} binds inputs {approval.inputs_hash[:12]} but "
             f"{action} would act on inputs {expected[:12]} (they changed since it was approved, "
-            "or another plan was approved); nothing was changed: re-approve the current plan"
+            f"or another plan was approved); {unchanged}: re-approve the current plan"
         )
     if audit is not None:
         audit.record_approval(

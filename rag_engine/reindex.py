@@ -404,7 +404,13 @@ def run_reindex(
                 )
         schema.run_schema_statement(engine.driver, engine.database, "CALL db.awaitIndexes(300)")
         if cleared is None:  # built, not switched: refused (and audited) with the plan's hash to approve
-            require(None, REINDEX_CUTOVER, plan, audit=audit_trail(engine))
+            require(
+                None,
+                REINDEX_CUTOVER,
+                plan,
+                audit=audit_trail(engine),
+                unchanged=f"the new index {index} is built and complete, queries still read {active['index']}",
+            )
         tell("switch", done, max(total, done))
         if _switch(engine, old=active, identity=identity, index=index, prop=prop, dim=dim):
             break

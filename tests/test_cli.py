@@ -82,6 +82,39 @@ def test_neo4j_down_is_one_line_and_exit_2():
     assert res.exit_code == 2 and json.loads(res.stdout)["error"]["type"] == "StoreUnavailable"
 
 
+def test_a_silent_server_is_one_line_and_exit_2_within_the_bounded_wait():
+    """A port that accepts the connection and never answers the Bolt handshake (the connect
+    timeout alone does not bound it: the driver's acquisition timeout defaults to 60 s)."""
+    import threading
+    import time
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        accepted: list[socket.socket] = []
+        threading.Thread(target=lambda: accepted.extend(server.accept() for _ in range(8)), daemon=True).start()
+        uri = f"bolt://127.0.0.1:{server.getsockname()[1]}"
+        started = time.monotonic()
+        res = rag("status", env={"NEO4J_URI": uri})
+        took = time.monotonic() - started
+        for conn, _ in accepted:
+            conn.close()
+    assert res.exit_code == 2 and "StoreUnavailable" in res.stderr and uri in res.stderr, res.stderr
+    assert took < 45, took  # bounded (10 s by default), not the driver's 60 s per attempt
+
+
+def test_a_malformed_approval_is_one_typed_line_and_exit_2():
+    for args in (
+        ("cleanup", "--approved-by", "jane", "--reason", "r", "--inputs-hash", "abc123"),
+        ("cleanup", "--approved-by", " ", "--reason", "r"),
+    ):
+        res = rag(*args)
+        assert res.exit_code == 2, (args, res.stdout, res.stderr)
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and "ApprovalMismatch" in lines[0] and "nothing was changed" in lines[0], lines
+        assert "Traceback" not in res.stderr and "ValidationError" not in res.stderr
+
+
 @pytest.mark.parametrize(
     "args",
     [

@@ -161,7 +161,7 @@ def test_blue_green_reindex_serves_throughout_and_resumes(base_config, tmp_path,
         assert [(r.actor, r.payload["action"]) for r in granted] == [("jane", REINDEX_CUTOVER)]
 
         # without an approval or a passed gate the way back is built but not switched
-        with pytest.raises(ApprovalRequired):
+        with pytest.raises(ApprovalRequired, match="is built and complete, queries still read"):
             run_reindex(a)
         assert schema.current_embedder(a.driver, a.database)["identity"] == b.embedder_identity
         # a gate that passed for A (e.g. a staging run) clears the cut-over without an approval

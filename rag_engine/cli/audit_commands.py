@@ -121,7 +121,7 @@ def audit_purge(
         approval = None
         if approved_by and reason:
             plan = trail.deletion_plan(days)
-            approval = Approval(
+            approval = Approval.given(
                 approved_by=approved_by,
                 reason=reason,
                 action=DELETE_AUDIT_RECORDS,

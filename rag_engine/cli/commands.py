@@ -316,7 +316,9 @@ def cleanup(
         )
         return
     approval = (
-        Approval(approved_by=approved_by, reason=reason, action=GRAPH_CLEANUP, inputs_hash=inputs_hash or hash_of(plan))
+        Approval.given(
+            approved_by=approved_by, reason=reason, action=GRAPH_CLEANUP, inputs_hash=inputs_hash or hash_of(plan)
+        )
         if approved_by and reason
         else None
     )
@@ -491,7 +493,7 @@ def reindex(
         return
     approval = None
     if approved_by and reason and plan is not None:
-        approval = Approval(
+        approval = Approval.given(
             approved_by=approved_by, reason=reason, action=REINDEX_CUTOVER, inputs_hash=inputs_hash or hash_of(plan)
         )
     live = progress_wanted(ctx)

@@ -44,8 +44,14 @@ def open_driver(target: Neo4jTarget, env: Mapping[str, str] | None = None) -> ne
     env = os.environ if env is None else env
     user, password = env.get(target.user_env), env.get(target.password_env)
     auth = (user, password) if user and password else None
+    # the connect timeout bounds the TCP connect only; a server that accepts and never answers the
+    # handshake is bounded by the acquisition timeout (the driver's default is 60 s)
     return neo4j.GraphDatabase.driver(
-        target.uri, auth=auth, connection_timeout=target.connect_timeout_s, max_connection_lifetime=3600
+        target.uri,
+        auth=auth,
+        connection_timeout=target.connect_timeout_s,
+        connection_acquisition_timeout=max(2 * target.connect_timeout_s, 10.0),
+        max_connection_lifetime=3600,
     )
 
 

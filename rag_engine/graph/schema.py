@@ -151,11 +151,16 @@ def active_vector_index(driver: neo4j.Driver, database: str) -> tuple[str, str] 
 
 
 def create_vector_index(driver: neo4j.Driver, database: str, index: str, prop: str, dimension: int) -> None:
+    """Cosine, without Neo4j's default int8 quantization: quantized scores move by about 1e-4,
+    as much as the gaps between e5's neighbours (its similarities sit in a narrow band), and the
+    quantization ranges are learnt per index segment, so the dense ranking would depend on how
+    the chunks happened to be written (batches, order), not only on what they say."""
     run_schema_statement(
         driver,
         database,
         f"CREATE VECTOR INDEX {safe_name(index)} IF NOT EXISTS FOR (c:Chunk) ON (c.{safe_name(prop)}) "
-        "OPTIONS {indexConfig: {`vector.dimensions`: $dim, `vector.similarity_function`: 'cosine'}}",
+        "OPTIONS {indexConfig: {`vector.dimensions`: $dim, `vector.similarity_function`: 'cosine', "
+        "`vector.quantization.enabled`: false}}",
         dim=dimension,
     )
 
