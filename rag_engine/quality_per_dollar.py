@@ -125,6 +125,9 @@ def _report(path: Path, root: Path) -> ReportSummary | None:
     if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("rag-eval-report/"):
         return None  # a gate result, an acceptance, anything else
     gen, metrics = data.get("generation") or {}, data.get("metrics") or {}
+    if gen.get("failed"):  # fallback answers do not measure the model (the gate's generation_failed)
+        log.info("eval report %s skipped: %s answers were not the model's", path, gen.get("failed"))
+        return None
     try:
         created = datetime.fromisoformat(str(data["created_at"]).replace("Z", "+00:00"))
         shown = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
@@ -144,7 +147,8 @@ def _report(path: Path, root: Path) -> ReportSummary | None:
 
 
 def latest_reports(cfg: EngineConfig, root: str | Path) -> dict[tuple[str, str], ReportSummary]:
-    """The newest eval report per (generation provider, model) in the configured report dirs."""
+    """The newest eval report per (generation provider, model) in the configured report dirs; a
+    report where some model calls failed (answered by the extractive fallback) does not count."""
     root = Path(root)
     dirs = dict.fromkeys(under_root(root, d) for d in (*cfg.costs.report_dirs, cfg.evals.reports_dir))
     newest: dict[tuple[str, str], ReportSummary] = {}

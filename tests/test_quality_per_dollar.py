@@ -275,3 +275,22 @@ def test_swap_dry_run_shows_both_rows_when_both_have_reports(variant, tmp_path):
     text = render_text(report)
     assert "quality per dollar (current, then candidate):" in text and "1,893" in text
     assert "demo-chat: cost unknown: no price for" in text
+
+
+def test_a_report_with_failed_model_calls_does_not_set_the_quality(tmp_path):
+    """Answers the extractive fallback gave (e.g. ReplayMiss) do not measure the model: the gate
+    refuses such a report (generation_failed) and the quality column skips it for an older clean one."""
+    from rag_engine.quality_per_dollar import latest_reports
+
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    _report(reports / "clean.json", *DEMO, ndcg=0.8, cited=0.8, at=datetime(2026, 11, 1, tzinfo=UTC))
+    _report(reports / "fallbacks.json", *DEMO, ndcg=0.7, cited=0.6, at=datetime(2026, 11, 2, tzinfo=UTC))
+    data = json.loads((reports / "fallbacks.json").read_text())
+    data["generation"].update(failed=41, failures={"ReplayMiss": 41})
+    (reports / "fallbacks.json").write_text(json.dumps(data), encoding="utf-8")
+    cfg = load_config(ROOT / "config" / "engine.yaml")
+    cfg = cfg.model_copy(update={"costs": cfg.costs.model_copy(update={"report_dirs": (str(reports),)})})
+    cfg = cfg.model_copy(update={"evals": cfg.evals.model_copy(update={"reports_dir": str(reports)})})
+    newest = latest_reports(cfg, ROOT)
+    assert newest[DEMO].path.endswith("clean.json") and newest[DEMO].ndcg_at_10 == 0.8
