@@ -15,22 +15,27 @@ from rag_engine.engine import Engine
 
 
 def answer_prompt_hash() -> str:
-    """sha256 (16 hex) of the answer instructions and the structured answer schema."""
+    """sha256 (16 hex) of the answer's system prompt, instructions and structured answer schema."""
+    from rag_engine.query import SYSTEM_PROMPT
     from rag_engine.retrieval.answer import INSTRUCTIONS, AnswerDraft
 
-    payload = INSTRUCTIONS + repr(sorted(AnswerDraft.model_json_schema().items()))
+    payload = SYSTEM_PROMPT + INSTRUCTIONS + repr(sorted(AnswerDraft.model_json_schema().items()))
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
 
 
 def eval_code_version(engine: Engine) -> str:
-    """Default generation model identity + embedder identity + prompt hashes (12 hex)."""
+    """Default generation model identity + embedder identity and dimension + prompt hashes +
+    golden files (12 hex): the ``eval_report`` asset's code version, so a change makes it stale
+    and a model change cannot skip an eval (and its blocking gate)."""
     from rag_engine.graph.extraction import prompt_hash
 
+    emb = engine.registry.embedding
     prompts = {name: prompt_hash(pack.manifest) for name, pack in sorted(engine.packs.items())}
     return slice_hash(
-        "eval-v1",
+        "eval-v2",
         engine.registry.generation.identity,
-        engine.registry.embedding.identity,
+        emb.identity,
+        emb.model.dimension,
         answer_prompt_hash(),
         prompts,
         engine.cfg.evals.golden,

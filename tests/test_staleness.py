@@ -86,3 +86,25 @@ def test_one_run_materializes_every_partition(variant, unique):
     assert len(runs) == 1
     mats = result.asset_materializations_for_node(f"{unique}__chunks")
     assert sorted(m.partition for m in mats) == sorted(instance.get_dynamic_partitions(f"{unique}__document_versions"))
+
+
+def test_a_generation_model_change_makes_only_the_eval_stale(variant):
+    """A new default generation model changes what the eval measures (the answers), nothing the
+    pipeline builds: only eval_report's code version moves, so the eval and its gate must rerun."""
+
+    def versions(defs: dg.Definitions) -> dict[dg.AssetKey, str | None]:
+        return {spec.key: spec.code_version for asset in defs.assets for spec in asset.specs}
+
+    def other_generation(text: str) -> str:
+        text = text.replace("  generation_model: demo-chat", "  generation_model: local-chat")
+        return text.replace(
+            "    kind: openai_compatible\n    hosted: false\n    enabled: false",
+            "    kind: openai_compatible\n    hosted: false\n    enabled: true",
+        )
+
+    base, other = (
+        versions(build_definitions(variant("base"))),
+        versions(build_definitions(variant("gen", edit=other_generation))),
+    )
+    assert base.keys() == other.keys()
+    assert [k.to_user_string() for k in base if base[k] != other[k]] == ["eval_report"]

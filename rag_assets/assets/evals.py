@@ -18,16 +18,15 @@ from typing import Any
 
 import dagster as dg
 
+from evals.code_version import eval_code_version
 from evals.gates import GateResult, evaluate_gate, load_acceptance
 from evals.report import EvalReport, dump_report, golden_sha256, load_report, report_sha256
 from evals.runner import run_eval
 from rag_assets.automation import PaidApproval, eval_estimate, eval_step, model_is_free, require_paid_approval
 from rag_assets.resources import EngineResource
-from rag_engine.config import config_hash, slice_hash, under_root
+from rag_engine.config import config_hash, under_root
 from rag_engine.engine import Engine
 from rag_engine.errors import EvalInputError
-from rag_engine.graph.extraction import prompt_hash
-from rag_engine.query import SYSTEM_PROMPT
 
 
 class EvalReportConfig(PaidApproval):
@@ -64,23 +63,6 @@ def _acceptance_for(folder: Path, baseline_sha: str, candidate_sha: str) -> tupl
         ):
             return data, path.name
     return None, None
-
-
-def eval_code_version(engine: Engine) -> str:
-    """What an eval measures besides the data: the default generation model, the embedder, the
-    answer prompt and every pack's extraction prompt, and the golden files. A change makes
-    eval_report stale, so a model change cannot skip an eval (and its blocking gate)."""
-    gen, emb = engine.registry.generation, engine.registry.embedding
-    prompts = {name: prompt_hash(pack.manifest) for name, pack in sorted(engine.packs.items())}
-    return slice_hash(
-        "eval-v1",
-        gen.identity,
-        emb.identity,
-        emb.model.dimension,
-        slice_hash(SYSTEM_PROMPT),
-        prompts,
-        engine.cfg.evals.golden,
-    )
 
 
 def gate_table(result: GateResult) -> dg.TableMetadataValue:
