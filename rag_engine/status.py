@@ -172,9 +172,11 @@ def _spend(engine: Engine) -> dict[str, Any]:
                 w["unknown_cost_calls"] += 1
             else:
                 w["cost"] += rec.cost
-    for row in out.values():
+    for row in out.values():  # as `rag costs`: a total with an unknown part is unknown, never a low number
         for window in ("day", "all"):
-            row[window]["cost"] = format(row[window]["cost"], "f")
+            w = row[window]
+            w["known_cost"] = format(w["cost"], "f")
+            w["cost"] = None if w["unknown_cost_calls"] else w["known_cost"]
     return {"models": sorted(out.values(), key=lambda r: r["model"])}
 
 

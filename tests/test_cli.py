@@ -197,3 +197,25 @@ def test_a_no_change_reingest_skips_every_step_and_writes_nothing(engine, tmp_pa
     forced = ingest_pack(engine, pack, extract=False, skip_unchanged=False)
     assert len(forced["chunk_index"].done) == 2 and not forced["chunk_index"].unchanged
     engine.driver.execute_query("MATCH (n) WHERE n.pack = $p DETACH DELETE n", p=unique)
+
+
+def test_status_spend_is_unknown_when_a_call_has_no_known_cost(engine):
+    """As `rag costs`: a total with an unknown part is said to be unknown, never shown as a low number."""
+    from decimal import Decimal
+
+    from rag_engine.cli.render import _cost
+    from rag_engine.providers.ledger import UsageRecord
+    from rag_engine.status import _spend
+
+    def call(model: str, cost: str | None) -> UsageRecord:
+        return UsageRecord(
+            run_id="s", purpose="answer", provider="p", requested_model=model, input_tokens=1, output_tokens=1,
+            cost=None if cost is None else Decimal(cost),
+        )  # fmt: skip
+
+    for rec in (call("priced", "0.25"), call("mixed", "0.5"), call("mixed", None), call("unpriced", None)):
+        engine.ledger.record(rec)
+    rows = {r["model"]: r["all"] for r in _spend(engine)["models"]}
+    assert rows["priced"] == {"calls": 1, "cost": "0.25", "known_cost": "0.25", "unknown_cost_calls": 0}
+    assert rows["mixed"]["cost"] is None and rows["mixed"]["known_cost"] == "0.5"
+    assert [_cost(rows[m]) for m in ("priced", "mixed", "unpriced")] == ["0.25", "unknown (>= 0.5)", "unknown"]

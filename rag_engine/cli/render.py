@@ -7,6 +7,7 @@ output would not also hold.
 from __future__ import annotations
 
 import textwrap
+from decimal import Decimal
 from typing import Any
 
 from rich.console import Console
@@ -231,6 +232,14 @@ def counts(console: Console, title: str, data: dict[str, Any]) -> None:
 # -- status ---------------------------------------------------------------------------------
 
 
+def _cost(window: dict[str, Any]) -> str:
+    """A spend cell: the total, or "unknown" (with the known part) when a call's cost is unknown."""
+    if window["cost"] is not None:
+        return str(window["cost"])
+    known = window.get("known_cost", "0")
+    return "unknown" if Decimal(known) == 0 else f"unknown (>= {known})"
+
+
 def status(console: Console, s: dict[str, Any]) -> None:
     p = console.print
     emb = s["embedder"]
@@ -284,9 +293,9 @@ def status(console: Console, s: dict[str, Any]) -> None:
             escape(row["model"]),
             row["provider"],
             str(row["day"]["calls"]),
-            row["day"]["cost"],
+            _cost(row["day"]),
             str(row["all"]["calls"]),
-            row["all"]["cost"],
+            _cost(row["all"]),
             str(row["all"]["unknown_cost_calls"]),
         )
     p(spend if s["spend"]["models"] else "spend: no usage recorded")
