@@ -136,6 +136,11 @@ def test_bad_k_is_input_error_exit_2(ingested_engine):
     assert res.exit_code == 2 and "QueryInputError" in res.stderr and "Traceback" not in res.stderr
     res = rag("query", "right to erasure", "--role", "legal_analyst", "-k", "0", "--json")
     assert res.exit_code == 2 and json.loads(res.stdout)["error"]["type"] == "QueryInputError"
+    res = rag("query", "right to erasure", "--role", "legal_analyst", "-k", "-1", "--no-generate")
+    assert res.exit_code == 2 and "QueryInputError" in res.stderr and "Traceback" not in res.stderr
+    # undecodable argv bytes reach Python as lone surrogates (item 6)
+    res = rag("query", "caf\udce9?", "--role", "legal_analyst", "--no-generate")
+    assert res.exit_code == 2 and "QueryInputError" in res.stderr and "Traceback" not in res.stderr
 
 
 def test_query_text_shows_candidates_expansions_and_answer_method(ingested_engine):

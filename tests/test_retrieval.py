@@ -144,9 +144,29 @@ def test_questions_without_indexable_words_skip_the_dense_leg(ingested_engine, q
 
 
 def test_a_long_question_is_capped_not_a_lucene_error(ingested_engine):
-    question = " ".join(f"term{i}" for i in range(3000))[:3990]
+    """Item 4: more distinct words than Lucene's 1,024 clauses, within max_question_chars (the
+    probe's TooManyClauses); the fulltext query keeps the first MAX_QUERY_TERMS of them."""
+    import string
+
+    from rag_engine.store.reads import MAX_QUERY_TERMS, lucene_escape
+
+    letters, digits = string.ascii_lowercase, string.digits
+    words = [a + b for a in letters for b in letters] + [a + d for a in letters for d in digits]
+    words += [d + a for d in digits for a in letters]
+    question = " ".join(words)
+    assert len(set(words)) > 1024 and len(question) < ingested_engine.cfg.retrieval.max_question_chars
+    assert len(lucene_escape(question).split()) == MAX_QUERY_TERMS
     result = retrieve(ingested_engine, question, "legal_analyst")
     assert isinstance(result.candidates, list)
+    assert next(s for s in result.trace if s["step"] == "lexical")["hits"] >= 0
+
+
+def test_undecodable_text_is_an_input_error_on_the_query_path(ingested_engine):
+    """Item 6: text that cannot be encoded (a lone surrogate, as undecodable argv bytes arrive)."""
+    from rag_engine.errors import QueryInputError
+
+    with pytest.raises(QueryInputError, match="not valid text"):
+        retrieve(ingested_engine, "caf\udce9?", "legal_analyst")
 
 
 def test_k_is_honoured_and_validated(ingested_engine):
