@@ -45,15 +45,19 @@ CONFIDENCE_FLOOR = 0.5
 ANSWER_KEYS = set(AnswerDraft.model_fields)
 
 
-def extraction_spec(engine: Engine) -> ModelSpec:
-    """The configured extraction model; it must be served by a replay provider with a cassette."""
-    spec = engine.registry.extraction
+def _replay_spec(spec: ModelSpec, role: str, nothing_to: str) -> ModelSpec:
+    """``spec`` if a replay provider with a cassette serves it, else a ConfigError naming the role."""
     if spec.provider.kind != "replay" or not spec.provider.cassette:
         raise ConfigError(
-            f"extraction model {spec.name!r} is served by {spec.provider.name!r} ({spec.provider.kind}), "
-            "not a replay provider with a cassette; nothing to build"
+            f"{role} model {spec.name!r} is served by {spec.provider.name!r} ({spec.provider.kind}), "
+            f"not a replay provider with a cassette; nothing to {nothing_to}"
         )
     return spec
+
+
+def extraction_spec(engine: Engine) -> ModelSpec:
+    """The configured extraction model; it must be served by a replay provider with a cassette."""
+    return _replay_spec(engine.registry.extraction, "extraction", "build")
 
 
 def cassette_path(engine: Engine) -> Path:
@@ -156,13 +160,7 @@ def build(engine: Engine, path: Path | None = None) -> dict[str, Any]:
 
 def generation_spec(engine: Engine) -> ModelSpec:
     """The default generation model; it must be served by a replay provider with a cassette."""
-    spec = engine.registry.generation
-    if spec.provider.kind != "replay" or not spec.provider.cassette:
-        raise ConfigError(
-            f"generation model {spec.name!r} is served by {spec.provider.name!r} ({spec.provider.kind}), "
-            "not a replay provider with a cassette; nothing to record"
-        )
-    return spec
+    return _replay_spec(engine.registry.generation, "generation", "record")
 
 
 def build_answers(
