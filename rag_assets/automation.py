@@ -11,13 +11,14 @@
   and unpriced costs 0; a priced model costs its estimate; a hosted model without a price is
   unknown, never free (tokens by rag_engine.providers.estimates, the provider swap dry run's
   estimator: ledger history per call, else a prompt-size bound). Above the limit the asset is
-  *awaiting approval*: the condition says so with the estimate, and nothing downstream of it runs
-  (graph_writes and eval_report wait for it). An operator approves by materializing the asset with
-  an approval in its run config (``approved_by``, ``reason``, optionally the ``inputs_hash`` of the
-  estimate it saw; the UI's Materialize with config, or ``dg launch --assets <pack>/llm_extraction
-  --partition-range A...B --config-json ...``): ``rag_engine.approvals`` binds it to the asset,
-  partitions and estimate, and a run above the limit without one fails with ``ApprovalRequired``
-  before any model call; both are audit records. The free dependents then follow by themselves.
+  *awaiting approval*: the condition is false and logs the estimate (CostWithinLimit says where),
+  and nothing downstream of it runs (graph_writes and eval_report wait for it). An operator
+  approves by materializing the asset with an approval in its run config (``approved_by``,
+  ``reason``, optionally the ``inputs_hash`` of the estimate it saw; the UI's Materialize with
+  config, or ``dg launch --assets <pack>/llm_extraction --partition-range A...B --config-json
+  ...``): ``rag_engine.approvals`` binds it to the asset, partitions and estimate, and a run above
+  the limit without one fails with ``ApprovalRequired`` before any model call; both are audit
+  records. The free dependents then follow by themselves.
 
 The cost condition runs Python, so the automation sensor evaluates in the code server
 (``use_user_code_server=True``).
@@ -25,7 +26,6 @@ The cost condition runs Python, so the automation sensor evaluates in the code s
 
 from __future__ import annotations
 
-import logging
 import warnings
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -40,8 +40,6 @@ from rag_engine.providers.estimates import extraction_tokens
 
 if TYPE_CHECKING:  # since_last_handled's return type, which dagster does not export
     from dagster._core.definitions.declarative_automation.automation_condition import BuiltinAutomationCondition
-
-log = logging.getLogger("rag_engine.automation")
 
 EVAL_ANSWER_TOKENS = 512
 
@@ -124,6 +122,7 @@ def eval_estimate(engine: Engine) -> dict[str, Any]:
         "calls": questions,
         "input_tokens": tokens_in,
         "output_tokens": tokens_out,
+        "tokens_from": f"bound: {questions} golden questions x the full context budget in, {EVAL_ANSWER_TOKENS} out",
         "cost_usd": None if cost is None else float(cost),
     }
 
@@ -179,8 +178,18 @@ def require_paid_approval(
 
 class CostWithinLimit(dg.AutomationCondition):
     """True when the paid work this asset would do now is estimated at most
-    automation.max_auto_cost_usd; false means *awaiting approval* (the estimate is in the
-    evaluation metadata)."""
+    automation.max_auto_cost_usd; false means *awaiting approval*.
+
+    In the UI the asset's automation evaluation shows this node false with its description. The
+    estimate behind a false (model, calls, input and output tokens and where they come from, cost,
+    the limit) is a WARNING on the evaluation's logger (``context.log``), so it is in the code
+    server's log output (``dg dev``'s terminal, the code server's container log), not in the UI:
+    Dagster 1.13 has no public way to attach metadata to a custom condition's result
+    (``AutomationResult`` takes it only as a hidden parameter, and the UI renders no metadata of
+    automation-condition evaluations), and ``context.log`` is a child of the ``dagster`` logger,
+    not of the sensor tick's captured logger. The figures reach the UI when the operator
+    materializes the asset: the run's log states the estimated cost, calls and model before the
+    approval is checked (``require_paid_approval``)."""
 
     def __init__(self, config_path: str, kind: str):
         self.config_path = config_path
@@ -214,13 +223,16 @@ class CostWithinLimit(dg.AutomationCondition):
                 if estimate["cost_usd"] is None
                 else f"${estimate['cost_usd']:.4f}"
             )
-            log.warning(
-                "%s awaiting approval: estimated cost %s for %d calls of %s > "
-                "automation.max_auto_cost_usd $%s; materialize it to approve",
+            context.log.warning(
+                "%s awaiting approval: estimated cost %s for %d calls of %s (%d input + %d output tokens, %s) > "
+                "automation.max_auto_cost_usd $%s; materialize it with approved_by and reason to approve",
                 context.key.to_user_string(),
                 cost,
                 estimate["calls"],
                 estimate["model"],
+                estimate["input_tokens"],
+                estimate["output_tokens"],
+                estimate["tokens_from"],
                 limit,
             )
         return dg.AutomationResult(context, true_subset=candidates if ok else context.get_empty_subset())

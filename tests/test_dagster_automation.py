@@ -9,6 +9,8 @@ asserted as requested: running it would answer the shipped golden sets.
 
 from __future__ import annotations
 
+import logging
+
 import dagster as dg
 
 from rag_assets.definitions import build_definitions
@@ -137,10 +139,25 @@ def test_rollout_rules_free_changes_flow_through_in_order(variant, unique):
     assert auto.settle(bumped, wants_eval)
 
 
-def test_paid_work_waits_for_approval_above_the_cost_limit(variant, unique):
+def test_paid_work_waits_for_approval_above_the_cost_limit(variant, unique, caplog):
     priced = build_definitions(variant("priced", edit=_priced_chat))
     auto = Automation(unique)
-    steps = _ingest_new_documents_paid(auto, priced)
+    with caplog.at_level(logging.WARNING):
+        steps = _ingest_new_documents_paid(auto, priced)
+    # the condition logs the estimate behind "awaiting approval" on the evaluation's logger (the
+    # automation sensor's tick logs in the UI): the figures extraction_estimate gives, and the limit
+    from rag_assets.automation import extraction_estimate
+
+    engine = priced.resources["rag"].engine()
+    estimate = extraction_estimate(engine, unique, list(auto.instance.get_dynamic_partitions(auto.parts)))
+    waiting = {r.getMessage() for r in caplog.records if r.name.endswith(".CostWithinLimit")}
+    assert waiting == {
+        f"{unique}/llm_extraction awaiting approval: estimated cost ${estimate['cost_usd']:.4f} for 3 calls of "
+        f"demo-chat ({estimate['input_tokens']} input + {estimate['output_tokens']} output tokens, "
+        f"{estimate['tokens_from']}) > automation.max_auto_cost_usd $0.0; materialize it with approved_by and "
+        "reason to approve"
+    }, waiting
+    assert estimate["cost_usd"] > 0 and estimate["tokens_from"].startswith("no ledger history")
     # new documents: free steps run; extraction (priced) waits, and so does the graph built on it
     assert steps == ["source_documents", "chunks", "references", "chunk_index"] or set(steps) == {
         "source_documents",

@@ -86,6 +86,7 @@ def test_a_broken_pack_leaves_the_others_running(variant, unique, tmp_path):
 
 
 def test_each_partition_carries_its_own_figures(variant, unique):
+    from rag_assets.assets.ingestion import partition_metadata
     from rag_assets.demo import materialize_pack
 
     defs = build_definitions(variant("base"))
@@ -93,17 +94,21 @@ def test_each_partition_carries_its_own_figures(variant, unique):
     pack = defs.resources["rag"].engine().pack(unique)
     assert materialize_pack(defs, instance, pack).success
     chunks = {}
-    for step in ("chunks", "chunk_index", "llm_extraction", "graph_writes"):
+    for step in ("source_documents", "chunks", "chunk_index", "llm_extraction", "graph_writes"):
         for event in instance.fetch_materializations(dg.AssetKey([unique, step]), limit=10).records:
             mat = event.asset_materialization
             meta = mat.metadata
             assert meta["outcome"].value == "done" and "seconds" in meta and "dagster/row_count" in meta
+            if step == "source_documents":  # one document per partition
+                assert meta["dagster/row_count"].value == 1 and meta["chars"].value > 0
             if step == "chunks":
                 chunks[mat.partition] = meta["chunks"].value
             if step == "llm_extraction":
                 assert "tokens" in meta and "llm_calls" in meta
     # the two documents have different sizes: no partition shows the run's total
     assert len(chunks) == 2 and sum(chunks.values()) == 3 and len(set(chunks.values())) == 2
+    # a rejected document version is a partition without a document
+    assert partition_metadata("source_documents", "rejected", {"reason": "too large"}, 0.1)["dagster/row_count"] == 0
 
 
 def test_snapshot_of_specs_jobs_schedules_and_sensors():

@@ -27,14 +27,15 @@ StepFn = Callable[[Engine, DomainPack, str], dict[str, Any]]
 
 
 ROW_COUNT: dict[str, str | None] = {
-    "source_documents": None,
+    "source_documents": None,  # one document per partition: 1 loaded, 0 rejected
     "chunks": "chunks",
     "references": "references",
     "chunk_index": "embedded",
     "llm_extraction": "extracted",
     "graph_writes": None,
 }
-"""Which figure of a step's partition report is its row count (graph_writes: edges, summed)."""
+"""Which figure of a step's partition report is its row count (graph_writes: edges, summed;
+source_documents: the partition's one document)."""
 
 
 def _scalar(value: object) -> int | float | str | None:
@@ -58,6 +59,8 @@ def partition_metadata(step: str, outcome: str, figures: dict[str, Any], seconds
     if step == "graph_writes":
         meta["edges"] = int(figures.get("resolved", 0)) + int(figures.get("relationships", 0))
         meta["dagster/row_count"] = meta["edges"]
+    elif step == "source_documents":
+        meta["dagster/row_count"] = 1
     elif row_figure := ROW_COUNT.get(step):
         meta["dagster/row_count"] = int(figures.get(row_figure, 0))
     return meta
