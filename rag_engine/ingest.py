@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from rag_engine.config import GraphConfig
@@ -22,7 +23,6 @@ from rag_engine.errors import (
     ConfigError,
     DocumentError,
     EmbedderMismatch,
-    KeyConflict,
     PackError,
 )
 from rag_engine.graph import schema, writer
@@ -53,6 +53,27 @@ class StepReport:
         return sum(int(v.get(key, 0)) for v in self.done.values())
 
 
+def _attempt(report: StepReport, step: str, key: str, work: Callable[[], Any]) -> tuple[bool, Any]:
+    """Run one partition's work, recording a rejection, skip or failure in ``report``: (ok, result)."""
+    try:
+        return True, work()
+    except (DocumentError, PackError) as exc:  # one document's problem, never the run's
+        report.rejected[key] = str(exc)
+        log.warning("%s %s rejected: %s", step, key, exc)
+    except _Skip as exc:
+        report.skipped[key] = str(exc)
+    except (ConfigError, CapabilityNotSupported, EmbedderMismatch):
+        raise  # the same for every partition: stop at once with the typed error
+    except Exception as exc:
+        report.failed[key] = f"{type(exc).__name__}: {exc}"
+        log.exception("%s %s failed", step, key)
+    return False, None
+
+
+def _outcome(report: StepReport, key: str) -> str:
+    return next(name for name in ("done", "rejected", "skipped", "failed") if key in getattr(report, name))
+
+
 def run_step(
     step: str,
     keys: list[str],
@@ -64,24 +85,99 @@ def run_step(
     report = StepReport(step)
     started = time.perf_counter()
     for i, key in enumerate(keys, 1):
-        try:
-            report.done[key] = fn(key)
-        except (DocumentError, PackError) as exc:  # one document's problem, never the run's
-            report.rejected[key] = str(exc)
-            log.warning("%s %s rejected: %s", step, key, exc)
-        except _Skip as exc:
-            report.skipped[key] = str(exc)
-        except (ConfigError, CapabilityNotSupported, EmbedderMismatch):
-            raise  # the same for every partition: stop at once with the typed error
-        except Exception as exc:
-            report.failed[key] = f"{type(exc).__name__}: {exc}"
-            log.exception("%s %s failed", step, key)
+        ok, figures = _attempt(report, step, key, partial(fn, key))
+        if ok:
+            report.done[key] = figures
         if on_done:
-            on_done(
-                key, next(name for name in ("done", "rejected", "skipped", "failed") if key in getattr(report, name))
-            )
+            on_done(key, _outcome(report, key))
         if progress and (i == len(keys) or i % 10 == 0):
             progress(f"{step}: {i}/{len(keys)} partitions")
+    report.seconds = round(time.perf_counter() - started, 3)
+    return report
+
+
+@dataclass(frozen=True)
+class Grouped:
+    """A step split in two so a run can write several partitions in one transaction:
+    ``prepare(key)`` does one partition's own work (artifacts, pack rules, embeddings) and returns
+    (rows it will write, what to write); ``write(prepared list)`` writes them in one transaction
+    and returns each partition's figures. ``prepare`` then ``write`` of one partition is the step."""
+
+    prepare: Callable[[str], tuple[int, Any]]
+    write: Callable[[list[Any]], list[Any]]
+    """Each partition's figures, or the exception that partition's write refused it with."""
+
+
+def _write_one(grouped: Grouped, prepared: Any) -> dict[str, Any]:
+    (out,) = grouped.write([prepared])
+    if isinstance(out, Exception):
+        raise out
+    return dict(out)
+
+
+def _raise(exc: Exception) -> None:
+    raise exc
+
+
+def run_grouped_step(
+    step: str,
+    keys: list[str],
+    grouped: Grouped,
+    group_rows: int,
+    progress: Callable[[str], None] | None = None,
+    on_done: Callable[[str, str], None] | None = None,
+) -> StepReport:
+    """``run_step`` with the writes of consecutive partitions grouped into one transaction of
+    about ``group_rows`` rows (one round trip per query for the group, one commit): fewer round
+    trips, the same writes. A partition whose preparation fails is recorded as ``run_step`` does;
+    a group whose write fails is written again one partition at a time, so one partition's
+    error is still that partition's only."""
+    report = StepReport(step)
+    started = time.perf_counter()
+    finished = 0
+    group: list[tuple[str, Any]] = []
+
+    def tell(key: str) -> None:
+        nonlocal finished
+        finished += 1
+        if on_done:
+            on_done(key, _outcome(report, key))
+        if progress and (finished == len(keys) or finished % 10 == 0):
+            progress(f"{step}: {finished}/{len(keys)} partitions")
+
+    def flush() -> None:
+        if len(group) > 1:
+            try:
+                outcomes = grouped.write([p for _, p in group])
+                for (key, _), out in zip(group, outcomes, strict=True):
+                    if isinstance(out, Exception):  # this partition's own refusal (e.g. KeyConflict)
+                        _attempt(report, step, key, partial(_raise, out))
+                    else:
+                        report.done[key] = out
+            except (ConfigError, CapabilityNotSupported, EmbedderMismatch):
+                raise
+            except Exception as exc:  # noqa: BLE001 - retried one partition at a time below
+                log.info("%s: a write of %d partitions failed (%s); one partition at a time", step, len(group), exc)
+        for key, prepared in group:
+            if not any(key in outcome for outcome in (report.done, report.rejected, report.skipped, report.failed)):
+                ok, figures = _attempt(report, step, key, partial(_write_one, grouped, prepared))
+                if ok:
+                    report.done[key] = figures
+            tell(key)
+        group.clear()
+
+    rows = 0
+    for key in keys:
+        ok, prepared = _attempt(report, step, key, partial(grouped.prepare, key))
+        if not ok:
+            tell(key)
+            continue
+        group.append((key, prepared[1]))
+        rows += prepared[0]
+        if rows >= group_rows:
+            flush()
+            rows = 0
+    flush()
     report.seconds = round(time.perf_counter() - started, 3)
     return report
 
@@ -89,6 +185,10 @@ def run_step(
 class _Skip(Exception):
     """An upstream step rejected this partition; nothing to do here."""
 
+
+GROUP_BATCHES = 4
+"""A grouped step's transaction holds about this many write batches (``storage.neo4j.write_batch_size``
+rows each) of consecutive partitions."""
 
 _CHAIN = (SOURCE, CHUNKS, REFERENCES)
 """Steps whose artifact may record a rejection, in pipeline order."""
@@ -123,38 +223,43 @@ def source_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
 
 
 def chunks_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
+    g = chunks_grouped(engine, pack)
+    return _write_one(g, g.prepare(key)[1])
+
+
+def chunks_grouped(engine: Engine, pack: DomainPack) -> Grouped:
+    """``chunks_step`` in two: chunking and checks per partition, then the versions of several
+    documents written in one transaction (``writer.write_document_versions``, key ownership decided
+    in the run's claim order); a version refused for a key another document owns gets its
+    ``KeyConflict`` (and its rejection artifact), the others are written."""
     from rag_engine.packs import SourceDocument
 
-    doc = SourceDocument.model_validate(_upstream(engine, pack, key, SOURCE))
-    try:
-        chunks = pack.chunk(doc)
-        owned = pack.owned_keys(doc)
-    except Exception as exc:  # noqa: BLE001 - any pack failure rejects this one document, recorded below
-        # recorded like a source rejection, so every later step skips this partition
-        reason = str(exc) if isinstance(exc, (PackError, DocumentError)) else f"{type(exc).__name__}: {exc}"
-        engine.artifacts.write(pack.name, key, CHUNKS, {"rejected": f"the pack refused this document: {reason}"})
-        raise DocumentError(f"{key}: the pack refused this document: {reason}") from None
-    ids = [c.chunk_id for c in chunks]
-    unanswered = sorted(set(owned) - {k for c in chunks for k in c.keys})
-    problem = (
-        "the pack produced no chunks from this document"
-        if not chunks
-        else "the pack produced duplicate chunk ids"
-        if len(set(ids)) != len(ids)
-        else f"the pack says the document owns keys no chunk answers to: {unanswered}"
-        if unanswered
-        else None
-    )
-    if problem:
-        engine.artifacts.write(pack.name, key, CHUNKS, {"rejected": problem})
-        raise DocumentError(f"{key}: {problem}")
-    engine.artifacts.write(pack.name, key, CHUNKS, [c.model_dump(mode="json") for c in chunks])
-    schema.ensure_schema(engine.driver, engine.database)
-    try:
-        writer.write_document_version(
-            engine.driver,
-            engine.database,
-            pack=pack.name,
+    def prepare(key: str) -> tuple[int, Any]:
+        doc = SourceDocument.model_validate(_upstream(engine, pack, key, SOURCE))
+        try:
+            chunks = pack.chunk(doc)
+            owned = pack.owned_keys(doc)
+        except Exception as exc:  # noqa: BLE001 - any pack failure rejects this one document, recorded below
+            # recorded like a source rejection, so every later step skips this partition
+            reason = str(exc) if isinstance(exc, (PackError, DocumentError)) else f"{type(exc).__name__}: {exc}"
+            engine.artifacts.write(pack.name, key, CHUNKS, {"rejected": f"the pack refused this document: {reason}"})
+            raise DocumentError(f"{key}: the pack refused this document: {reason}") from None
+        ids = [c.chunk_id for c in chunks]
+        unanswered = sorted(set(owned) - {k for c in chunks for k in c.keys})
+        problem = (
+            "the pack produced no chunks from this document"
+            if not chunks
+            else "the pack produced duplicate chunk ids"
+            if len(set(ids)) != len(ids)
+            else f"the pack says the document owns keys no chunk answers to: {unanswered}"
+            if unanswered
+            else None
+        )
+        if problem:
+            engine.artifacts.write(pack.name, key, CHUNKS, {"rejected": problem})
+            raise DocumentError(f"{key}: {problem}")
+        engine.artifacts.write(pack.name, key, CHUNKS, [c.model_dump(mode="json") for c in chunks])
+        version = writer.VersionWrite(
             doc_id=doc.doc_id,
             version=doc.version,
             title=doc.title,
@@ -162,14 +267,28 @@ def chunks_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
             content_hash=content_hash(doc.text),
             source_path=doc.source_path,
             chunks=chunks,
-            batch_size=engine.cfg.storage.neo4j.write_batch_size,
-            min_words=max(pack.manifest.min_chunk_words, engine.cfg.retrieval.min_chunk_words),
             owned_keys=owned,
         )
-    except KeyConflict as exc:  # a key another document owns: this later claimant is rejected, nothing written
-        engine.artifacts.write(pack.name, key, CHUNKS, {"rejected": str(exc)})
-        raise
-    return {"chunks": len(chunks), "owned_keys": len(owned)}
+        return len(chunks), (key, version, {"chunks": len(chunks), "owned_keys": len(owned)})
+
+    def write(prepared: list[Any]) -> list[dict[str, Any] | Exception]:
+        schema.ensure_schema(engine.driver, engine.database)
+        outcomes = writer.write_document_versions(
+            engine.driver,
+            engine.database,
+            pack=pack.name,
+            docs=[version for _, version, _ in prepared],
+            batch_size=engine.cfg.storage.neo4j.write_batch_size,
+            min_words=max(pack.manifest.min_chunk_words, engine.cfg.retrieval.min_chunk_words),
+        )
+        out: list[dict[str, Any] | Exception] = []
+        for (key, _, figures), conflict in zip(prepared, outcomes, strict=True):
+            if conflict is not None:  # a key another document owns: this later claimant is rejected, nothing written
+                engine.artifacts.write(pack.name, key, CHUNKS, {"rejected": str(conflict)})
+            out.append(figures if conflict is None else conflict)
+        return out
+
+    return Grouped(prepare, write)
 
 
 def claim_order(keys: list[str]) -> list[str]:
@@ -185,21 +304,32 @@ def load_chunks(engine: Engine, pack: DomainPack, key: str) -> list[ChunkRecord]
 
 
 def references_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
-    chunks = load_chunks(engine, pack, key)
-    refs = [r for c in chunks for r in pack.extract_references(c)]
-    engine.artifacts.write(pack.name, key, REFERENCES, [r.model_dump(mode="json") for r in refs])
-    writer.write_citations(
-        engine.driver,
-        engine.database,
-        pack=pack.name,
-        key=key,
-        refs=refs,
-        batch_size=engine.cfg.storage.neo4j.write_batch_size,
-    )
-    by_type: dict[str, int] = {}
-    for r in refs:
-        by_type[r.ref_type] = by_type.get(r.ref_type, 0) + 1
-    return {"references": len(refs), **{f"type_{k}": v for k, v in sorted(by_type.items())}}
+    g = references_grouped(engine, pack)
+    return _write_one(g, g.prepare(key)[1])
+
+
+def references_grouped(engine: Engine, pack: DomainPack) -> Grouped:
+    def prepare(key: str) -> tuple[int, Any]:
+        chunks = load_chunks(engine, pack, key)
+        refs = [r for c in chunks for r in pack.extract_references(c)]
+        engine.artifacts.write(pack.name, key, REFERENCES, [r.model_dump(mode="json") for r in refs])
+        by_type: dict[str, int] = {}
+        for r in refs:
+            by_type[r.ref_type] = by_type.get(r.ref_type, 0) + 1
+        figures = {"references": len(refs), **{f"type_{k}": v for k, v in sorted(by_type.items())}}
+        return len(refs), (key, refs, figures)
+
+    def write(prepared: list[Any]) -> list[dict[str, Any]]:
+        writer.write_citations_many(
+            engine.driver,
+            engine.database,
+            pack=pack.name,
+            items=[(key, refs) for key, refs, _ in prepared],
+            batch_size=engine.cfg.storage.neo4j.write_batch_size,
+        )
+        return [figures for _, _, figures in prepared]
+
+    return Grouped(prepare, write)
 
 
 def ensure_vector_index(engine: Engine) -> str:
@@ -224,51 +354,74 @@ def index_step(
     model call), write the vectors and activate the version in one transaction. ``progress`` gets
     an ``EmbedProgress`` after each batch (default: a log line). ``vector_property``: the result
     of ``ensure_vector_index`` when the caller (a run of many partitions) already ensured it."""
+    g = index_grouped(engine, pack, run_id, lambda k: progress, vector_property)
+    return _write_one(g, g.prepare(key)[1])
+
+
+def index_grouped(
+    engine: Engine,
+    pack: DomainPack,
+    run_id: str | None = None,
+    progress: Callable[[str], Callable[[Any], None] | None] = lambda key: None,
+    vector_property: str | None = None,
+) -> Grouped:
+    """``index_step`` in two: embedding per partition, then the vectors of several versions
+    written and each version activated (in order) in one transaction. ``progress(key)``: the
+    partition's ``EmbedProgress`` callback, if any."""
     from rag_engine.providers.embedding_cache import embed_batched
 
-    chunks = load_chunks(engine, pack, key)
     spec = engine.registry.embedding
-    prop = vector_property or ensure_vector_index(engine)
-    dimension = spec.model.dimension or 0  # ensure_vector_index refused a model without one
-    result = embed_batched(
-        [f"{c.heading}\n{c.text}" for c in chunks],
-        lambda batch: engine.embed_texts(batch, purpose="index", run_id=run_id),
-        identity=spec.identity,
-        dimension=dimension,
-        batch_size=spec.model.batch_size,
-        cache=engine.embedding_cache,
-        progress=progress
-        or (
-            lambda p: log.info(
-                "chunk_index %s: %d/%d chunks embedded (%d from cache, %d requests, %.1fs)",
-                key,
-                p.done,
-                p.total,
-                p.cache_hits,
-                p.requests,
-                p.seconds,
-            )
-        ),
-    )
-    vectors = result.vectors
-    rows = [{"chunk_id": c.chunk_id, "embedding": v} for c, v in zip(chunks, vectors, strict=False)]
-    writer.write_embeddings(
-        engine.driver,
-        engine.database,
-        identity=spec.identity,
-        rows=rows,
-        batch_size=engine.cfg.storage.neo4j.write_batch_size,
-        property=prop,
-        # indexed: this version goes live with its vectors (lexical and dense alike), the previous one retires
-        activate=(pack.name, chunks[0].doc_id, chunks[0].doc_version),
-    )
-    return {
-        "embedded": len(rows),
-        "dimension": spec.model.dimension,
-        "embed_cache_hits": result.cache_hits,
-        "embed_requests": result.requests,
-        "embed_seconds": round(result.seconds, 3),
-    }
+    prop: list[str] = [vector_property] if vector_property else []
+
+    def prepare(key: str) -> tuple[int, Any]:
+        chunks = load_chunks(engine, pack, key)
+        if not prop:
+            prop.append(ensure_vector_index(engine))
+        dimension = spec.model.dimension or 0  # ensure_vector_index refused a model without one
+        result = embed_batched(
+            [f"{c.heading}\n{c.text}" for c in chunks],
+            lambda batch: engine.embed_texts(batch, purpose="index", run_id=run_id),
+            identity=spec.identity,
+            dimension=dimension,
+            batch_size=spec.model.batch_size,
+            cache=engine.embedding_cache,
+            progress=progress(key)
+            or (
+                lambda p: log.info(
+                    "chunk_index %s: %d/%d chunks embedded (%d from cache, %d requests, %.1fs)",
+                    key,
+                    p.done,
+                    p.total,
+                    p.cache_hits,
+                    p.requests,
+                    p.seconds,
+                )
+            ),
+        )
+        rows = [{"chunk_id": c.chunk_id, "embedding": v} for c, v in zip(chunks, result.vectors, strict=False)]
+        figures = {
+            "embedded": len(rows),
+            "dimension": spec.model.dimension,
+            "embed_cache_hits": result.cache_hits,
+            "embed_requests": result.requests,
+            "embed_seconds": round(result.seconds, 3),
+        }
+        return len(rows), (rows, (pack.name, chunks[0].doc_id, chunks[0].doc_version), figures)
+
+    def write(prepared: list[Any]) -> list[dict[str, Any]]:
+        writer.write_embeddings(
+            engine.driver,
+            engine.database,
+            identity=spec.identity,
+            rows=[row for rows, _, _ in prepared for row in rows],
+            batch_size=engine.cfg.storage.neo4j.write_batch_size,
+            property=prop[0],
+            # indexed: each version goes live with its vectors (lexical and dense alike), the previous one retires
+            activate_many=[version for _, version, _ in prepared],
+        )
+        return [figures for _, _, figures in prepared]
+
+    return Grouped(prepare, write)
 
 
 def apply_graph_policy(
@@ -300,38 +453,43 @@ def apply_graph_policy(
 
 def graph_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
     """Target resolution (CITES -> REFERENCES) and the validated LLM records of this version."""
+    g = graph_grouped(engine, pack)
+    return _write_one(g, g.prepare(key)[1])
+
+
+def graph_grouped(engine: Engine, pack: DomainPack) -> Grouped:
+    """``graph_step`` in two: the version's inferred records are read per partition, then the
+    references of several versions are resolved and their records written in one transaction
+    (``writer.write_graph_many``)."""
     from rag_engine.documents import split_partition_key
 
-    _upstream(engine, pack, key, REFERENCES)
-    out = writer.resolve_references(
-        engine.driver,
-        engine.database,
-        pack=pack.name,
-        key=key,
-        doc_id=split_partition_key(key)[0],
-        resolution_version=engine.cfg.graph.target_resolution_version,
-    )
-    if not pack.entry.extraction:  # extraction turned off: no inferred records of this document remain
-        out.update(
-            writer.write_inferred(
-                engine.driver, engine.database, pack=pack.name, doc_id=split_partition_key(key)[0], records=[]
-            )
+    def prepare(key: str) -> tuple[int, Any]:
+        refs = _upstream(engine, pack, key, REFERENCES)
+        records: list[dict[str, Any]] | None = None
+        complete: int | None = None
+        if not pack.entry.extraction:  # extraction turned off: no inferred records of this document remain
+            records = []
+        elif engine.artifacts.exists(pack.name, key, EXTRACTION):
+            extraction = engine.artifacts.read(pack.name, key, EXTRACTION)
+            records = apply_graph_policy(extraction["records"], engine.cfg.graph, pack.entry.max_confidence)
+            complete = int(extraction["complete"])
+        return 1 + len(refs) + len(records or []), (key, records, complete)
+
+    def write(prepared: list[Any]) -> list[dict[str, Any]]:
+        figures = writer.write_graph_many(
+            engine.driver,
+            engine.database,
+            pack=pack.name,
+            items=[(key, split_partition_key(key)[0], records) for key, records, _ in prepared],
+            resolution_version=engine.cfg.graph.target_resolution_version,
+            batch_size=engine.cfg.storage.neo4j.write_batch_size,
         )
-    elif engine.artifacts.exists(pack.name, key, EXTRACTION):
-        extraction = engine.artifacts.read(pack.name, key, EXTRACTION)
-        records = apply_graph_policy(extraction["records"], engine.cfg.graph, pack.entry.max_confidence)
-        out.update(
-            writer.write_inferred(
-                engine.driver,
-                engine.database,
-                pack=pack.name,
-                doc_id=split_partition_key(key)[0],
-                records=records,
-                batch_size=engine.cfg.storage.neo4j.write_batch_size,
-            )
-        )
-        out["extraction_complete"] = int(extraction["complete"])
-    return out
+        out = []
+        for (_, _, complete), f in zip(prepared, figures, strict=True):
+            out.append({**f, "extraction_complete": complete} if complete is not None else dict(f))
+        return out
+
+    return Grouped(prepare, write)
 
 
 def withdraw_missing_documents(engine: Engine, pack: DomainPack, present: list[str]) -> list[str]:
@@ -428,23 +586,23 @@ def ingest_pack(
     withdraw_missing_documents(engine, pack, [r.doc_id for r in found if r.problem is None])
     budget = new_budget(engine)
     obs = observer or IngestObserver()
-    vector_property: list[str] = []  # ensured by the first partition chunk_index runs, then reused
 
-    def index_partition(e: Engine, p: DomainPack, k: str) -> dict[str, Any]:
-        def on_batch(ep: Any) -> None:
-            obs.embedding(p.name, k, ep)
+    def on_batch(k: str) -> Callable[[Any], None] | None:
+        return (lambda ep: obs.embedding(pack.name, k, ep)) if observer else None
 
-        if not vector_property:
-            vector_property.append(ensure_vector_index(e))
-        return index_step(
-            e, p, k, run_id=run_id, progress=on_batch if observer else None, vector_property=vector_property[0]
-        )
-
+    # the steps whose writes several partitions share a transaction in (``run_grouped_step``)
+    grouped = {
+        "chunks": chunks_grouped(engine, pack),
+        "references": references_grouped(engine, pack),
+        "chunk_index": index_grouped(engine, pack, run_id=run_id, progress=on_batch),
+        "graph_writes": graph_grouped(engine, pack),
+    }
+    group_rows = GROUP_BATCHES * engine.cfg.storage.neo4j.write_batch_size
     steps: list[tuple[str, Callable[..., dict[str, Any]]]] = [
         ("source_documents", source_step),
         ("chunks", chunks_step),
         ("references", references_step),
-        ("chunk_index", index_partition),
+        ("chunk_index", index_step),
     ]
     if extract:
         steps.append(("llm_extraction", lambda e, p, k: extraction_step(e, p, k, run_id=run_id, budget=budget)))
@@ -473,7 +631,11 @@ def ingest_pack(
             def on_done(k: str, outcome: str, name: str = name) -> None:
                 obs.partition_done(pack.name, name, k, outcome)
 
-            reports[name] = report = run_step(name, todo, run_partition, progress, on_done=on_done)
+            reports[name] = report = (
+                run_grouped_step(name, todo, grouped[name], group_rows, progress, on_done=on_done)
+                if name in grouped
+                else run_step(name, todo, run_partition, progress, on_done=on_done)
+            )
             report.unchanged = [k for k in keys if k not in set(todo)]
             for k in todo:
                 ran[k].add(name)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import neo4j
@@ -37,13 +38,14 @@ def version_key(pack: str, partition_key: str) -> str:
     return f"{pack}:{partition_key}"
 
 
-_WRITE_VERSION = """
-MERGE (d:Document {key: $pack + ':' + $doc_id})
-  SET d.doc_id = $doc_id, d.pack = $pack, d.title = $title, d.collection = $collection
-MERGE (v:DocumentVersion {key: $key})
+_WRITE_VERSIONS = """
+UNWIND $docs AS doc
+MERGE (d:Document {key: $pack + ':' + doc.doc_id})
+  SET d.doc_id = doc.doc_id, d.pack = $pack, d.title = doc.title, d.collection = doc.collection
+MERGE (v:DocumentVersion {key: doc.key})
   ON CREATE SET v.status = 'pending'
-  SET v.version = $version, v.doc_id = $doc_id, v.content_hash = $content_hash,
-      v.source_path = $source_path, v.updated_at = datetime()
+  SET v.version = doc.version, v.doc_id = doc.doc_id, v.content_hash = doc.content_hash,
+      v.source_path = doc.source_path, v.updated_at = datetime()
 MERGE (d)-[:HAS_VERSION]->(v)
 """
 
@@ -60,7 +62,7 @@ SET c.active = (c.doc_version = $version)
 
 _WRITE_CHUNKS = """
 UNWIND $rows AS row
-MATCH (v:DocumentVersion {key: $key})
+MATCH (v:DocumentVersion {key: row.version_key})
 MERGE (c:Chunk {chunk_id: row.chunk_id})
   SET c.anchor = row.anchor, c.doc_id = row.doc_id, c.doc_version = row.doc_version, c.pack = $pack,
       c.ordinal = row.ordinal, c.heading = row.heading, c.text = row.text, c.collection = row.collection,
@@ -80,24 +82,25 @@ MERGE (c)-[:ANSWERS_TO]->(k)
 _KEY_OWNERS = """
 UNWIND $keys AS key
 MATCH (:RefKey {key: $pack + '|' + key})<-[:OWNS]-(d:Document {pack: $pack})
-WHERE d.doc_id <> $doc_id
-RETURN key, min(d.doc_id) AS owner ORDER BY key
+RETURN key, collect(DISTINCT d.doc_id) AS owners
 """
 
 # the version's owned keys replace the document's: a key its new text no longer declares is released
 _WRITE_OWNED = """
-MATCH (d:Document {key: $pack + ':' + $doc_id})
-OPTIONAL MATCH (d)-[o:OWNS]->(old:RefKey) WHERE NOT old.key IN [x IN $keys | $pack + '|' + x]
+UNWIND $docs AS doc
+MATCH (d:Document {key: $pack + ':' + doc.doc_id})
+OPTIONAL MATCH (d)-[o:OWNS]->(old:RefKey) WHERE NOT old.key IN [x IN doc.owned | $pack + '|' + x]
 DELETE o
-WITH DISTINCT d
-UNWIND $keys AS key
+WITH DISTINCT d, doc
+UNWIND doc.owned AS key
 MERGE (k:RefKey {key: $pack + '|' + key})
 MERGE (d)-[:OWNS]->(k)
 """
 
 _DROP_VANISHED_CHUNKS = """
-MATCH (v:DocumentVersion {key: $key})-[:HAS_CHUNK]->(c:Chunk)
-WHERE NOT c.chunk_id IN $chunk_ids
+UNWIND $docs AS doc
+MATCH (v:DocumentVersion {key: doc.key})-[:HAS_CHUNK]->(c:Chunk)
+WHERE NOT c.chunk_id IN doc.chunk_ids
 DETACH DELETE c
 """
 
@@ -114,6 +117,21 @@ def retrieval_eligible(text: str, min_words: int) -> bool:
 
 def chunk_row(c: ChunkRecord, min_words: int = 0) -> dict[str, Any]:
     return {**c.model_dump(mode="json"), "eligible": retrieval_eligible(c.text, min_words)}
+
+
+@dataclass(frozen=True)
+class VersionWrite:
+    """One document version for ``write_document_versions``: the document's fields, its chunks
+    and the keys it owns (``DomainPack.owned_keys``)."""
+
+    doc_id: str
+    version: str
+    title: str
+    collection: str
+    content_hash: str
+    source_path: str
+    chunks: Sequence[ChunkRecord]
+    owned_keys: Sequence[str] = ()
 
 
 def write_document_version(
@@ -135,38 +153,88 @@ def write_document_version(
     """Write one document version and its chunks (pending until ``activate_version``) and the keys
     the document owns. Raises ``KeyConflict``, writing nothing, when a chunk answers to a key another
     document of the pack owns: the document already holding the key keeps it."""
-    key = version_key(pack, f"{doc_id}--{version}")
-    rows = [chunk_row(c, min_words) for c in chunks]
-    answered = sorted({k for c in chunks for k in c.keys})
+    doc = VersionWrite(doc_id, version, title, collection, content_hash, source_path, chunks, owned_keys)
+    (outcome,) = write_document_versions(
+        driver, database, pack=pack, docs=[doc], batch_size=batch_size, min_words=min_words
+    )
+    if outcome is not None:
+        raise outcome
 
-    def work(tx: neo4j.ManagedTransaction) -> None:
-        taken = {r["key"]: r["owner"] for r in tx.run(_KEY_OWNERS, keys=answered, pack=pack, doc_id=doc_id)}
-        if taken:
-            raise KeyConflict(
-                f"{doc_id}: answers to "
-                + ", ".join(f"key {k!r}, which document {o!r} owns" for k, o in taken.items())
-                + "; the document already holding a key keeps it",
-                taken,
-            )
-        tx.run(
-            _WRITE_VERSION,
-            doc_id=doc_id,
-            pack=pack,
-            title=title,
-            collection=collection,
-            key=key,
-            version=version,
-            content_hash=content_hash,
-            source_path=source_path,
-        ).consume()
+
+def write_document_versions(
+    driver: neo4j.Driver,
+    database: str,
+    *,
+    pack: str,
+    docs: Sequence[VersionWrite],
+    batch_size: int = 500,
+    min_words: int = 0,
+) -> list[KeyConflict | None]:
+    """``write_document_version`` of several versions (of distinct documents) in one transaction,
+    in order: a version whose chunks answer to a key another document owns (in the store, or
+    claimed by an earlier version of this call) is not written and gets its ``KeyConflict``
+    (None: written). The ownership is decided in order, as one write per version would: the
+    store's owners are read once in the transaction, and each version written takes its keys
+    over (releasing the ones it no longer declares) before the next is checked."""
+    if len({d.doc_id for d in docs}) != len(docs):
+        raise ValueError("write_document_versions: one version per document")
+    answered = {d.doc_id: sorted({k for c in d.chunks for k in c.keys}) for d in docs}
+
+    def work(tx: neo4j.ManagedTransaction) -> list[KeyConflict | None]:
+        keys = sorted({k for ks in answered.values() for k in ks})
+        owners: dict[str, set[str]] = {k: set() for k in keys}
+        for r in tx.run(_KEY_OWNERS, keys=keys, pack=pack):
+            owners[r["key"]] = set(r["owners"])
+        outcomes: list[KeyConflict | None] = []
+        for d in docs:
+            taken = {k: min(owners[k] - {d.doc_id}) for k in answered[d.doc_id] if owners[k] - {d.doc_id}}
+            if taken:
+                outcomes.append(
+                    KeyConflict(
+                        f"{d.doc_id}: answers to "
+                        + ", ".join(f"key {k!r}, which document {o!r} owns" for k, o in taken.items())
+                        + "; the document already holding a key keeps it",
+                        taken,
+                    )
+                )
+                continue
+            outcomes.append(None)
+            for holders in owners.values():  # its owned keys replace the document's
+                holders.discard(d.doc_id)
+            for k in set(d.owned_keys):
+                owners.setdefault(k, set()).add(d.doc_id)
+        written = [d for d, outcome in zip(docs, outcomes, strict=True) if outcome is None]
+        if not written:
+            return outcomes
+        rows = [
+            {**chunk_row(c, min_words), "version_key": version_key(pack, f"{d.doc_id}--{d.version}")}
+            for d in written
+            for c in d.chunks
+        ]
+        fields = [
+            {
+                "doc_id": d.doc_id,
+                "key": version_key(pack, f"{d.doc_id}--{d.version}"),
+                "version": d.version,
+                "title": d.title,
+                "collection": d.collection,
+                "content_hash": d.content_hash,
+                "source_path": d.source_path,
+                "chunk_ids": [c.chunk_id for c in d.chunks],
+                "owned": sorted(set(d.owned_keys)),
+            }
+            for d in written
+        ]
+        tx.run(_WRITE_VERSIONS, docs=fields, pack=pack).consume()
         for batch in batched(rows, batch_size):
-            tx.run(_WRITE_CHUNKS, rows=list(batch), key=key, pack=pack).consume()
-        tx.run(_DROP_VANISHED_CHUNKS, key=key, chunk_ids=[r["chunk_id"] for r in rows]).consume()
-        tx.run(_WRITE_OWNED, pack=pack, doc_id=doc_id, keys=sorted(set(owned_keys))).consume()
+            tx.run(_WRITE_CHUNKS, rows=list(batch), pack=pack).consume()
+        tx.run(_DROP_VANISHED_CHUNKS, docs=fields).consume()
+        tx.run(_WRITE_OWNED, docs=fields, pack=pack).consume()
         bump_graph_epoch(tx)
+        return outcomes
 
     with driver.session(database=database) as session:
-        session.execute_write(work)
+        return session.execute_write(work)
 
 
 def activate_version(driver: neo4j.Driver, database: str, *, pack: str, doc_id: str, version: str) -> None:
@@ -189,7 +257,7 @@ def write_chunks_per_row(
     key = version_key(pack, key)
 
     def work(tx: neo4j.ManagedTransaction, row: dict[str, Any]) -> None:
-        tx.run(_WRITE_CHUNKS, rows=[row], key=key, pack=pack).consume()
+        tx.run(_WRITE_CHUNKS, rows=[{**row, "version_key": key}], pack=pack).consume()
 
     with driver.session(database=database) as session:
         for c in chunks:
@@ -213,11 +281,13 @@ def write_embeddings(
     batch_size: int = 500,
     property: str = "embedding",
     activate: tuple[str, str, str] | None = None,
+    activate_many: Sequence[tuple[str, str, str]] = (),
 ) -> None:
     """rows: {chunk_id, embedding}. Stored as a float vector in ``property`` (the active index's,
     see schema.current_embedder); the first index's shared property also gets the ``embedder``
     marker, other properties are named by their identity. ``activate`` (pack, doc_id, version):
-    the version goes live in the same transaction (``activate_version``), once its vectors are in.
+    the version goes live in the same transaction (``activate_version``), once its vectors are in;
+    ``activate_many``: several versions (``rows`` holding the vectors of all of them), in order.
 
     ``db.create.setNodeVectorProperty`` inside UNWIND, one statement per batch: it stores a
     float32 array, half the size of the float64 list a plain SET stores (Neo4j 5.26's vector
@@ -226,8 +296,7 @@ def write_embeddings(
     def work(tx: neo4j.ManagedTransaction) -> None:
         for batch in batched(rows, batch_size):
             tx.run(_SET_EMBEDDINGS, rows=list(batch), identity=identity, property=property).consume()
-        if activate is not None:
-            pack, doc_id, version = activate
+        for pack, doc_id, version in [activate] if activate is not None else activate_many:
             tx.run(
                 _ACTIVATE, pack=pack, doc_id=doc_id, version=version, key=version_key(pack, f"{doc_id}--{version}")
             ).consume()
@@ -245,7 +314,8 @@ MERGE (s)-[r:CITES {normalized: row.normalized, raw: row.raw}]->(k)
 """
 
 _CLEAR_CITES = """
-MATCH (v:DocumentVersion {key: $key})-[:HAS_CHUNK]->(:Chunk)-[r:CITES]->() DELETE r
+UNWIND $keys AS key
+MATCH (v:DocumentVersion {key: key})-[:HAS_CHUNK]->(:Chunk)-[r:CITES]->() DELETE r
 """
 
 # Derived edges: every active citing chunk to every active chunk answering to the cited key,
@@ -293,15 +363,6 @@ def _resolve(
         tx.run(_RESOLVE_KEYS, keys=list(batch), pack=pack, resolution_version=resolution_version).consume()
 
 
-_COUNT_CITES = """
-MATCH (v:DocumentVersion {key: $key})-[:HAS_CHUNK]->(s:Chunk)-[r:CITES]->(k:RefKey)
-OPTIONAL MATCH (k)<-[:ANSWERS_TO]-(t:Chunk {active: true}) WHERE t <> s
-WITH r, count(t) AS targets
-RETURN sum(CASE WHEN targets > 0 THEN 1 ELSE 0 END) AS resolved,
-       sum(CASE WHEN targets = 0 THEN 1 ELSE 0 END) AS unresolved
-"""
-
-
 _WITHDRAW = """
 MATCH (d:Document {pack: $pack}) WHERE NOT d.doc_id IN $present
 MATCH (d)-[:HAS_VERSION]->(v:DocumentVersion) WHERE v.status = 'current'
@@ -344,11 +405,25 @@ def write_citations(
     driver: neo4j.Driver, database: str, *, pack: str, key: str, refs: Sequence[ReferenceRecord], batch_size: int = 500
 ) -> None:
     """Replace this version's extracted citations (chunk -> normalized key)."""
-    rows = [r.model_dump(mode="json") for r in refs]
-    key = version_key(pack, key)
+    write_citations_many(driver, database, pack=pack, items=[(key, refs)], batch_size=batch_size)
+
+
+def write_citations_many(
+    driver: neo4j.Driver,
+    database: str,
+    *,
+    pack: str,
+    items: Sequence[tuple[str, Sequence[ReferenceRecord]]],
+    batch_size: int = 500,
+) -> None:
+    """Replace the extracted citations of several versions, ``(partition key, refs)``, in one
+    transaction. A version's citations come from its own chunks, so clearing them all first and
+    then writing them all leaves what one write per version leaves."""
+    keys = [version_key(pack, key) for key, _ in items]
+    rows = [r.model_dump(mode="json") for _, refs in items for r in refs]
 
     def work(tx: neo4j.ManagedTransaction) -> None:
-        tx.run(_CLEAR_CITES, key=key).consume()
+        tx.run(_CLEAR_CITES, keys=keys).consume()
         for batch in batched(rows, batch_size):
             tx.run(_WRITE_CITES, rows=list(batch), pack=pack).consume()
 
@@ -361,18 +436,72 @@ def resolve_references(
 ) -> dict[str, int]:
     """Re-derive the REFERENCES edges of the keys this document cites or answers to (any of its
     versions); return this version's resolved/unresolved citation counts."""
-    version = version_key(pack, key)
+    return write_graph_many(
+        driver, database, pack=pack, items=[(key, doc_id, None)], resolution_version=resolution_version
+    )[0]
 
-    def work(tx: neo4j.ManagedTransaction) -> dict[str, int]:
-        keys = single_record(tx.run(_DOC_KEYS, pack=pack, doc_id=doc_id), "document keys")["keys"]
-        tx.run(_DROP_DOC_REFERENCES, pack=pack, doc_id=doc_id).consume()
-        _resolve(tx, pack, keys, resolution_version)
-        rec = single_record(tx.run(_COUNT_CITES, key=version), "citation counts")
-        return {
-            "resolved": int(rec["resolved"] or 0),
-            "unresolved": int(rec["unresolved"] or 0),
-            "keys_resolved": len(keys),
-        }
+
+_DOCS_KEYS = """
+UNWIND $doc_ids AS doc_id
+MATCH (c:Chunk {pack: $pack, doc_id: doc_id})
+OPTIONAL MATCH (c)-[:CITES|ANSWERS_TO]->(k:RefKey)
+RETURN doc_id, collect(DISTINCT k.key) AS keys
+"""
+
+_DROP_DOCS_REFERENCES = """
+UNWIND $doc_ids AS doc_id
+MATCH (c:Chunk {pack: $pack, doc_id: doc_id})-[e:REFERENCES]-(:Chunk)
+WITH DISTINCT e
+DELETE e
+"""
+
+_COUNT_CITES_MANY = """
+UNWIND $keys AS key
+MATCH (v:DocumentVersion {key: key})-[:HAS_CHUNK]->(s:Chunk)-[r:CITES]->(k:RefKey)
+OPTIONAL MATCH (k)<-[:ANSWERS_TO]-(t:Chunk {active: true}) WHERE t <> s
+WITH key, r, count(t) AS targets
+RETURN key, sum(CASE WHEN targets > 0 THEN 1 ELSE 0 END) AS resolved,
+       sum(CASE WHEN targets = 0 THEN 1 ELSE 0 END) AS unresolved
+"""
+
+
+def write_graph_many(
+    driver: neo4j.Driver,
+    database: str,
+    *,
+    pack: str,
+    items: Sequence[tuple[str, str, Sequence[dict[str, Any]] | None]],
+    resolution_version: str,
+    batch_size: int = 500,
+) -> list[dict[str, int]]:
+    """The graph step of several versions, ``(partition key, doc_id, inferred records or None)``,
+    in one transaction: the REFERENCES edges of every key their documents cite or answer to are
+    re-derived once (the same edges as one resolution per document: an edge touching one of these
+    documents has its key among that document's keys), then each document's inferred records are
+    replaced (``write_inferred``, in order; None leaves them alone). Returns each version's
+    resolved/unresolved citation counts (and inferred figures when records were given)."""
+    doc_ids = list(dict.fromkeys(doc_id for _, doc_id, _ in items))
+    versions = [version_key(pack, key) for key, _, _ in items]
+
+    def work(tx: neo4j.ManagedTransaction) -> list[dict[str, int]]:
+        keys = {r["doc_id"]: r["keys"] for r in tx.run(_DOCS_KEYS, pack=pack, doc_ids=doc_ids)}
+        tx.run(_DROP_DOCS_REFERENCES, pack=pack, doc_ids=doc_ids).consume()
+        _resolve(tx, pack, sorted({k for ks in keys.values() for k in ks}), resolution_version)
+        counts = {r["key"]: r for r in tx.run(_COUNT_CITES_MANY, keys=versions)}
+        out = []
+        for (_, doc_id, records), version in zip(items, versions, strict=True):
+            rec = counts.get(version)
+            figures = {
+                "resolved": int(rec["resolved"] or 0) if rec else 0,
+                "unresolved": int(rec["unresolved"] or 0) if rec else 0,
+                "keys_resolved": len(keys.get(doc_id, [])),
+            }
+            if records is not None:
+                figures.update(_write_inferred(tx, pack, doc_id, records, batch_size))
+            out.append(figures)
+        if any(records is not None for _, _, records in items):
+            bump_graph_epoch(tx)
+        return out
 
     with driver.session(database=database) as session:
         return session.execute_write(work)
@@ -420,23 +549,31 @@ def write_inferred(
     Removing by doc id first is what drops a superseded version's inferred edges; the MERGE
     keys make a re-run of the same version leave counts unchanged.
     """
+
+    def work(tx: neo4j.ManagedTransaction) -> dict[str, int]:
+        out = _write_inferred(tx, pack, doc_id, records, batch_size)
+        bump_graph_epoch(tx)
+        return out
+
+    with driver.session(database=database) as session:
+        return session.execute_write(work)
+
+
+def _write_inferred(
+    tx: neo4j.ManagedTransaction, pack: str, doc_id: str, records: Sequence[dict[str, Any]], batch_size: int
+) -> dict[str, int]:
+    """``write_inferred`` inside a caller's transaction (which bumps the graph epoch last)."""
     entities = [
         {**e, "run_id": e["provenance"]["extraction_run_id"], "chunk_id": e["provenance"]["chunk_id"]}
         for r in records
         for e in r["entities"]
     ]
     rels = [rel for r in records for rel in r["relationships"]]
-
-    def work(tx: neo4j.ManagedTransaction) -> None:
-        tx.run(_DROP_INFERRED_FOR_DOC, doc_id=doc_id, pack=pack).consume()
-        for batch in batched(entities, batch_size):
-            tx.run(_WRITE_ENTITIES, rows=list(batch), pack=pack).consume()
-        for batch in batched(rels, batch_size):
-            tx.run(_WRITE_RELATIONSHIPS, rows=list(batch), pack=pack).consume()
-        bump_graph_epoch(tx)
-
-    with driver.session(database=database) as session:
-        session.execute_write(work)
+    tx.run(_DROP_INFERRED_FOR_DOC, doc_id=doc_id, pack=pack).consume()
+    for batch in batched(entities, batch_size):
+        tx.run(_WRITE_ENTITIES, rows=list(batch), pack=pack).consume()
+    for batch in batched(rels, batch_size):
+        tx.run(_WRITE_RELATIONSHIPS, rows=list(batch), pack=pack).consume()
     return {
         "entities": len(entities),
         "relationships": len(rels),
