@@ -201,3 +201,31 @@ def test_the_engine_answers_over_a_routing_uri(ingested_engine):
 
     assert over_routing.candidates and same(over_routing.candidates) == same(direct.candidates)
     assert same(over_routing.expansions) == same(direct.expansions)
+
+
+def test_vector_leg_rides_in_the_fulltext_statement_with_the_same_hits(ingested_engine):
+    """Once the active index is cached, the question's first statement reads the epochs and both
+    legs in one round trip, and each leg returns exactly what it returns alone."""
+    question, role = "right to erasure of personal data", "legal_analyst"
+    first = retrieve(ingested_engine, question, role, weights={"dense": 1.0})  # caches the active index
+    dense_step = next(s for s in first.trace if s["step"] == "dense")
+    assert dense_step["hits"] > 0
+    vec = ingested_engine.embed_texts([question], purpose="test")[0]
+    collections = first.collections
+    identity = ingested_engine.embedder_identity
+    with session.read_transaction(ingested_engine.driver, ingested_engine.database) as rx:
+        lexical, dense = reads.legs(rx, question, vec, collections, lexical_k=20, dense_k=20, identity=identity)
+        assert rx.queries == 1 and rx.memo["index_cached"] is True
+        assert lexical == reads.fulltext(rx, question, collections, 20)
+        assert dense == reads.vector(rx, vec, collections, 20, identity)
+        assert len(dense) == 20
+    # an embedding still being computed is not waited for: fulltext goes first, vector after it
+    with session.read_transaction(ingested_engine.driver, ingested_engine.database) as rx:
+        lexical_only, none = reads.legs(rx, question, None, collections, lexical_k=20, dense_k=20, identity=identity)
+        assert none is None and lexical_only == lexical and rx.queries == 1
+    # a new index epoch in the store (what a re-index switch writes): the cached index is not used
+    ingested_engine.driver.execute_query("MATCH (m:IndexMeta) SET m.epoch = randomUUID()")
+    with session.read_transaction(ingested_engine.driver, ingested_engine.database) as rx:
+        _, stale = reads.legs(rx, question, vec, collections, lexical_k=20, dense_k=20, identity=identity)
+        assert stale is None
+        assert reads.vector(rx, vec, collections, 20, identity) == dense and rx.memo["index_cached"] is False

@@ -284,22 +284,31 @@ def _legs(
         # is a lookup: its exact hits lead; otherwise they are one fused leg among the others
         lookup = bool(keys) and len(content_terms(residual)) <= cfg.lookup_max_terms
         t.update(keys=keys, answered=len(key_rows), lookup=lookup)
+    # an embedding already computed rides along in the fulltext leg's statement (one round trip
+    # for both legs and the store epochs); one still being computed is not waited for here
+    ready = embedding.result() if embedding is not None and embedding.done() else None
     with trace.step("lexical", weight=legs["lexical"]) as t:
-        lexical = (
-            reads.fulltext(rx, query, decision.collections, cfg.lexical_k)
-            if legs["lexical"] > 0 or legs["exact"] > 0
-            else []
+        lexical, dense_rows = reads.legs(
+            rx,
+            query if legs["lexical"] > 0 or legs["exact"] > 0 else "",
+            ready[0] if ready is not None and not _is_zero(ready[0]) else None,
+            decision.collections,
+            lexical_k=cfg.lexical_k,
+            dense_k=cfg.dense_k,
+            identity=engine.embedder_identity,
         )
         t["hits"] = len(lexical)
     with trace.step("dense", embedder=engine.embedder_identity, weight=legs["dense"]) as t:
         dense: list[dict[str, Any]] = []
         if legs["dense"] > 0:
             assert embedding is not None
-            vec, t["embed_ms"] = embedding.result()
+            vec, t["embed_ms"] = ready or embedding.result()
             if _is_zero(vec):  # no indexable word for this embedder: nothing to compare with
                 t["skipped"] = "zero_vector"
                 active_index(rx, engine.embedder_identity)  # a stale index still says so
-            else:  # the embedder check runs in the question's transaction, before the vector query
+            elif dense_rows is not None:  # searched with the fulltext leg, on the checked cached index
+                dense, t["with_lexical"] = dense_rows, True
+            else:  # the embedder check runs before the vector query, in the question's session
                 dense = reads.vector(rx, vec, decision.collections, cfg.dense_k, engine.embedder_identity)
             t["index_cached"] = rx.memo.get("index_cached")
         t["hits"] = len(dense)

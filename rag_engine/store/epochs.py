@@ -20,6 +20,7 @@ from __future__ import annotations
 import threading
 import weakref
 from dataclasses import dataclass, field
+from typing import Any
 
 import neo4j
 
@@ -83,15 +84,39 @@ def _of(rx: Reads) -> _Caches:
         return _caches.setdefault(rx.driver, _Caches())
 
 
-def store_state(rx: Reads) -> StoreState:
-    """Both epochs, read once per transaction."""
-    if "state" not in rx.memo:
-        row = rx.rows(_STATE, meta=VECTOR_INDEX, graph=GRAPH_EPOCH)[0]
-        rx.memo["state"] = StoreState(
-            indexed=bool(row["indexed"]), index_epoch=row["index_epoch"], graph_epoch=row["graph_epoch"]
-        )
+STATE_COLUMNS = (
+    "OPTIONAL MATCH (m:IndexMeta {name: $meta}) OPTIONAL MATCH (g:StoreEpoch {name: $graph}) "
+    "WITH m IS NOT NULL AS indexed, m.epoch AS index_epoch, g.epoch AS graph_epoch"
+)
+"""The head of a statement that reads both epochs along with whatever follows it (``reads.legs``):
+its rows carry ``indexed``, ``index_epoch`` and ``graph_epoch``; pass ``STATE_PARAMS``."""
+STATE_PARAMS = {"meta": VECTOR_INDEX, "graph": GRAPH_EPOCH}
+
+
+def remember_state(rx: Reads, row: dict[str, Any]) -> StoreState:
+    """The epochs a statement read (``STATE_COLUMNS``), kept for the rest of the question."""
+    rx.memo["state"] = StoreState(
+        indexed=bool(row["indexed"]), index_epoch=row["index_epoch"], graph_epoch=row["graph_epoch"]
+    )
     state: StoreState = rx.memo["state"]
     return state
+
+
+def store_state(rx: Reads) -> StoreState:
+    """Both epochs, read once per question (or taken from a statement that read them)."""
+    if "state" not in rx.memo:
+        return remember_state(rx, rx.rows(_STATE, **STATE_PARAMS)[0])
+    state: StoreState = rx.memo["state"]
+    return state
+
+
+def cached_index(rx: Reads, identity: str) -> tuple[str, ActiveIndex] | None:
+    """(epoch, active index) this process cached, if it was built by ``identity``. Unchecked: the
+    statement that uses it must compare the epoch in the store with this one (``reads.legs`` does,
+    in the same statement) and fall back to ``active_index`` when they differ."""
+    with _of(rx).lock:
+        hit = _of(rx).index.get(rx.database)
+    return hit if hit is not None and hit[1].identity == identity else None
 
 
 def active_index(rx: Reads, identity: str) -> tuple[ActiveIndex, bool]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from rag_engine.store import epochs
 from rag_engine.store.epochs import active_index
 from rag_engine.store.names import CHUNK_FULLTEXT
 from rag_engine.store.session import Reads
@@ -91,6 +92,76 @@ def vector(
         if len(rows) >= k or fetch >= VECTOR_FETCH_CAP:
             return rows
         fetch = min(fetch * 4, VECTOR_FETCH_CAP)
+
+
+def _hits(leg: str) -> str:
+    return (
+        f"collect({{chunk_id: c.chunk_id, anchor: c.anchor, heading: c.heading, text: c.text, "
+        f"collection: c.collection, doc_id: c.doc_id, doc_version: c.doc_version, score: score}}) AS {leg}"
+    )
+
+
+_LEGS = f"""{epochs.STATE_COLUMNS}
+CALL (index_epoch) {{
+  WITH index_epoch WHERE $embedding IS NOT NULL AND index_epoch = $expected
+  CALL db.index.vector.queryNodes($index, $vector_fetch, $embedding) YIELD node AS c, score
+  WHERE c.active AND coalesce(c.eligible, true) AND c.collection IN $collections
+  WITH c, score ORDER BY score DESC LIMIT $dense_k
+  RETURN {_hits("dense")}
+}}
+CALL () {{
+  WITH $q AS q WHERE q <> ''
+  CALL db.index.fulltext.queryNodes('{CHUNK_FULLTEXT}', q, {{limit: $text_fetch}}) YIELD node AS c, score
+  WHERE c.active AND coalesce(c.eligible, true) AND c.collection IN $collections
+  WITH c, score ORDER BY score DESC LIMIT $lexical_k
+  RETURN {_hits("lexical")}
+}}
+RETURN indexed, index_epoch, graph_epoch, dense, lexical
+"""
+
+
+def legs(
+    rx: Reads,
+    text: str,
+    embedding: list[float] | None,
+    collections: tuple[str, ...],
+    *,
+    lexical_k: int,
+    dense_k: int,
+    identity: str,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """(fulltext rows, vector rows or None): the question's first statement reads the store
+    epochs, the fulltext leg (``text``; "" skips it) and, when ``embedding`` is given, the vector
+    leg, in one round trip. Each leg is the same search as ``fulltext`` / ``vector``.
+
+    The vector leg runs on the index this process cached for ``identity`` only if the store's
+    index epoch, read in the same statement, is still the cached one; otherwise (first question,
+    a re-index switched, another embedder) it returns None and ``vector`` runs it after the
+    checked ``epochs.active_index``. Fewer than ``dense_k`` permitted hits also go on to
+    ``vector``, which grows the fetch."""
+    cached = epochs.cached_index(rx, identity) if embedding is not None else None
+    q = lucene_escape(text)
+    row = rx.rows(
+        _LEGS,
+        **epochs.STATE_PARAMS,
+        expected=cached[0] if cached else None,
+        index=cached[1].index if cached else None,
+        embedding=embedding if cached else None,
+        vector_fetch=vector_fetch(dense_k),
+        dense_k=dense_k,
+        q=q if q.strip() else "",
+        text_fetch=lexical_k * 4,
+        lexical_k=lexical_k,
+        collections=list(collections),
+    )[0]
+    epochs.remember_state(rx, row)
+    if cached is None or embedding is None or row["index_epoch"] != cached[0]:
+        return row["lexical"], None
+    rx.memo["index_cached"] = True
+    dense: list[dict[str, Any]] = row["dense"]
+    if len(dense) < dense_k and vector_fetch(dense_k) < VECTOR_FETCH_CAP:  # a small permitted share
+        dense = vector(rx, embedding, collections, dense_k, identity, fetch=vector_fetch(dense_k) * 4)
+    return row["lexical"], dense
 
 
 def by_keys(
