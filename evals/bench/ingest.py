@@ -11,10 +11,18 @@ For each pack (default: GDPR, KB, ADGM) and round, on fresh pack names so every 
 The embedder is pinned to the local hash embedder, so the numbers measure this pipeline, not a
 neural model: the database must have no vector index or the hash embedder's (the bench drops the
 one it created). Artifacts go to a temporary directory. ``--per-row`` adds the one-transaction-per-
-chunk write for comparison with batched UNWIND. ``--scale N`` repeats the GDPR corpus N times (each
-copy its own documents) to check the pipeline stays linear in chunks.
+chunk write for comparison with batched UNWIND.
+
+``--scale N`` checks that ingest stays linear as the store grows: N copies of the GDPR pack, each
+under its own pack name (so its own chunk ids, documents and reference keys, as N instruments of a
+real corpus are), are ingested into one store one after another, 605 chunks each (165 copies is
+about 100k chunks). It reports the pipeline's rate per tenth of the copies, so a slowdown with the
+store's size shows as a falling rate, and at the end, at full size, one more paired round of raw
+writes vs pipeline on a fresh copy. (Copying the corpus inside one pack is not a scale test: the
+copies would share their citation keys, so references grow with the copies squared.)
 
     python -m evals.bench.ingest [--repeat 3] [--packs legal_regulatory,company_x_kb,adgm_rulebooks]
+    python -m evals.bench.ingest --packs '' --scale 165
 """
 
 from __future__ import annotations
@@ -22,7 +30,10 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import logging
+import os
 import statistics
+import sys
 import tempfile
 import time
 import uuid
@@ -131,16 +142,6 @@ def pipeline(engine: Engine, pack: DomainPack) -> tuple[int, int, dict[str, floa
     return int(chunks / seconds), chunks, {name: r.seconds for name, r in reports.items()}
 
 
-def scaled_corpus(pack: DomainPack, copies: int, into: Path) -> Path:
-    """``copies`` copies of the pack's corpus, each file made a distinct document (own name, own bytes)."""
-    into.mkdir(parents=True, exist_ok=True)
-    for r in discover(pack):
-        text = r.path.read_text(encoding="utf-8")
-        for i in range(copies):
-            (into / f"{r.path.stem}_c{i:04d}{r.path.suffix}").write_text(f"{text}\n<!-- copy {i} -->\n", "utf-8")
-    return into
-
-
 def run_packs(engine: Engine, names: list[str], rounds: int, per_row: bool) -> list[dict[str, Any]]:
     rows = []
     for name in names:
@@ -176,17 +177,57 @@ def run_packs(engine: Engine, names: list[str], rounds: int, per_row: bool) -> l
     return rows
 
 
-def run_scale(engine: Engine, copies_list: list[int], tmp: Path) -> list[dict[str, Any]]:
+def _paired_round(engine: Engine, gdpr: DomainPack, names: list[str]) -> dict[str, Any]:
+    """Raw writes, then the pipeline, of one fresh GDPR copy each, into the store as it is."""
+    out: dict[str, Any] = {}
+    for mode in ("raw", "pipeline"):
+        bench = renamed(gdpr, f"bench_{uuid.uuid4().hex[:8]}")
+        names.append(bench.name)
+        out[mode] = pipeline(engine, bench)[0] if mode == "pipeline" else raw_write(engine, bench, vectors=True)
+    out["pipeline_vs_raw"] = round(out["pipeline"] / out["raw"], 3)
+    return out
+
+
+def run_scale(engine: Engine, copies: int) -> dict[str, Any]:
+    """Ingest ``copies`` GDPR packs of their own names into one growing store: the pipeline's rate
+    per tenth, and a paired raw vs pipeline round on the empty store and again at full size (so a
+    slowdown of the store itself shows in both). Every copy is removed afterwards."""
     gdpr = engine.pack("legal_regulatory")
-    rows = []
-    for copies in copies_list:
-        bench = renamed(gdpr, f"bench_{uuid.uuid4().hex[:8]}", scaled_corpus(gdpr, copies, tmp / f"scale_{copies}"))
-        try:
-            rate, chunks, per_step = pipeline(engine, bench)
-        finally:
-            cleanup(engine, bench.name)
-        rows.append({"copies": copies, "chunks": chunks, "pipeline_chunks_per_s": rate, "step_seconds": per_step})
-    return rows
+    names: list[str] = []
+    done: list[tuple[int, float]] = []  # (chunks, seconds) per copy
+    tenths: list[dict[str, Any]] = []
+    step = max(1, copies // 10)
+    try:
+        empty = _paired_round(engine, gdpr, names)
+        for i in range(copies):
+            bench = renamed(gdpr, f"bench_{uuid.uuid4().hex[:8]}")
+            names.append(bench.name)
+            started = time.perf_counter()
+            _rate, chunks, _steps = pipeline(engine, bench)
+            done.append((chunks, time.perf_counter() - started))
+            if (i + 1) % step == 0 or i + 1 == copies:
+                seg = done[-((i + 1) % step or step) :]  # the copies since the last report
+                tenths.append(
+                    {
+                        "copies": i + 1,
+                        "store_chunks": sum(c for c, _ in done),
+                        "chunks_per_s": int(sum(c for c, _ in seg) / sum(s for _, s in seg)),
+                        "load": round(os.getloadavg()[0], 2),
+                    }
+                )
+                print(f"scale: {tenths[-1]}", file=sys.stderr, flush=True)
+        full = _paired_round(engine, gdpr, names)
+    finally:
+        for name in names:
+            cleanup(engine, name)
+    return {
+        "copies": copies,
+        "chunks": sum(c for c, _ in done),
+        "tenths": tenths,
+        "last_vs_first_tenth": round(tenths[-1]["chunks_per_s"] / tenths[0]["chunks_per_s"], 3),
+        "empty_store": empty,
+        "at_full_size": full,
+    }
 
 
 def main() -> None:
@@ -194,10 +235,19 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="rounds per pack (the median is reported)")
     ap.add_argument("--packs", default=PACKS, help="comma-separated pack names")
     ap.add_argument("--per-row", action="store_true", help="also time one transaction per chunk")
-    ap.add_argument("--scale", default="", help="comma-separated GDPR corpus copy counts, e.g. 1,10,165 (~100k chunks)")
-    ap.add_argument("--json", action="store_true", help="print the results as JSON")
+    ap.add_argument(
+        "--scale", type=int, default=0, help="GDPR copies (own pack names) ingested into one store; 165 is ~100k chunks"
+    )
+    ap.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        metavar="PATH",
+        help="the results as JSON: on stdout (no PATH, instead of the table), or also written to PATH",
+    )
     args = ap.parse_args()
 
+    logging.getLogger("neo4j").setLevel(logging.ERROR)  # the driver's notifications are not results
     with tempfile.TemporaryDirectory(prefix="rag-bench-") as tmp:
         engine = bench_engine(Path(tmp) / "artifacts")
         before = schema.current_embedder(engine.driver, engine.database)
@@ -214,14 +264,16 @@ def main() -> None:
                 "packs": run_packs(engine, [p for p in args.packs.split(",") if p], args.repeat, args.per_row),
             }
             if args.scale:
-                result["scale"] = run_scale(engine, [int(n) for n in args.scale.split(",")], Path(tmp))
+                result["scale"] = run_scale(engine, args.scale)
         finally:
             if before is None:  # leave the database as found: no index of ours stays active
                 schema.reset_vector_index(engine.driver, engine.database)
             engine.close()
-    if args.json:
+    if args.json == "-":
         print(json.dumps(result, indent=2))
         return
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(f"embedder {result['embedder']}, median of {args.repeat} rounds, chunks/s")
     print(
         f"{'pack':<18}{'chunks':>7}{'raw':>9}{'raw_chunks':>12}{'pipeline':>10}{'pipe/raw':>10}{'pipe/raw_chunks':>17}"
@@ -234,8 +286,18 @@ def main() -> None:
         if "per_row_chunks_per_s" in r:
             print(f"{'':<18}per-row writes: {r['per_row_chunks_per_s']} chunks/s")
         print(f"{'':<18}pipeline step seconds: {r['step_seconds']}")
-    for r in result.get("scale", []):
-        print(f"scale x{r['copies']}: {r['chunks']} chunks, {r['pipeline_chunks_per_s']} chunks/s, {r['step_seconds']}")
+    if "scale" in result:
+        sc = result["scale"]
+        print(f"scale: {sc['copies']} GDPR copies, {sc['chunks']} chunks into one store; pipeline chunks/s per tenth:")
+        for t in sc["tenths"]:
+            print(
+                f"  after {t['copies']:>4} copies ({t['store_chunks']:>7} chunks in store): "
+                f"{t['chunks_per_s']:>6} (load {t['load']})"
+            )
+        print(f"  last tenth / first tenth {sc['last_vs_first_tenth']:.2f}; one fresh copy, raw vs pipeline chunks/s:")
+        for label, key in (("empty store", "empty_store"), ("full store", "at_full_size")):
+            r = sc[key]
+            print(f"  {label:<12} raw {r['raw']:>6}, pipeline {r['pipeline']:>6} (pipe/raw {r['pipeline_vs_raw']:.2f})")
 
 
 if __name__ == "__main__":
