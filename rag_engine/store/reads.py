@@ -12,10 +12,9 @@ from rag_engine.store.names import CHUNK_FULLTEXT
 from rag_engine.store.session import Reads
 
 _LUCENE_SPECIAL = re.compile(r'([+\-!(){}\[\]^"~*?:\\/]|&&|\|\|)')
-_CHUNK_FIELDS = (
-    "c.chunk_id AS chunk_id, c.anchor AS anchor, c.heading AS heading, c.text AS text, "
-    "c.collection AS collection, c.doc_id AS doc_id, c.doc_version AS doc_version"
-)
+_FIELDS = ("chunk_id", "anchor", "heading", "text", "collection", "doc_id", "doc_version")
+"""What every query-path read returns of a chunk (as columns, or as a map per hit in ``legs``)."""
+_CHUNK_FIELDS = ", ".join(f"c.{f} AS {f}" for f in _FIELDS)
 
 
 MAX_QUERY_TERMS = 256
@@ -95,10 +94,7 @@ def vector(
 
 
 def _hits(leg: str) -> str:
-    return (
-        f"collect({{chunk_id: c.chunk_id, anchor: c.anchor, heading: c.heading, text: c.text, "
-        f"collection: c.collection, doc_id: c.doc_id, doc_version: c.doc_version, score: score}}) AS {leg}"
-    )
+    return "collect({" + ", ".join(f"{f}: c.{f}" for f in _FIELDS) + f", score: score}}) AS {leg}"
 
 
 _LEGS = f"""{epochs.STATE_COLUMNS}
