@@ -17,8 +17,8 @@ chunk write for comparison with batched UNWIND.
 under its own pack name (so its own chunk ids, documents and reference keys, as N instruments of a
 real corpus are), are ingested into one store one after another, 605 chunks each (165 copies is
 about 100k chunks). It reports the pipeline's rate per tenth of the copies, so a slowdown with the
-store's size shows as a falling rate, and at the end, at full size, one more paired round of raw
-writes vs pipeline on a fresh copy. (Copying the corpus inside one pack is not a scale test: the
+store's size shows as a falling rate, and a paired round of raw writes vs pipeline on one fresh
+copy, first on the empty store and again at full size. (Copying the corpus inside one pack is not a scale test: the
 copies would share their citation keys, so references grow with the copies squared.)
 
     python -m evals.bench.ingest [--repeat 3] [--packs legal_regulatory,company_x_kb,adgm_rulebooks]
@@ -62,13 +62,10 @@ def bench_engine(artifacts_dir: Path) -> Engine:
     return engine
 
 
-def renamed(pack: DomainPack, name: str, corpus: Path | None = None) -> DomainPack:
-    """The same pack under another name (so its chunk ids and keys are new), optionally reading another corpus."""
+def renamed(pack: DomainPack, name: str) -> DomainPack:
+    """The same pack under another name (so its documents, chunk ids and keys are new)."""
     out = copy.copy(pack)
-    update: dict[str, Any] = {"name": name}
-    if corpus is not None:
-        update["corpus"] = str(corpus)
-    out.entry = pack.entry.model_copy(update=update)
+    out.entry = pack.entry.model_copy(update={"name": name})
     return out
 
 
