@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -246,6 +247,7 @@ def run_eval(
     rankings: dict[str, dict[str, list[str]]] = {}
     bm25 = BM25Baseline(engine.driver, engine.database)
     answers = AnswerTally()
+    run_tag = f"eval-{uuid.uuid4().hex[:12]}"
     for path in golden_paths:
         golden = load_golden(path)
         pack = golden["pack"]
@@ -256,7 +258,8 @@ def run_eval(
         for q in golden["queries"]:
             role = q.get("role", role_default)
             gold, insufficient = q.get("gold") or [], bool(q.get("insufficient_evidence"))
-            run_id = f"eval:{q['id']}" if generate else "eval"  # per query: its tokens from the ledger
+            # per query and per run: its tokens from the ledger, never another run's on the same ledger
+            run_id = f"{run_tag}:{q['id']}" if generate else "eval"
             started = time.perf_counter()
             outcome = run_query(
                 engine,

@@ -245,8 +245,11 @@ def test_cassette_replay_answers_golden_questions_with_citations(answer_cassette
     engine = _with_cassette(ingested_engine, cassette)
     try:
         generated = run_eval(engine, [small], generate=True, progress=lambda m: None)
+        again = run_eval(engine, [small], generate=True, progress=lambda m: None)  # the same ledger
     finally:
         engine.close()
+    # a query's tokens are its own run's: a second run on one ledger counts the same, not double
+    assert [q.tokens for q in again.queries] == [q.tokens for q in generated.queries]
     extractive = run_eval(ingested_engine, [small], progress=lambda m: None)
     gen = generated.generation
     assert (gen.provider, gen.model) == ("demo_replay", "gpt-4o-mini-2024-07-18")
