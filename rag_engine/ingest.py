@@ -107,12 +107,16 @@ class Grouped:
     write: Callable[[list[Any]], list[Any]]
     """Each partition's figures, or the exception that partition's write refused it with."""
 
+    def write_one(self, prepared: Any) -> dict[str, Any]:
+        """One prepared partition written alone: its figures, or its refusal raised."""
+        (out,) = self.write([prepared])
+        if isinstance(out, Exception):
+            raise out
+        return dict(out)
 
-def _write_one(grouped: Grouped, prepared: Any) -> dict[str, Any]:
-    (out,) = grouped.write([prepared])
-    if isinstance(out, Exception):
-        raise out
-    return dict(out)
+    def step(self, engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
+        """The whole step for one partition (a Dagster partition run, ``run_step``)."""
+        return self.write_one(self.prepare(key)[1])
 
 
 def _raise(exc: Exception) -> None:
@@ -160,7 +164,7 @@ def run_grouped_step(
                 log.info("%s: a write of %d partitions failed (%s); one partition at a time", step, len(group), exc)
         for key, prepared in group:
             if not any(key in outcome for outcome in (report.done, report.rejected, report.skipped, report.failed)):
-                ok, figures = _attempt(report, step, key, partial(_write_one, grouped, prepared))
+                ok, figures = _attempt(report, step, key, partial(grouped.write_one, prepared))
                 if ok:
                     report.done[key] = figures
             tell(key)
@@ -224,7 +228,7 @@ def source_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
 
 def chunks_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
     g = chunks_grouped(engine, pack)
-    return _write_one(g, g.prepare(key)[1])
+    return g.step(engine, pack, key)
 
 
 def chunks_grouped(engine: Engine, pack: DomainPack) -> Grouped:
@@ -305,7 +309,7 @@ def load_chunks(engine: Engine, pack: DomainPack, key: str) -> list[ChunkRecord]
 
 def references_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
     g = references_grouped(engine, pack)
-    return _write_one(g, g.prepare(key)[1])
+    return g.step(engine, pack, key)
 
 
 def references_grouped(engine: Engine, pack: DomainPack) -> Grouped:
@@ -355,7 +359,7 @@ def index_step(
     an ``EmbedProgress`` after each batch (default: a log line). ``vector_property``: the result
     of ``ensure_vector_index`` when the caller (a run of many partitions) already ensured it."""
     g = index_grouped(engine, pack, run_id, lambda k: progress, vector_property)
-    return _write_one(g, g.prepare(key)[1])
+    return g.step(engine, pack, key)
 
 
 def index_grouped(
@@ -417,7 +421,7 @@ def index_grouped(
             batch_size=engine.cfg.storage.neo4j.write_batch_size,
             property=prop[0],
             # indexed: each version goes live with its vectors (lexical and dense alike), the previous one retires
-            activate_many=[version for _, version, _ in prepared],
+            activate=[version for _, version, _ in prepared],
         )
         return [figures for _, _, figures in prepared]
 
@@ -454,7 +458,7 @@ def apply_graph_policy(
 def graph_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
     """Target resolution (CITES -> REFERENCES) and the validated LLM records of this version."""
     g = graph_grouped(engine, pack)
-    return _write_one(g, g.prepare(key)[1])
+    return g.step(engine, pack, key)
 
 
 def graph_grouped(engine: Engine, pack: DomainPack) -> Grouped:
@@ -590,23 +594,17 @@ def ingest_pack(
     def on_batch(k: str) -> Callable[[Any], None] | None:
         return (lambda ep: obs.embedding(pack.name, k, ep)) if observer else None
 
-    # the steps whose writes several partitions share a transaction in (``run_grouped_step``)
-    grouped = {
-        "chunks": chunks_grouped(engine, pack),
-        "references": references_grouped(engine, pack),
-        "chunk_index": index_grouped(engine, pack, run_id=run_id, progress=on_batch),
-        "graph_writes": graph_grouped(engine, pack),
-    }
+    # a Grouped step writes several partitions per transaction (``run_grouped_step``)
     group_rows = GROUP_BATCHES * engine.cfg.storage.neo4j.write_batch_size
-    steps: list[tuple[str, Callable[..., dict[str, Any]]]] = [
+    steps: list[tuple[str, Callable[..., dict[str, Any]] | Grouped]] = [
         ("source_documents", source_step),
-        ("chunks", chunks_step),
-        ("references", references_step),
-        ("chunk_index", index_step),
+        ("chunks", chunks_grouped(engine, pack)),
+        ("references", references_grouped(engine, pack)),
+        ("chunk_index", index_grouped(engine, pack, run_id=run_id, progress=on_batch)),
     ]
     if extract:
         steps.append(("llm_extraction", lambda e, p, k: extraction_step(e, p, k, run_id=run_id, budget=budget)))
-    steps.append(("graph_writes", graph_step))
+    steps.append(("graph_writes", graph_grouped(engine, pack)))
     with engine.artifacts.remembering():  # each step's output reaches the next in memory
         wanted = step_stamps(engine, pack)
         old = read_stamps(engine.driver, engine.database, pack.name) if skip_unchanged else {}
@@ -625,17 +623,14 @@ def ingest_pack(
                 todo = claim_order(todo)
             obs.step_started(pack.name, name, len(keys), len(keys) - len(todo))
 
-            def run_partition(k: str, fn: Callable[..., dict[str, Any]] = fn) -> dict[str, Any]:
-                return fn(engine, pack, k)
-
             def on_done(k: str, outcome: str, name: str = name) -> None:
                 obs.partition_done(pack.name, name, k, outcome)
 
-            reports[name] = report = (
-                run_grouped_step(name, todo, grouped[name], group_rows, progress, on_done=on_done)
-                if name in grouped
-                else run_step(name, todo, run_partition, progress, on_done=on_done)
-            )
+            if isinstance(fn, Grouped):
+                report = run_grouped_step(name, todo, fn, group_rows, progress, on_done=on_done)
+            else:
+                report = run_step(name, todo, partial(fn, engine, pack), progress, on_done=on_done)
+            reports[name] = report
             report.unchanged = [k for k in keys if k not in set(todo)]
             for k in todo:
                 ran[k].add(name)

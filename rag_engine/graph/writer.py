@@ -206,11 +206,6 @@ def write_document_versions(
         written = [d for d, outcome in zip(docs, outcomes, strict=True) if outcome is None]
         if not written:
             return outcomes
-        rows = [
-            {**chunk_row(c, min_words), "version_key": version_key(pack, f"{d.doc_id}--{d.version}")}
-            for d in written
-            for c in d.chunks
-        ]
         fields = [
             {
                 "doc_id": d.doc_id,
@@ -224,6 +219,11 @@ def write_document_versions(
                 "owned": sorted(set(d.owned_keys)),
             }
             for d in written
+        ]
+        rows = [
+            {**chunk_row(c, min_words), "version_key": f["key"]}
+            for d, f in zip(written, fields, strict=True)
+            for c in d.chunks
         ]
         tx.run(_WRITE_VERSIONS, docs=fields, pack=pack).consume()
         for batch in batched(rows, batch_size):
@@ -280,14 +280,13 @@ def write_embeddings(
     rows: Sequence[dict[str, Any]],
     batch_size: int = 500,
     property: str = "embedding",
-    activate: tuple[str, str, str] | None = None,
-    activate_many: Sequence[tuple[str, str, str]] = (),
+    activate: Sequence[tuple[str, str, str]] = (),
 ) -> None:
     """rows: {chunk_id, embedding}. Stored as a float vector in ``property`` (the active index's,
     see schema.current_embedder); the first index's shared property also gets the ``embedder``
-    marker, other properties are named by their identity. ``activate`` (pack, doc_id, version):
-    the version goes live in the same transaction (``activate_version``), once its vectors are in;
-    ``activate_many``: several versions (``rows`` holding the vectors of all of them), in order.
+    marker, other properties are named by their identity. ``activate``, (pack, doc_id, version)
+    each: those versions go live in the same transaction (``activate_version``), in order, once
+    their vectors (all in ``rows``) are in.
 
     ``db.create.setNodeVectorProperty`` inside UNWIND, one statement per batch: it stores a
     float32 array, half the size of the float64 list a plain SET stores (Neo4j 5.26's vector
@@ -296,7 +295,7 @@ def write_embeddings(
     def work(tx: neo4j.ManagedTransaction) -> None:
         for batch in batched(rows, batch_size):
             tx.run(_SET_EMBEDDINGS, rows=list(batch), identity=identity, property=property).consume()
-        for pack, doc_id, version in [activate] if activate is not None else activate_many:
+        for pack, doc_id, version in activate:
             tx.run(
                 _ACTIVATE, pack=pack, doc_id=doc_id, version=version, key=version_key(pack, f"{doc_id}--{version}")
             ).consume()
@@ -324,21 +323,10 @@ MATCH (v:DocumentVersion {key: key})-[:HAS_CHUNK]->(:Chunk)-[r:CITES]->() DELETE
 # keeps a full build linear in documents and a one-document change local. Edges whose source or
 # target is no longer active are dropped for those keys. `raw` is the smallest citation text, so
 # a re-run writes the same edge byte for byte.
-_DOC_KEYS = """
-MATCH (c:Chunk {pack: $pack, doc_id: $doc_id})
-OPTIONAL MATCH (c)-[:CITES|ANSWERS_TO]->(k:RefKey)
-RETURN collect(DISTINCT k.key) AS keys
-"""
-
 _DROP_KEY_REFERENCES = """
 UNWIND $keys AS key
 MATCH (k:RefKey {key: key})<-[:CITES]-(s:Chunk)-[e:REFERENCES {normalized: substring(key, size($pack) + 1)}]->(:Chunk)
 WHERE s.pack = $pack
-DELETE e
-"""
-
-_DROP_DOC_REFERENCES = """
-MATCH (c:Chunk {pack: $pack, doc_id: $doc_id})-[e:REFERENCES]-(:Chunk)
 DELETE e
 """
 
@@ -361,6 +349,36 @@ def _resolve(
     for batch in batched(keys, batch_size):
         tx.run(_DROP_KEY_REFERENCES, keys=list(batch), pack=pack).consume()
         tx.run(_RESOLVE_KEYS, keys=list(batch), pack=pack, resolution_version=resolution_version).consume()
+
+
+_DOCS_KEYS = """
+UNWIND $doc_ids AS doc_id
+MATCH (c:Chunk {pack: $pack, doc_id: doc_id})
+OPTIONAL MATCH (c)-[:CITES|ANSWERS_TO]->(k:RefKey)
+RETURN doc_id, collect(DISTINCT k.key) AS keys
+"""
+
+_DROP_DOCS_REFERENCES = """
+UNWIND $doc_ids AS doc_id
+MATCH (c:Chunk {pack: $pack, doc_id: doc_id})-[e:REFERENCES]-(:Chunk)
+WITH DISTINCT e
+DELETE e
+"""
+
+
+def _rederive_documents(
+    tx: neo4j.ManagedTransaction, pack: str, doc_ids: list[str], resolution_version: str
+) -> dict[str, list[str]]:
+    """Re-derive the REFERENCES edges into and out of these documents: their edges are dropped,
+    then every key they cite or answer to (any version) is resolved once. The same edges as one
+    resolution per document, since an edge touching one of them has its key among that
+    document's keys. Returns each document's keys."""
+    if not doc_ids:
+        return {}
+    keys = {r["doc_id"]: r["keys"] for r in tx.run(_DOCS_KEYS, pack=pack, doc_ids=doc_ids)}
+    tx.run(_DROP_DOCS_REFERENCES, pack=pack, doc_ids=doc_ids).consume()
+    _resolve(tx, pack, sorted({k for ks in keys.values() for k in ks}), resolution_version)
+    return keys
 
 
 _WITHDRAW = """
@@ -390,10 +408,7 @@ def withdraw_missing(
     def work(tx: neo4j.ManagedTransaction) -> list[str]:
         tx.run(_RELEASE_OWNED, pack=pack, present=list(present)).consume()
         withdrawn = single_record(tx.run(_WITHDRAW, pack=pack, present=list(present)), "withdraw")["withdrawn"]
-        for doc_id in withdrawn:
-            keys = single_record(tx.run(_DOC_KEYS, pack=pack, doc_id=doc_id), "document keys")["keys"]
-            tx.run(_DROP_DOC_REFERENCES, pack=pack, doc_id=doc_id).consume()
-            _resolve(tx, pack, keys, resolution_version)
+        _rederive_documents(tx, pack, list(withdrawn), resolution_version)
         bump_graph_epoch(tx)
         return list(withdrawn)
 
@@ -441,20 +456,6 @@ def resolve_references(
     )[0]
 
 
-_DOCS_KEYS = """
-UNWIND $doc_ids AS doc_id
-MATCH (c:Chunk {pack: $pack, doc_id: doc_id})
-OPTIONAL MATCH (c)-[:CITES|ANSWERS_TO]->(k:RefKey)
-RETURN doc_id, collect(DISTINCT k.key) AS keys
-"""
-
-_DROP_DOCS_REFERENCES = """
-UNWIND $doc_ids AS doc_id
-MATCH (c:Chunk {pack: $pack, doc_id: doc_id})-[e:REFERENCES]-(:Chunk)
-WITH DISTINCT e
-DELETE e
-"""
-
 _COUNT_CITES_MANY = """
 UNWIND $keys AS key
 MATCH (v:DocumentVersion {key: key})-[:HAS_CHUNK]->(s:Chunk)-[r:CITES]->(k:RefKey)
@@ -475,18 +476,15 @@ def write_graph_many(
     batch_size: int = 500,
 ) -> list[dict[str, int]]:
     """The graph step of several versions, ``(partition key, doc_id, inferred records or None)``,
-    in one transaction: the REFERENCES edges of every key their documents cite or answer to are
-    re-derived once (the same edges as one resolution per document: an edge touching one of these
-    documents has its key among that document's keys), then each document's inferred records are
-    replaced (``write_inferred``, in order; None leaves them alone). Returns each version's
+    in one transaction: the REFERENCES edges of their documents are re-derived once
+    (``_rederive_documents``), then each document's inferred records are replaced
+    (``write_inferred``, in order; None leaves them alone). Returns each version's
     resolved/unresolved citation counts (and inferred figures when records were given)."""
     doc_ids = list(dict.fromkeys(doc_id for _, doc_id, _ in items))
     versions = [version_key(pack, key) for key, _, _ in items]
 
     def work(tx: neo4j.ManagedTransaction) -> list[dict[str, int]]:
-        keys = {r["doc_id"]: r["keys"] for r in tx.run(_DOCS_KEYS, pack=pack, doc_ids=doc_ids)}
-        tx.run(_DROP_DOCS_REFERENCES, pack=pack, doc_ids=doc_ids).consume()
-        _resolve(tx, pack, sorted({k for ks in keys.values() for k in ks}), resolution_version)
+        keys = _rederive_documents(tx, pack, doc_ids, resolution_version)
         counts = {r["key"]: r for r in tx.run(_COUNT_CITES_MANY, keys=versions)}
         out = []
         for (_, doc_id, records), version in zip(items, versions, strict=True):
