@@ -29,6 +29,7 @@ from rag_engine.store.epochs import any_eligible_edge
 from rag_engine.store.names import ENTITY_FULLTEXT
 from rag_engine.store.reads import lucene_escape
 from rag_engine.store.session import Reads
+from rag_engine.text.terms import content_words, stem, tokens
 
 _WORD = re.compile(r"[a-z0-9]+")
 _STOP = frozenset(
@@ -72,7 +73,10 @@ _STOP = frozenset(
         "with",
     ]
 )
-_GENERIC_RELATIONAL = ("between", "relat", "connect", "link", "depend", "responsib")
+_GENERIC_RELATIONAL = (
+    "between relate related relation relationship relationships connect connected connection link linked "
+    "depend depends dependency responsible responsibility interact interaction"
+)
 
 TRAVERSE = "traverse"
 FALLBACKS = (
@@ -108,25 +112,44 @@ def content_terms(question: str) -> list[str]:
     return [w for w in _WORD.findall(question.lower()) if w not in _STOP]
 
 
-def _query_words(question: str) -> set[str]:
-    words = set(_WORD.findall(question.lower()))
-    return words | {normalize_name(w) for w in words}
+def _verb(relationship_type: str) -> str:
+    """The verb of a relationship type: 'depends_on' -> 'depends', 'grants_right' -> 'grants'."""
+    return relationship_type.split("_")[0]
 
 
-def _verb_stem(relationship_type: str) -> str:
-    verb = relationship_type.split("_")[0]
-    if verb.endswith("es") and len(verb) > 5:
-        return verb[:-2]
-    return verb[:-1] if verb.endswith("s") else verb
-
-
-def relational_stems(packs: list[DomainPack]) -> tuple[str, ...]:
-    """Verb stems of the packs' relationship types ('depends_on' -> 'depend', 'applies_to' ->
-    'appli'): a question using one asks about a relationship, which is what traversal is for."""
-    stems = set(_GENERIC_RELATIONAL)
+def relational_stems(packs: list[DomainPack]) -> frozenset[str]:
+    """Stems of the packs' relationship verbs ('applies_to' -> 'appli', which 'apply' and
+    'applicable' share) and of generic relationship words ('between', 'related'): a question
+    using one asks about a relationship, which is what traversal is for. Whole stems are
+    compared, never prefixes: 'supervisory' (stem 'supervisori') does not ask what 'supervises'."""
+    words = set(_GENERIC_RELATIONAL.split())
     for pack in packs:
-        stems.update(_verb_stem(rel) for rel in pack.manifest.relationship_types)
-    return tuple(sorted(s for s in stems if len(s) >= 3))
+        words.update(_verb(rel) for rel in pack.manifest.relationship_types)
+    return frozenset(stem(w) for w in words)
+
+
+def asks_relationship(question: str, stems: frozenset[str], entity_names: list[str]) -> bool:
+    """Whether a content word of the question, outside the entity names it matched, is a
+    relationship word: 'supervisory' inside 'supervisory authority' names the entity."""
+    inside = {stem(w) for name in entity_names for w in tokens(name)}
+    return any(s in stems and s not in inside for s in (stem(w) for w in content_words(question)))
+
+
+def _name_stems(name: str) -> list[str]:
+    return [stem(w) for w in tokens(name)]
+
+
+def _contained(inner: list[str], outer: list[str]) -> bool:
+    """Whether the word sequence ``inner`` occurs inside the longer ``outer``."""
+    n = len(inner)
+    return n < len(outer) and any(outer[i : i + n] == inner for i in range(len(outer) - n + 1))
+
+
+def distinct_entities(seeds: list[Seed]) -> list[Seed]:
+    """The seeds without those whose name is part of another seed's name: a question about the
+    'supervisory authority' names one entity, not also 'authority'."""
+    names = {s.entity_id: _name_stems(s.name) for s in seeds}
+    return [s for s in seeds if not any(_contained(names[s.entity_id], names[o.entity_id]) for o in seeds)]
 
 
 ENTITY_FETCH_CAP = 5000
@@ -166,12 +189,12 @@ def match_entities(
             break
         fetch = min(fetch * 4, ENTITY_FETCH_CAP)
     rows = found
-    words = _query_words(question)
+    question_stems = {stem(w) for w in tokens(question)} | {stem(w) for w in tokens(normalize_name(question))}
     normalized_question = " " + normalize_name(question) + " "
     seeds: dict[str, Seed] = {}
     for row in rows:
-        tokens = row["normalized"].split()
-        overlap = sum(1 for t in tokens if t in words) / max(1, len(tokens))
+        name_stems = _name_stems(row["normalized"])
+        overlap = sum(1 for t in name_stems if t in question_stems) / max(1, len(name_stems))
         if f" {row['normalized']} " in normalized_question:
             overlap = 1.0
         seeds[row["entity_id"]] = Seed(
@@ -226,7 +249,9 @@ def plan(
             reason="no_eligible_edges",
             detail=f"no retrieval-eligible edge >= {traversal.confidence_floor} in the permitted collections",
         )
-    matches = [s for s in match_entities(rx, question, packs, collections) if s.score >= planner.min_entity_match_score]
+    matches = distinct_entities(
+        [s for s in match_entities(rx, question, packs, collections) if s.score >= planner.min_entity_match_score]
+    )
     if not matches:
         return PlanDecision(
             traverse=False,
@@ -240,8 +265,7 @@ def plan(
             matches=len(matches),
             detail=f"{len(matches)} entities matched > {planner.max_ambiguous_matches}",
         )
-    stems = relational_stems(packs)
-    relational = any(t.startswith(stem) for t in terms for stem in stems)
+    relational = asks_relationship(question, relational_stems(packs), [s.name for s in matches])
     if not relational and len(matches) < planner.min_seed_entities:
         return PlanDecision(
             traverse=False,

@@ -1,0 +1,1 @@
+"""Word-level text handling shared by the query path: tokens, stopwords, stems."""
