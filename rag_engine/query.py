@@ -15,11 +15,12 @@ from pydantic import BaseModel, ConfigDict
 
 from rag_engine.engine import Engine
 from rag_engine.errors import RagError
-from rag_engine.graph.planner import content_terms
 from rag_engine.providers.clients import ModelClient
 from rag_engine.retrieval.answer import Answer, answer_question, extractive_answer, insufficient
 from rag_engine.retrieval.context import AssembledContext, assemble_context
-from rag_engine.retrieval.local_inference import expand_query, rerank
+from rag_engine.retrieval.evidence import AliasGroups, evidence_coverage
+from rag_engine.retrieval.local_inference import expand_query
+from rag_engine.retrieval.local_inference import rerank as model_rerank
 from rag_engine.retrieval.retriever import RetrievalResult, retrieve, stamped
 
 SYSTEM_PROMPT = (
@@ -50,18 +51,11 @@ def _client(engine: Engine, name: str | None) -> ModelClient | None:
         return None
 
 
-def evidence_coverage(question: str, context: AssembledContext) -> float:
-    """Best share of the question's content terms found in one context chunk (1.0 for an exact hit)."""
-    terms = set(content_terms(question))
-    if not terms:
-        return 1.0
-    best = 0.0
-    for doc in context.documents:
-        if doc.exact:
-            return 1.0
-        words = set(content_terms(f"{doc.heading} {doc.text}"))
-        best = max(best, len(terms & words) / len(terms))
-    return best
+def alias_groups(engine: Engine, collections: tuple[str, ...]) -> AliasGroups:
+    """The alias groups of the packs the question may read."""
+    return AliasGroups.build(
+        p.manifest.aliases for p in engine.packs.values() if set(p.manifest.collections) & set(collections)
+    )
 
 
 def run_query(
@@ -77,10 +71,12 @@ def run_query(
     weights: dict[str, float] | None = None,
     session_id: str | None = None,
     collections: list[str] | None = None,
+    rerank: bool | None = None,
 ) -> QueryOutcome:
     """``weights`` overrides the configured per-leg fusion weights for this call (ablations).
     ``session_id`` and ``collections`` (requested; those the role may not read are blocked) go
-    to the audit trail, which gets one record per query (rag_engine/audit.py)."""
+    to the audit trail, which gets one record per query (rag_engine/audit.py). ``rerank``: whether
+    the feature reranker runs (default ``retrieval.rerank.method``)."""
     from rag_engine.audit import query_audit  # audit trail: begin (issue 16)
 
     audit = query_audit(engine, session_id, run_id, generate)
@@ -89,11 +85,11 @@ def run_query(
     events: list[dict[str, Any]] = []
     local = _client(engine, engine.cfg.defaults.local_inference_model) if local_inference else None
     expanded = expand_query(local, question, events=events, run_id=run_id) if local_inference else question
-    result = retrieve(engine, expanded, role, k=k, weights=weights, collections=collections)
+    result = retrieve(engine, expanded, role, k=k, weights=weights, collections=collections, rerank=rerank)
     if session_id is not None:
         result = stamped(result, session_id=session_id)
     candidates = (
-        rerank(local, question, result.candidates, events=events, run_id=run_id)
+        model_rerank(local, question, result.candidates, events=events, run_id=run_id)
         if local_inference
         else result.candidates
     )
@@ -103,7 +99,7 @@ def run_query(
         system_prompt=SYSTEM_PROMPT,
         conversation=conversation or (),
     )
-    coverage = evidence_coverage(question, context)
+    coverage = evidence_coverage(question, context.documents, alias_groups(engine, result.collections))
     if context.documents and coverage < engine.cfg.retrieval.min_evidence_coverage:
         answer = insufficient("low_evidence_coverage")
         events.append(

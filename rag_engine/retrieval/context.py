@@ -62,6 +62,8 @@ class DocumentItem(_Frozen):
     collection: str
     text: str
     sources: tuple[str, ...]
+    doc_title: str = ""
+    """The title of the chunk's document: evidence for the floor, not part of the prompt block."""
     exact: bool = False
     via: str | None = None
     path_score: float | None = None
@@ -168,6 +170,7 @@ def _documents(
                 collection=c.collection,
                 text=c.text,
                 sources=c.sources,
+                doc_title=c.doc_title,
                 exact=c.exact,
                 via=c.via,
                 path_score=c.path_score,
