@@ -1,6 +1,6 @@
-"""Retrieval: policy gate -> legs (exact reference hits, fulltext, vector, live SQL sources) -> weighted RRF fusion
-with a bounded reference boost -> planner and bounded traversal -> deterministic reference
-expansion (reported apart). Every step and its timing lands in the trace.
+"""Retrieval: policy gate -> legs (exact reference hits, fulltext, vector, live SQL sources, and
+the graph leg: planner and bounded traversal) -> weighted RRF fusion with bounded reference and
+scope boosts -> deterministic reference expansion (reported apart). Every step and its timing lands in the trace.
 
 All of a question's store reads run in one read transaction (``store.session.read_transaction``);
 the question's embedding (a model call) runs beside it in a thread while the store answers the
@@ -20,12 +20,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rag_engine.config import RetrievalConfig
 from rag_engine.engine import Engine
-from rag_engine.errors import QueryInputError
+from rag_engine.errors import QueryInputError, RagError
 from rag_engine.graph.planner import content_terms, plan
 from rag_engine.graph.traversal import candidate_chunks, traverse
 from rag_engine.packs import DomainPack
 from rag_engine.retrieval.live_source import LiveLeg, LiveProvenance, start_live_leg
 from rag_engine.retrieval.policy import PolicyDecision, gate
+from rag_engine.retrieval.rerank import question_stems, rerank_model, text_features
 from rag_engine.store import reads
 from rag_engine.store.epochs import active_index
 from rag_engine.store.session import Reads, read_transaction
@@ -41,8 +42,12 @@ class Candidate(BaseModel):
     text: str
     collection: str
     score: float
+    """The fused score (weighted RRF plus bounded boosts) the ranking is by; a graph
+    candidate's own path score is ``path_score``."""
     sources: tuple[str, ...]
     exact: bool = False
+    doc_title: str = ""
+    """The title of the chunk's document (set on the final candidates and expansions)."""
     via: str | None = None
     """For expansion candidates: the reference text that led here."""
     path_score: float | None = None
@@ -53,6 +58,8 @@ class Candidate(BaseModel):
     retrieved-at, stale."""
     retrieved_at: datetime | None = None
     """When the store (or source) answered: set by ``retrieve`` on every candidate and expansion."""
+    features: dict[str, float] | None = None
+    """The reranker's features (``rerank.FEATURES``), for the top N when the reranker ran."""
     session_id: str | None = None
     """The caller's session (``run_query(session_id=...)``, ``rag query --session``), for the audit trail."""
 
@@ -223,11 +230,16 @@ def retrieve(
     k: int | None = None,
     collections: list[str] | None = None,
     weights: dict[str, float] | None = None,
+    rerank: bool | None = None,
+    with_features: bool = False,
 ) -> RetrievalResult:
     """Policy gate, then the legs (exact references, fulltext, vector, live SQL sources) fused by weighted RRF,
     the planner and bounded traversal, then reference expansion (reported apart, after the top k).
 
-    ``weights`` overrides the configured per-leg weights for this call (ablations, evals).
+    ``weights`` overrides the configured per-leg weights for this call (ablations, evals);
+    ``rerank`` whether the feature reranker runs (default: ``retrieval.rerank.method``);
+    ``with_features`` sets each top-N candidate's rerank features even without reranking
+    (fitting, ``python -m evals.fit_rerank``).
     """
     cfg = engine.cfg.retrieval
     k = check_question(query, k, cfg)
@@ -248,7 +260,8 @@ def retrieve(
     live = start_live_leg(engine, query, decision.collections, _EMBEDDER_POOL) if legs["live"] > 0 else None
     packs = [p for p in engine.packs.values() if set(p.manifest.collections) & set(decision.collections)]
     with read_transaction(engine.driver, engine.database) as rx:
-        _legs(engine, rx, query, k, legs, decision, packs, embedding, live, trace, result)
+        use_rerank = cfg.rerank.method == "features" if rerank is None else rerank
+        _legs(engine, rx, query, k, legs, decision, packs, embedding, live, trace, result, (use_rerank, with_features))
     result.trace = trace.steps
     return stamped(result, retrieved_at=datetime.now(UTC))
 
@@ -272,8 +285,10 @@ def _legs(
     live: Future[LiveLeg] | None,
     trace: Trace,
     result: RetrievalResult,
+    rerank: tuple[bool, bool] = (False, False),
 ) -> None:
-    """The legs, fusion, planner, traversal and expansion of ``retrieve``, in its read transaction."""
+    """The legs, fusion, planner, traversal, rerank and expansion of ``retrieve``, in its read
+    transaction. ``rerank``: (reorder the top N, set their features)."""
     cfg = engine.cfg.retrieval
     with trace.step("exact_references", weight=legs["exact"], max_exact=cfg.max_exact) as t:
         keys, residual = (
@@ -298,11 +313,13 @@ def _legs(
             identity=engine.embedder_identity,
         )
         t["hits"] = len(lexical)
+    query_vec: list[float] | None = None
     with trace.step("dense", embedder=engine.embedder_identity, weight=legs["dense"]) as t:
         dense: list[dict[str, Any]] = []
         if legs["dense"] > 0:
             assert embedding is not None
             vec, t["embed_ms"] = ready or embedding.result()
+            query_vec = None if _is_zero(vec) else vec
             if _is_zero(vec):  # no indexable word for this embedder: nothing to compare with
                 t["skipped"] = "zero_vector"
                 active_index(rx, engine.embedder_identity)  # a stale index still says so
@@ -316,6 +333,7 @@ def _legs(
         leg = live.result() if live is not None else LiveLeg()
         t.update(leg.trace)
         result.events.extend(leg.events)
+    graph_rows, graph_paths = _graph_leg(engine, rx, query, packs, decision, legs, trace, result)
     with trace.step("fusion", method="weighted_rrf", rrf_k=cfg.rrf_k, weights=legs) as t:
         exact_rows, ambiguous, ambiguous_docs = (
             exact_hits(key_rows, docs_by_key, lexical, cfg.max_exact) if legs["exact"] > 0 else ([], [], set())
@@ -323,7 +341,7 @@ def _legs(
         phrase = " ".join(content_terms(query))
         ref_ids = {r["chunk_id"] for r in exact_rows}
         phrase_rows = []
-        if legs["exact"] > 0 and len(phrase.split()) >= 2:  # a lexical hit holding the whole question
+        if cfg.exact_phrase and legs["exact"] > 0 and len(phrase.split()) >= 2:  # holds the whole question
             phrase_rows = [
                 r
                 for r in lexical
@@ -336,74 +354,43 @@ def _legs(
                 "lexical": lexical if legs["lexical"] > 0 else [],
                 "dense": dense,
                 "live": leg.rows,
+                "graph": graph_rows,
             },
             cfg.rrf_k,
             legs,
         )
-        named = {f"{p.name}:{d}" for p in packs for d in p.documents_named(query)} if cfg.scope_boost else set()
+        named = {f"{p.name}:{d}" for p in packs for d in p.documents_named(query)}
         boosted = _reference_boost(
-            rx,
-            fused,
-            keys,
-            ambiguous_docs,
-            cfg.ambiguous_ref_boost / (cfg.rrf_k + 1),
-            named,
-            cfg.scope_boost / (cfg.rrf_k + 1),
+            rx, fused, keys, ambiguous_docs, cfg.ambiguous_ref_boost, named, cfg.scope_boost, cfg.rrf_k
         )
         if lookup:  # exact reference hits first, in their own order, then the rest as fused
             lead = {r["chunk_id"]: i for i, r in enumerate(exact_rows)}
             boosted.sort(key=lambda p: lead.get(p[0].row["chunk_id"], len(lead)))
-        candidates = [
-            _candidate(f.row, score, _sources(f, exact_ids, phrase_rows), exact=f.row["chunk_id"] in exact_ids)
-            for f, score in boosted
-        ][:k]
+        pool = protect_exact(
+            [
+                _candidate(
+                    f.row,
+                    score,
+                    _sources(f, exact_ids, phrase_rows),
+                    exact=f.row["chunk_id"] in exact_ids,
+                    **graph_paths.get(f.row["chunk_id"], {}),
+                )
+                for f, score in boosted
+            ]
+        )
         t.update(
             fused=len(fused),
             exact=len(exact_ids),
             ambiguous_keys=ambiguous,
             named_documents=sorted(named),
             boosted=sum(1 for f, score in boosted if score > f.score),
+            graph_in_top_k=sum(1 for c in pool[:k] if "graph" in c.sources),
+            graph_only_in_top_k=sum(1 for c in pool[:k] if c.sources == ("graph",)),
         )
-    graph_candidates: list[Candidate] = []
-    with trace.step("planner") as t:
-        decision_plan = plan(rx, query, packs, engine.cfg.planner, engine.cfg.traversal, decision.collections)
-        t.update(reason=decision_plan.reason, seeds=[s.name for s in decision_plan.seeds], detail=decision_plan.detail)
-        if "edges_cached" in rx.memo:
-            t["eligible_edges_cached"] = rx.memo["edges_cached"]
-        result.plan = decision_plan.model_dump(mode="json")
-    if decision_plan.traverse:
-        with trace.step("traversal", max_depth=engine.cfg.traversal.max_depth) as t:
-            paths = traverse(
-                rx,
-                [(s.entity_id, s.name) for s in decision_plan.seeds],
-                engine.cfg.traversal,
-                decision.collections,
-            )
-            picked = candidate_chunks(paths, engine.cfg.traversal.max_candidates)
-            rows = {r["chunk_id"]: r for r in reads.chunks_by_id(rx, [c for c, _ in picked], decision.collections)}
-            for chunk_id, gp in picked:
-                if chunk_id in rows and chunk_id not in exact_ids:
-                    graph_candidates.append(
-                        _candidate(
-                            rows[chunk_id],
-                            gp.path_score,
-                            ("graph",),
-                            path_score=gp.path_score,
-                            path=tuple({"seed": gp.seed_name, **h.model_dump()} for h in gp.hops),
-                        )
-                    )
-            t.update(
-                paths=len(paths),
-                candidates=len(graph_candidates),
-                dropped_not_permitted=len(picked) - len([c for c, _ in picked if c in rows]),
-            )
-    with trace.step("fusion_graph", max_graph=engine.cfg.traversal.max_candidates) as t:
-        graph_ids = {c.chunk_id for c in graph_candidates}
-        rest = [c for c in candidates if c.chunk_id not in graph_ids]
-        # graph candidates never rank above an exact hit: they go right after the last one
-        cut = max((i + 1 for i, c in enumerate(rest) if c.exact), default=0)
-        ordered = (rest[:cut] + graph_candidates + rest[cut:])[:k]
-        t["graph_in_top_k"] = len([c for c in ordered if c.chunk_id in graph_ids])
+    if any(rerank):
+        with trace.step("rerank", method="features", top_n=cfg.rerank.top_n, applied=rerank[0]) as t:
+            pool = _reranked(engine, rx, query, pool, lexical, dense, query_vec, named, lookup, rerank, t, result)
+    ordered = pool[:k]
     with trace.step("reference_expansion", limit=cfg.reference_expansion_k) as t:
         have = {c.chunk_id for c in ordered}
         seeds = [c.chunk_id for c in ordered if not c.exact][: max(3, cfg.reference_expansion_k)]
@@ -416,8 +403,145 @@ def _legs(
             seed_score = by_id[row["from_chunk"]].score if row["from_chunk"] in by_id else 0.0
             added.append(_candidate(row, seed_score * 0.5, ("reference",), via=f"{row['via']} <- {row['from_chunk']}"))
         t["added"] = len(added)
-    result.candidates = ordered
-    result.expansions = added
+    titles = reads.document_titles(rx, sorted({_doc_key(c) for c in [*ordered, *added]}))
+    result.candidates = [c.model_copy(update={"doc_title": titles.get(_doc_key(c), "")}) for c in ordered]
+    result.expansions = [c.model_copy(update={"doc_title": titles.get(_doc_key(c), "")}) for c in added]
+
+
+def _reranked(
+    engine: Engine,
+    rx: Reads,
+    query: str,
+    pool: list[Candidate],
+    lexical: list[dict[str, Any]],
+    dense: list[dict[str, Any]],
+    query_vec: list[float] | None,
+    named: AbstractSet[str],
+    lookup: bool,
+    rerank: tuple[bool, bool],
+    t: dict[str, Any],
+    result: RetrievalResult,
+) -> list[Candidate]:
+    """``pool`` with its top N carrying their features and, when ``rerank[0]``, reordered by the
+    committed linear model; on any failure the fused order, with a ``rerank_degraded`` event."""
+    cfg = engine.cfg.retrieval.rerank
+    top, rest = pool[: cfg.top_n], pool[cfg.top_n :]
+    try:
+        cos = reads.cosines(rx, [c.chunk_id for c in top], query_vec, engine.embedder_identity) if query_vec else {}
+        titles = reads.document_titles(rx, sorted({_doc_key(c) for c in top}))
+        feats = features_of(query, top, lexical, dense, cos, titles, named, engine.cfg.retrieval.rrf_k)
+        top = [c.model_copy(update={"features": f}) for c, f in zip(top, feats, strict=True)]
+        if not rerank[0]:
+            return top + rest
+        model = rerank_model(engine.root / cfg.weights)
+        scores = {c.chunk_id: model.score(c.features or {}) for c in top}
+        lead = [c for c in top if lookup and c.exact]
+        others = sorted((c for c in top if not (lookup and c.exact)), key=lambda c: -scores[c.chunk_id])
+        reordered = protect_exact(lead + others)
+        t["changed"] = [c.chunk_id for c in reordered] != [c.chunk_id for c in top]
+        t["model"] = model.version
+        return reordered + rest
+    except (RagError, ValueError, ArithmeticError) as exc:
+        result.events.append({"event": "rerank_degraded", "error_type": type(exc).__name__, "detail": str(exc)[:200]})
+        t["degraded"] = type(exc).__name__
+        return pool
+
+
+def features_of(
+    query: str,
+    top: list[Candidate],
+    lexical: list[dict[str, Any]],
+    dense: list[dict[str, Any]],
+    cosines: dict[str, float],
+    titles: dict[str, str],
+    named: AbstractSet[str],
+    rrf_k: int,
+) -> list[dict[str, float]]:
+    """The rerank features (``rerank.FEATURES``) of each candidate of ``top``, in order."""
+    lex_rank = {r["chunk_id"]: i for i, r in enumerate(lexical, 1)}
+    lex_score = {r["chunk_id"]: float(r.get("score") or 0.0) for r in lexical}
+    best_lex = max((lex_score.get(c.chunk_id, 0.0) for c in top), default=0.0) or 1.0
+    dense_rank = {r["chunk_id"]: i for i, r in enumerate(dense, 1)}
+    best_cos = max(cosines.values(), default=0.0)
+    stems = question_stems(query)
+    out = []
+    for position, c in enumerate(top, 1):
+        f = {
+            "fused": c.score * (rrf_k + 1),
+            "fused_rank": 1.0 / position,
+            "lexical_rr": 1.0 / lex_rank[c.chunk_id] if c.chunk_id in lex_rank else 0.0,
+            "dense_rr": 1.0 / dense_rank[c.chunk_id] if c.chunk_id in dense_rank else 0.0,
+            "lexical_rel": lex_score.get(c.chunk_id, 0.0) / best_lex,
+            "cosine_rel": (cosines[c.chunk_id] - best_cos) * 10 if c.chunk_id in cosines else -1.0,
+            "exact": 1.0 if c.exact else 0.0,
+            "named_doc": 1.0 if _doc_key(c) in named else 0.0,
+            "graph": 1.0 if "graph" in c.sources else 0.0,
+        }
+        f.update(text_features(stems, titles.get(_doc_key(c), ""), c.heading, c.text))
+        out.append({name: round(value, 6) for name, value in f.items()})
+    return out
+
+
+def _doc_key(c: Candidate) -> str:
+    return f"{c.chunk_id.split(':', 1)[0]}:{c.doc_id}"
+
+
+def protect_exact(candidates: list[Candidate]) -> list[Candidate]:
+    """The candidates with every graph-only one (found by traversal alone) moved below the last
+    exact hit: graph evidence may outrank text evidence by fusion, never a passage the question
+    named by its reference or phrase."""
+    last = max((i for i, c in enumerate(candidates) if c.exact), default=-1)
+    head = candidates[: last + 1]
+    graph_only = [c for c in head if c.sources == ("graph",)]
+    if not graph_only:
+        return candidates
+    return [c for c in head if c.sources != ("graph",)] + graph_only + candidates[last + 1 :]
+
+
+def _graph_leg(
+    engine: Engine,
+    rx: Reads,
+    query: str,
+    packs: list[DomainPack],
+    decision: PolicyDecision,
+    legs: dict[str, float],
+    trace: Trace,
+    result: RetrievalResult,
+) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The planner, then (when it says traverse) bounded traversal: the graph leg's rows in path
+    score order, at most ``traversal.max_candidates``, and each one's path score and hops. The
+    rows enter fusion by rank like every other leg (weight ``retrieval.weights.graph``), so a
+    graph-only chunk outranks a lexical and dense hit only when the weights say so."""
+    with trace.step("planner") as t:
+        decision_plan = plan(rx, query, packs, engine.cfg.planner, engine.cfg.traversal, decision.collections)
+        t.update(reason=decision_plan.reason, seeds=[s.name for s in decision_plan.seeds], detail=decision_plan.detail)
+        if "edges_cached" in rx.memo:
+            t["eligible_edges_cached"] = rx.memo["edges_cached"]
+        result.plan = decision_plan.model_dump(mode="json")
+    if not decision_plan.traverse or legs["graph"] <= 0:
+        return [], {}
+    with trace.step("traversal", max_depth=engine.cfg.traversal.max_depth, weight=legs["graph"]) as t:
+        paths = traverse(
+            rx, [(s.entity_id, s.name) for s in decision_plan.seeds], engine.cfg.traversal, decision.collections
+        )
+        picked = candidate_chunks(paths, engine.cfg.traversal.max_candidates)
+        rows = {r["chunk_id"]: r for r in reads.chunks_by_id(rx, [c for c, _ in picked], decision.collections)}
+        graph_rows = [rows[c] for c, _ in picked if c in rows]
+        graph_paths = {
+            chunk_id: {
+                "path_score": gp.path_score,
+                "path": tuple({"seed": gp.seed_name, **h.model_dump()} for h in gp.hops),
+            }
+            for chunk_id, gp in picked
+            if chunk_id in rows
+        }
+        t.update(
+            paths=len(paths),
+            candidates=len(graph_rows),
+            path_scores=[round(gp.path_score, 4) for c, gp in picked if c in rows],
+            dropped_not_permitted=len(picked) - len(graph_rows),
+        )
+    return graph_rows, graph_paths
 
 
 def _sources(f: Fused, exact_ids: set[str], phrase_rows: list[dict[str, Any]]) -> tuple[str, ...]:
@@ -438,24 +562,38 @@ def _reference_boost(
     fused: list[Fused],
     keys: list[str],
     ambiguous_docs: set[str],
-    unit: float,
+    weight: float,
     named_docs: AbstractSet[str] = frozenset(),
-    scope_unit: float = 0.0,
+    scope_weight: float = 0.0,
+    rrf_k: int = 60,
 ) -> list[tuple[Fused, float]]:
-    """Bounded boosts from what the question names, reordered by the boosted score (ties as in
-    ``fuse``): up to ``unit`` (a share of one RRF rank-1 score) for a candidate that cites the
-    references the question names, half of it for one in a document answering a reference the
-    question names ambiguously ("Rule 3.8" without its rulebook), and ``scope_unit`` for one in
-    a document the question names as a whole. Boosts reorder evidence; they never add a chunk."""
-    if not fused or ((unit <= 0 or not keys) and (scope_unit <= 0 or not named_docs)):
+    """What the question names, as two more ranked lists fused by rank like any leg, then the
+    candidates reordered by the new score (ties as in ``fuse``):
+
+    - ``references`` (weight ``weight``): the candidates that cite the references the question
+      names, or (at half strength) sit in a document answering a reference it names
+      ambiguously ("Rule 3.8" without its rulebook), in their fused order;
+    - ``scope`` (weight ``scope_weight``): the candidates of a document the question names as a
+      whole ("under the AML Rulebook"), in their fused order.
+
+    The n-th candidate of such a list gets ``weight * strength / (rrf_k + n)``: the best of them
+    as much as a rank-1 hit of another leg, the later ones less, so a named document's weak
+    passages do not all jump above strong ones elsewhere. They reorder; they never add a chunk."""
+    if not fused or ((weight <= 0 or not keys) and (scope_weight <= 0 or not named_docs)):
         return [(f, f.score) for f in fused]
-    cites = reads.citing(rx, [f.row["chunk_id"] for f in fused], keys) if unit > 0 and keys else {}
-    out = []
+    cites = reads.citing(rx, [f.row["chunk_id"] for f in fused], keys) if weight > 0 and keys else {}
+    bonus: dict[str, float] = {}
+    ref_rank = scope_rank = 0
     for f in fused:
-        doc = _doc_of(f.row)
-        share = cites.get(f.row["chunk_id"], 0) / len(keys) if keys else 0.0
-        in_doc = 0.5 if doc in ambiguous_docs else 0.0
-        bonus = unit * min(1.0, max(share, in_doc)) + (scope_unit if doc in named_docs else 0.0)
-        out.append((f, f.score + bonus))
+        cid, doc = f.row["chunk_id"], _doc_of(f.row)
+        share = cites.get(cid, 0) / len(keys) if keys else 0.0
+        strength = min(1.0, max(share, 0.5 if doc in ambiguous_docs else 0.0))
+        if weight > 0 and strength > 0:
+            ref_rank += 1
+            bonus[cid] = bonus.get(cid, 0.0) + weight * strength / (rrf_k + ref_rank)
+        if scope_weight > 0 and doc in named_docs:
+            scope_rank += 1
+            bonus[cid] = bonus.get(cid, 0.0) + scope_weight / (rrf_k + scope_rank)
+    out = [(f, f.score + bonus.get(f.row["chunk_id"], 0.0)) for f in fused]
     out.sort(key=lambda p: rank_key(*p))
     return out

@@ -230,3 +230,27 @@ def chunks_by_id(rx: Reads, chunk_ids: list[str], collections: tuple[str, ...]) 
         ids=chunk_ids,
         collections=list(collections),
     )
+
+
+def document_titles(rx: Reads, keys: list[str]) -> dict[str, str]:
+    """``pack:doc_id`` -> the document's title, for the given keys (one indexed lookup)."""
+    if not keys:
+        return {}
+    rows = rx.rows("MATCH (d:Document) WHERE d.key IN $keys RETURN d.key AS key, d.title AS title", keys=keys)
+    return {r["key"]: r["title"] or "" for r in rows}
+
+
+def cosines(rx: Reads, chunk_ids: list[str], embedding: list[float], identity: str) -> dict[str, float]:
+    """Cosine of ``embedding`` with each chunk's vector in the active index (same embedder only:
+    ``epochs.active_index`` checks it), for the reranker's features."""
+    if not chunk_ids:
+        return {}
+    active, _cached = active_index(rx, identity)
+    rows = rx.rows(
+        "MATCH (c:Chunk) WHERE c.chunk_id IN $ids AND c[$property] IS NOT NULL "
+        "RETURN c.chunk_id AS chunk_id, vector.similarity.cosine(c[$property], $embedding) AS cosine",
+        ids=chunk_ids,
+        property=active.property,
+        embedding=embedding,
+    )
+    return {r["chunk_id"]: float(r["cosine"]) for r in rows}

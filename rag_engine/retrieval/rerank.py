@@ -1,0 +1,144 @@
+"""A second look at the top candidates: question and passage read together by a learned linear
+model over features the engine computes anyway, reordering the top ``retrieval.rerank.top_n``.
+
+Fusion ranks by each leg's rank alone; it cannot see that the heading of the third candidate is
+what the question asks about, or that one passage holds all the question's words close together
+while another holds them scattered. The features (``FEATURES``, each in [0, 1] or a small range)
+are read off what retrieval already has: each leg's rank and score, the question-passage cosine
+of the active embedder (one store read for the top N), stemmed term coverage of the text, the
+heading and the document title, term proximity, phrase (bigram) overlap, passage length, and
+whether the candidate is an exact hit, in a document the question names, or graph evidence.
+
+The weights are fitted offline by ``python -m evals.fit_rerank`` on one split of the golden and
+paraphrase sets (pairwise logistic loss: a gold passage against a non-gold one of the same
+question), judged on the other split, and committed (``config/rerank.json``, named by
+``retrieval.rerank.weights``). The score of a candidate is ``sum(weight_f * feature_f)``.
+
+Contract (the same as the model rerank step, ``local_inference.rerank``): a permutation of the
+given candidates, exact hits of a lookup question kept first, graph-only candidates kept below
+exact hits, and on any failure the fused order unchanged with a ``rerank_degraded`` event. A
+cross-encoder or an LLM server replaces it by config: ``retrieval.rerank.method: none`` and a
+``local_inference_model`` with the ``rerank`` capability.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from rag_engine.errors import ConfigError
+from rag_engine.text.terms import content_words, stem
+
+FEATURES: tuple[str, ...] = (
+    "fused",  # fused score in units of one rank-1 RRF contribution
+    "fused_rank",  # 1 / position in the fused order
+    "lexical_rr",  # 1 / rank in the fulltext leg (0 when absent)
+    "dense_rr",  # 1 / rank in the vector leg (0 when absent)
+    "lexical_rel",  # fulltext score / best fulltext score among the candidates
+    "cosine_rel",  # cosine to the question minus the best cosine among the candidates
+    "text_cov",  # share of the question's content stems in title + heading + text
+    "heading_cov",  # share of them in the heading
+    "title_cov",  # share of them in the document title
+    "proximity",  # matched stems / shortest token window holding them all
+    "bigram_cov",  # share of the question's stem bigrams found as bigrams in the passage
+    "log_len",  # log(1 + words) / log(1000)
+    "exact",  # an exact reference or phrase hit
+    "named_doc",  # in a document the question names
+    "graph",  # reached by traversal
+)
+
+
+class RerankModel(BaseModel):
+    """Committed weights of the linear reranker and how they were fitted."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: str
+    features: tuple[str, ...]
+    weights: tuple[float, ...]
+    fitted_on: dict[str, Any] = {}
+
+    def score(self, features: dict[str, float]) -> float:
+        return sum(w * features.get(f, 0.0) for f, w in zip(self.features, self.weights, strict=True))
+
+
+def load_model(path: Path) -> RerankModel:
+    """The committed weights; a missing file or a feature this engine does not compute is a
+    ``ConfigError`` at the first query that would use them, never a silent identity rerank."""
+    try:
+        model = RerankModel.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"retrieval.rerank.weights {path}: {exc}") from None
+    unknown = sorted(set(model.features) - set(FEATURES))
+    if unknown or len(model.features) != len(model.weights):
+        raise ConfigError(f"retrieval.rerank.weights {path}: unknown features {unknown} or weights of another length")
+    return model
+
+
+_MODELS: dict[Path, tuple[float, RerankModel]] = {}
+
+
+def rerank_model(path: Path) -> RerankModel:
+    """``load_model``, cached per file until it changes."""
+    try:
+        mtime = path.stat().st_mtime
+    except OSError as exc:
+        raise ConfigError(f"retrieval.rerank.weights {path}: {exc}") from None
+    cached = _MODELS.get(path)
+    if cached is None or cached[0] != mtime:
+        cached = (mtime, load_model(path))
+        _MODELS[path] = cached
+    return cached[1]
+
+
+def _window(positions: dict[str, list[int]]) -> int:
+    """Shortest span of token positions holding one occurrence of every key (sliding window)."""
+    events = sorted((p, s) for s, ps in positions.items() for p in ps)
+    need, best, left = len(positions), math.inf, 0
+    have: dict[str, int] = {}
+    for pos, s in events:
+        have[s] = have.get(s, 0) + 1
+        while len(have) == need:
+            best = min(best, pos - events[left][0] + 1)
+            ls = events[left][1]
+            have[ls] -= 1
+            if not have[ls]:
+                del have[ls]
+            left += 1
+    return int(best) if best != math.inf else 0
+
+
+def text_features(question_stems: Sequence[str], title: str, heading: str, text: str) -> dict[str, float]:
+    """The word-level features of one passage against the question's content stems (in order)."""
+    terms = set(question_stems)
+    if not terms:
+        return {}
+    words = [stem(w) for w in content_words(text)]
+    heading_stems = {stem(w) for w in content_words(heading)}
+    title_stems = {stem(w) for w in content_words(title)}
+    body = set(words)
+    positions: dict[str, list[int]] = {}
+    for i, s in enumerate(words):
+        if s in terms:
+            positions.setdefault(s, []).append(i)
+    window = _window(positions) if len(positions) > 1 else len(positions)
+    q_bigrams = set(itertools.pairwise(question_stems))
+    p_bigrams = set(itertools.pairwise(words))
+    return {
+        "text_cov": len(terms & (body | heading_stems | title_stems)) / len(terms),
+        "heading_cov": len(terms & heading_stems) / len(terms),
+        "title_cov": len(terms & title_stems) / len(terms),
+        "proximity": len(positions) / window if window else 0.0,
+        "bigram_cov": len(q_bigrams & p_bigrams) / len(q_bigrams) if q_bigrams else 0.0,
+        "log_len": min(1.5, math.log1p(len(words)) / math.log(1000)),
+    }
+
+
+def question_stems(question: str) -> list[str]:
+    return [stem(w) for w in content_words(question)]
