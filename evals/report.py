@@ -74,6 +74,10 @@ and the engine's fulltext and dense legs alone."""
 
 BASELINE_SYSTEMS: tuple[str, ...] = SYSTEMS[1:]
 
+VARIANTS: tuple[str, ...] = ("engine_no_graph", "engine_no_rerank")
+"""Ablations of the engine scored beside it (optional in a report: older reports lack them):
+the graph leg's weight at 0, and the feature reranker off."""
+
 Unit = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 Millis = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
@@ -159,6 +163,9 @@ class ReportMetrics(_Frozen):
     latency_ms_p95: Millis
     cost_per_query_usd: str | None
     queries: int = Field(ge=0)
+    refused_found: int | None = Field(None, ge=0)
+    """Answerable queries answered "insufficient evidence" although a gold passage was in the
+    context (the evidence floor refused a found answer); None: not recorded (an older runner)."""
 
     @field_validator("cost_per_query_usd")
     @classmethod
@@ -194,6 +201,8 @@ class QueryResult(_Frozen):
     ``answer_error``), or ``none`` (decided before any call); None: not recorded (an older runner)."""
     answer_error: NonEmpty | None = None
     """The error type of a failed model call (``ReplayMiss``, ``ProviderTimeout``, ...)."""
+    refused_found: bool | None = None
+    """Answered "insufficient evidence" with a gold passage in the context; None: not recorded."""
     control_latency_ms: Millis | None = None
     """In-run control: the engine's fulltext leg alone on the same question, same run (the gate
     compares latency only as a ratio to it); None: not recorded (an older runner)."""
@@ -264,11 +273,19 @@ class PackSystems(_Frozen):
     bm25: SystemMetrics
     fulltext: SystemMetrics
     dense: SystemMetrics
+    engine_no_graph: SystemMetrics | None = None
+    engine_no_rerank: SystemMetrics | None = None
 
     def system(self, name: str) -> SystemMetrics:
         if name not in SYSTEMS:
             raise KeyError(f"unknown system {name!r}; known: {list(SYSTEMS)}")
         metrics: SystemMetrics = getattr(self, name)
+        return metrics
+
+    def variant(self, name: str) -> SystemMetrics | None:
+        if name not in VARIANTS:
+            raise KeyError(f"unknown variant {name!r}; known: {list(VARIANTS)}")
+        metrics: SystemMetrics | None = getattr(self, name)
         return metrics
 
 

@@ -47,7 +47,17 @@ import yaml
 
 from evals.bm25_baseline import BM25Baseline
 from evals.metrics import aggregate, score_query, system_metrics
-from evals.report import BASELINE_SYSTEMS, SCHEMA, SYSTEMS, TOP_K, EvalReport, QueryResult, dump_report, golden_sha256
+from evals.report import (
+    BASELINE_SYSTEMS,
+    SCHEMA,
+    SYSTEMS,
+    TOP_K,
+    VARIANTS,
+    EvalReport,
+    QueryResult,
+    dump_report,
+    golden_sha256,
+)
 from rag_engine import yaml_safe
 from rag_engine.config import LEGS, config_hash
 from rag_engine.engine import DEFAULT_CONFIG, Engine
@@ -55,6 +65,7 @@ from rag_engine.errors import EvalInputError
 from rag_engine.query import run_query
 from rag_engine.retrieval.answer import Answer
 from rag_engine.retrieval.policy import gate
+from rag_engine.retrieval.retriever import retrieve
 from rag_engine.store import reads
 from rag_engine.store.session import read_transaction
 
@@ -221,6 +232,19 @@ def baseline_rankings(engine: Engine, bm25: BM25Baseline, pack: str, question: s
         }
 
 
+def variant_rankings(
+    engine: Engine, question: str, role: str, k: int | None, weights: dict[str, float] | None
+) -> dict[str, list[str]]:
+    """Top-10 anchors of the engine's ablations (``report.VARIANTS``) for one question: the graph
+    leg off, and the feature reranker off (retrieval only, same weights otherwise)."""
+    base = {**engine.leg_weights, **(weights or {})}
+    runs = {
+        "engine_no_graph": retrieve(engine, question, role, k=k, weights={**base, "graph": 0.0}),
+        "engine_no_rerank": retrieve(engine, question, role, k=k, weights=base, rerank=False),
+    }
+    return {name: [c.anchor for c in r.candidates][:TOP_K] for name, r in runs.items()}
+
+
 def select_golden(golden_paths: Sequence[Path], packs: Sequence[str] | None) -> list[Path]:
     """The golden files of the named packs (all when None); an unknown pack is an input error."""
     if not packs:
@@ -250,11 +274,15 @@ def run_eval(
     run_tag = f"eval-{uuid.uuid4().hex[:12]}"
     for path in golden_paths:
         golden = load_golden(path)
-        pack = golden["pack"]
-        if pack in systems:
-            raise EvalInputError(f"two golden files for pack {pack!r}; merge them (the systems table is per pack)")
+        pack = label = golden["pack"]
+        if golden.get("set"):  # a second set of the pack (paraphrases) is scored as its own table
+            label = f"{pack}/{golden['set']}"
+        if label in systems:
+            raise EvalInputError(
+                f"two golden files for {label!r}; merge them or give one a 'set' name (the systems table is per set)"
+            )
         role_default = golden.get("role") or default_role(engine, pack)
-        rows: dict[str, list[tuple[Sequence[str], Sequence[str], bool]]] = {s: [] for s in SYSTEMS}
+        rows: dict[str, list[tuple[Sequence[str], Sequence[str], bool]]] = {s: [] for s in (*SYSTEMS, *VARIANTS)}
         for q in golden["queries"]:
             role = q.get("role", role_default)
             gold, insufficient = q.get("gold") or [], bool(q.get("insufficient_evidence"))
@@ -286,7 +314,7 @@ def run_eval(
             cost = None if None in costs else sum((c for c in costs if c is not None), Decimal(0))
             scored = score_query(
                 id=q["id"],
-                pack=pack,
+                pack=label,
                 question=q["question"],
                 gold=gold,
                 expect_insufficient=insufficient,
@@ -303,6 +331,11 @@ def run_eval(
                     "answer_method": outcome.answer.method,
                     "answer_error": outcome.answer.error_type,
                     "exact": tuple(c.anchor for c in outcome.retrieval.candidates if c.exact),
+                    "refused_found": bool(
+                        outcome.answer.insufficient_evidence
+                        and not insufficient
+                        and set(gold) & {d.anchor for d in outcome.context.documents}
+                    ),
                 }
             )
             results.append(scored)
@@ -310,7 +343,9 @@ def run_eval(
             rows["engine"].append((scored.ranked, gold, insufficient))
             for system in BASELINE_SYSTEMS:
                 rows[system].append((rankings[q["id"]][system], gold, insufficient))
-        systems[pack] = {s: system_metrics(r) for s, r in rows.items()}
+            for variant, ranked in variant_rankings(engine, q["question"], role, k, weights).items():
+                rows[variant].append((ranked, gold, insufficient))
+        systems[label] = {s: system_metrics(r) for s, r in rows.items()}
         progress(f"[eval] {path}: {len(golden['queries'])} queries")
     warning = answers.warning()
     if warning:
@@ -353,13 +388,16 @@ def run_eval(
 def systems_table(report: EvalReport) -> str:
     """The per-pack table printed at the end of a run: each system's ranking quality."""
     cols = (("nDCG@10", "ndcg@10"), ("MAP@10", "map@10"), ("Recall@10", "recall@10"), ("MRR@10", "mrr@10"))
-    lines = [f"{'pack':<22} {'system':<9} " + " ".join(f"{c:>9}" for c, _ in cols) + "  queries"]
+    lines = [f"{'pack':<33} {'system':<16} " + " ".join(f"{c:>9}" for c, _ in cols) + "  queries"]
     for pack, table in (report.systems or {}).items():
-        for system in SYSTEMS:
-            m = table.system(system)
+        shown = [(s, table.system(s)) for s in SYSTEMS] + [(v, table.variant(v)) for v in VARIANTS]
+        for system, metrics in shown:
+            if metrics is None:
+                continue
+            m = metrics
             values = (m.get(key) for _, key in cols)
             lines.append(
-                f"{pack:<22} {system:<9} "
+                f"{pack:<33} {system:<16} "
                 + " ".join(f"{'-' if v is None else f'{v:.3f}':>9}" for v in values)
                 + f"  {m.queries:>7}"
             )

@@ -401,18 +401,26 @@ def test_leg_weights_from_legs_and_weights_flags():
 
     configured = {"exact": 1.0, "lexical": 1.0, "dense": 0.7}
     assert leg_weights(configured) is None
-    assert leg_weights(configured, legs="lexical,dense") == {"exact": 0.0, "lexical": 1.0, "dense": 0.7, "live": 0.0}
+    assert leg_weights(configured, legs="lexical,dense") == {
+        "exact": 0.0,
+        "lexical": 1.0,
+        "dense": 0.7,
+        "live": 0.0,
+        "graph": 0.0,
+    }
     assert leg_weights(configured, weights="lexical=1,dense=0.5") == {
         "exact": 1.0,
         "lexical": 1.0,
         "dense": 0.5,
         "live": 1.0,
+        "graph": 1.0,
     }
     assert leg_weights(configured, legs="dense", weights="dense=2") == {
         "exact": 0.0,
         "lexical": 0.0,
         "dense": 2.0,
         "live": 0.0,
+        "graph": 0.0,
     }
     for bad in (
         {"legs": "lexical,bm25"},
@@ -420,7 +428,7 @@ def test_leg_weights_from_legs_and_weights_flags():
         {"weights": "dense"},
         {"weights": "dense=-1"},
         {"weights": "dense=nan"},
-        {"weights": "graph=1"},
+        {"weights": "rerank=1"},
         {"legs": "exact", "weights": "exact=0"},
     ):
         with pytest.raises(EvalInputError):

@@ -47,10 +47,10 @@ def test_exact_reference_stays_above_graph_candidates(ingested_engine):
         generate=False,
     )
     # not a lookup (more than the reference is asked), so the exact hit is one fused leg: near
-    # the top, and never below a graph candidate
+    # the top, and never below a candidate only the graph found
     top = [c.anchor for c in out.retrieval.candidates[:3] if c.exact]
     assert top == ["gdpr-ch06#art55-p1"]
-    positions = [i for i, c in enumerate(out.retrieval.candidates) if c.path]
+    positions = [i for i, c in enumerate(out.retrieval.candidates) if c.sources == ("graph",)]
     exact_positions = [i for i, c in enumerate(out.retrieval.candidates) if c.exact]
     assert not positions or max(exact_positions) < min(positions)
 
