@@ -29,6 +29,7 @@ import numpy as np
 from evals.metrics import average_precision_at_k, ndcg_at_k
 from evals.runner import default_role, load_golden
 from rag_engine.engine import DEFAULT_CONFIG, Engine
+from rag_engine.errors import EvalInputError
 from rag_engine.retrieval.rerank import FEATURES, RerankModel
 from rag_engine.retrieval.retriever import retrieve
 
@@ -47,7 +48,7 @@ class Example:
 
 def collect(engine: Engine, golden_paths: Sequence[Path]) -> list[Example]:
     out = []
-    top_n = engine.cfg.retrieval.rerank.top_n
+    top_n = min(engine.cfg.retrieval.rerank.top_n, engine.cfg.retrieval.max_k)
     for path in golden_paths:
         golden = load_golden(path)
         pack = golden["pack"]
@@ -77,6 +78,8 @@ def fit(examples: Sequence[Example], l2: float, steps: int = 3000, lr: float = 0
         if pairs:
             diffs.extend(pairs)
             weights.extend([1.0 / len(pairs)] * len(pairs))
+    if not diffs:
+        raise EvalInputError("no question has both a gold and a non-gold passage in its top N: nothing to fit")
     d = np.array(diffs)
     sw = np.array(weights) / sum(weights)
     w = np.zeros(d.shape[1])

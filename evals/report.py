@@ -164,8 +164,8 @@ class ReportMetrics(_Frozen):
     cost_per_query_usd: str | None
     queries: int = Field(ge=0)
     refused_found: int | None = Field(None, ge=0)
-    """Answerable queries answered "insufficient evidence" although a gold passage was in the
-    context (the evidence floor refused a found answer); None: not recorded (an older runner)."""
+    """Answerable queries answered "insufficient evidence" (by the evidence floor or the model)
+    although a gold passage was in the context; None: not recorded (an older runner)."""
 
     @field_validator("cost_per_query_usd")
     @classmethod

@@ -255,15 +255,18 @@ class RetrievalConfig(Frozen):
     on and off, it cost 0.011 MAP@10 on the GDPR golden questions that name no rule and moved no
     other set (a phrase hit is a lexical hit already; README, *Retrieval*)."""
     ambiguous_ref_boost: float = Field(0.5, ge=0, le=2)
-    """A key named by the question but answered in several documents is not an exact hit; lexical
-    and dense candidates from those documents get this many RRF rank-1 units of boost at most."""
+    """Weight of the ``references`` list: candidates citing a reference the question names, and (at
+    half strength) those of a document answering a key the question names ambiguously (several
+    documents answer it: not an exact hit), each getting ``weight / (rrf_k + n)`` by its place n
+    in that list, as a leg would."""
     min_chunk_words: int = Field(2, ge=0, le=50)
     """Engine floor of words (two letters or more) a chunk needs to be retrieved by the lexical or
     dense leg by itself; a pack's ``min_chunk_words`` may raise it. Below it a chunk ("INTRODUCTION",
     a bare rule number) stays a citation anchor and exact reference target."""
     scope_boost: float = Field(0.5, ge=0, le=2)
-    """Candidates from a document the question names as a whole ("under the AML Rulebook") get
-    this many RRF rank-1 units of boost (a preference, never a filter)."""
+    """Weight of the ``scope`` list: the candidates of a document the question names as a whole
+    ("under the AML Rulebook"), each getting ``weight / (rrf_k + n)`` by its place n in that list
+    (a preference, never a filter)."""
     lookup_max_terms: int = Field(3, ge=0, le=20)
     """A question with at most this many content words besides its references is a lookup: its
     exact hits lead the ranking. Otherwise exact hits are one fused leg (a question that only

@@ -295,6 +295,10 @@ def _default_role(cfg: EngineConfig, entry: PackEntry) -> str | None:
     return next((r for r, cols in cfg.roles.items() if set(entry.collections) <= set(cols)), None)
 
 
+GOLDEN_FILES = ("queries.yaml", "paraphrase.yaml")
+"""The golden set and the paraphrase set of a pack's fixtures path (the second is optional)."""
+
+
 def lint_golden(
     cfg: EngineConfig, entry: PackEntry, root: Path, chunks: list[ChunkRecord] | None, out: _Collector
 ) -> int:
@@ -302,13 +306,23 @@ def lint_golden(
     if not fixtures.is_dir():
         out.error("fixtures_missing", f"the configured fixtures path {entry.fixtures} does not exist", entry.fixtures)
         return 0
-    path = fixtures / "queries.yaml"
-    where = f"{entry.fixtures}/queries.yaml"
-    if not path.is_file():
+    if not (fixtures / GOLDEN_FILES[0]).is_file():
         out.warning(
-            "no_golden", "no golden queries (queries.yaml) in the fixtures path: the pack is not evaluated", where
+            "no_golden",
+            "no golden queries (queries.yaml) in the fixtures path: the pack is not evaluated",
+            f"{entry.fixtures}/queries.yaml",
         )
         return 0
+    return sum(
+        _lint_golden_file(cfg, entry, fixtures / name, f"{entry.fixtures}/{name}", chunks, out)
+        for name in GOLDEN_FILES
+        if (fixtures / name).is_file()
+    )
+
+
+def _lint_golden_file(
+    cfg: EngineConfig, entry: PackEntry, path: Path, where: str, chunks: list[ChunkRecord] | None, out: _Collector
+) -> int:
     try:
         data: Any = yaml_safe.load_file(path)
     except yaml.YAMLError as exc:

@@ -7,16 +7,19 @@ while another holds them scattered. The features (``FEATURES``, each in [0, 1] o
 are read off what retrieval already has: each leg's rank and score, the question-passage cosine
 of the active embedder (one store read for the top N), stemmed term coverage of the text, the
 heading and the document title, term proximity, phrase (bigram) overlap, passage length, and
-whether the candidate is an exact hit, in a document the question names, or graph evidence.
+whether the candidate is an exact hit, in a document the question names, or graph evidence; and
+the fused rank and exact flag again for questions that name a rule or article, so the model can
+trust fusion more where the question's reference already says which passage it means.
 
 The weights are fitted offline by ``python -m evals.fit_rerank`` on one split of the golden and
 paraphrase sets (pairwise logistic loss: a gold passage against a non-gold one of the same
 question), judged on the other split, and committed (``config/rerank.json``, named by
 ``retrieval.rerank.weights``). The score of a candidate is ``sum(weight_f * feature_f)``.
 
-Contract (the same as the model rerank step, ``local_inference.rerank``): a permutation of the
-given candidates, exact hits of a lookup question kept first, graph-only candidates kept below
-exact hits, and on any failure the fused order unchanged with a ``rerank_degraded`` event. A
+Contract (as the model rerank step, ``local_inference.rerank``): a permutation of the given
+candidates, and on any failure the fused order unchanged with a ``rerank_degraded`` event. Exact
+hits are protected as fusion protects them: the reference hits of a lookup question stay first,
+and graph-only candidates stay below exact hits (the model step keeps every exact hit first). A
 cross-encoder or an LLM server replaces it by config: ``retrieval.rerank.method: none`` and a
 ``local_inference_model`` with the ``rerank`` capability.
 """
@@ -51,6 +54,8 @@ FEATURES: tuple[str, ...] = (
     "exact",  # an exact reference or phrase hit
     "named_doc",  # in a document the question names
     "graph",  # reached by traversal
+    "ref_fused_rank",  # fused_rank, for a question naming a reference (0 otherwise)
+    "ref_exact",  # exact, for a question naming a reference (0 otherwise)
 )
 
 
@@ -70,7 +75,7 @@ class RerankModel(BaseModel):
 
 def load_model(path: Path) -> RerankModel:
     """The committed weights; a missing file or a feature this engine does not compute is a
-    ``ConfigError`` at the first query that would use them, never a silent identity rerank."""
+    ``ConfigError`` (the query then keeps the fused order, with a ``rerank_degraded`` event)."""
     try:
         model = RerankModel.model_validate(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError) as exc:

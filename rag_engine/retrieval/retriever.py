@@ -233,8 +233,10 @@ def retrieve(
     rerank: bool | None = None,
     with_features: bool = False,
 ) -> RetrievalResult:
-    """Policy gate, then the legs (exact references, fulltext, vector, live SQL sources) fused by weighted RRF,
-    the planner and bounded traversal, then reference expansion (reported apart, after the top k).
+    """Policy gate, then the legs (exact references, fulltext, vector, live SQL sources, and the
+    graph leg: the planner and bounded traversal) fused by weighted RRF, the feature reranker over
+    the fused top ``retrieval.rerank.top_n`` (``rerank.py``), then reference expansion (reported
+    apart, after the top k).
 
     ``weights`` overrides the configured per-leg weights for this call (ablations, evals);
     ``rerank`` whether the feature reranker runs (default: ``retrieval.rerank.method``);
@@ -384,13 +386,31 @@ def _legs(
             ambiguous_keys=ambiguous,
             named_documents=sorted(named),
             boosted=sum(1 for f, score in boosted if score > f.score),
-            graph_in_top_k=sum(1 for c in pool[:k] if "graph" in c.sources),
-            graph_only_in_top_k=sum(1 for c in pool[:k] if c.sources == ("graph",)),
         )
+        fusion_trace = t
     if any(rerank):
         with trace.step("rerank", method="features", top_n=cfg.rerank.top_n, applied=rerank[0]) as t:
-            pool = _reranked(engine, rx, query, pool, lexical, dense, query_vec, named, lookup, rerank, t, result)
+            pool = _reranked(
+                engine,
+                rx,
+                query,
+                pool,
+                lexical,
+                dense,
+                query_vec,
+                named,
+                lookup,
+                bool(keys),
+                decision.collections,
+                rerank,
+                t,
+                result,
+            )
     ordered = pool[:k]
+    fusion_trace.update(  # after the rerank, which may change the top k
+        graph_in_top_k=sum(1 for c in ordered if "graph" in c.sources),
+        graph_only_in_top_k=sum(1 for c in ordered if c.sources == ("graph",)),
+    )
     with trace.step("reference_expansion", limit=cfg.reference_expansion_k) as t:
         have = {c.chunk_id for c in ordered}
         seeds = [c.chunk_id for c in ordered if not c.exact][: max(3, cfg.reference_expansion_k)]
@@ -403,7 +423,7 @@ def _legs(
             seed_score = by_id[row["from_chunk"]].score if row["from_chunk"] in by_id else 0.0
             added.append(_candidate(row, seed_score * 0.5, ("reference",), via=f"{row['via']} <- {row['from_chunk']}"))
         t["added"] = len(added)
-    titles = reads.document_titles(rx, sorted({_doc_key(c) for c in [*ordered, *added]}))
+    titles = reads.document_titles(rx, sorted({_doc_key(c) for c in [*ordered, *added]}), decision.collections)
     result.candidates = [c.model_copy(update={"doc_title": titles.get(_doc_key(c), "")}) for c in ordered]
     result.expansions = [c.model_copy(update={"doc_title": titles.get(_doc_key(c), "")}) for c in added]
 
@@ -418,6 +438,8 @@ def _reranked(
     query_vec: list[float] | None,
     named: AbstractSet[str],
     lookup: bool,
+    names_reference: bool,
+    collections: tuple[str, ...],
     rerank: tuple[bool, bool],
     t: dict[str, Any],
     result: RetrievalResult,
@@ -427,21 +449,23 @@ def _reranked(
     cfg = engine.cfg.retrieval.rerank
     top, rest = pool[: cfg.top_n], pool[cfg.top_n :]
     try:
-        cos = reads.cosines(rx, [c.chunk_id for c in top], query_vec, engine.embedder_identity) if query_vec else {}
-        titles = reads.document_titles(rx, sorted({_doc_key(c) for c in top}))
-        feats = features_of(query, top, lexical, dense, cos, titles, named, engine.cfg.retrieval.rrf_k)
+        ids = [c.chunk_id for c in top]
+        cos = reads.cosines(rx, ids, query_vec, engine.embedder_identity, collections) if query_vec else {}
+        titles = reads.document_titles(rx, sorted({_doc_key(c) for c in top}), collections)
+        feats = features_of(query, top, lexical, dense, cos, titles, named, names_reference, engine.cfg.retrieval.rrf_k)
         top = [c.model_copy(update={"features": f}) for c, f in zip(top, feats, strict=True)]
         if not rerank[0]:
             return top + rest
         model = rerank_model(engine.root / cfg.weights)
         scores = {c.chunk_id: model.score(c.features or {}) for c in top}
-        lead = [c for c in top if lookup and c.exact]
-        others = sorted((c for c in top if not (lookup and c.exact)), key=lambda c: -scores[c.chunk_id])
-        reordered = protect_exact(lead + others)
+        # a lookup's reference hits lead, in their own order, as in fusion; the rest by the model
+        leads = [c for c in top if lookup and "exact_reference" in c.sources]
+        others = sorted((c for c in top if c not in leads), key=lambda c: -scores[c.chunk_id])
+        reordered = protect_exact(leads + others)
         t["changed"] = [c.chunk_id for c in reordered] != [c.chunk_id for c in top]
         t["model"] = model.version
         return reordered + rest
-    except (RagError, ValueError, ArithmeticError) as exc:
+    except (RagError, ValueError, TypeError, KeyError, ArithmeticError) as exc:
         result.events.append({"event": "rerank_degraded", "error_type": type(exc).__name__, "detail": str(exc)[:200]})
         t["degraded"] = type(exc).__name__
         return pool
@@ -455,6 +479,7 @@ def features_of(
     cosines: dict[str, float],
     titles: dict[str, str],
     named: AbstractSet[str],
+    names_reference: bool,
     rrf_k: int,
 ) -> list[dict[str, float]]:
     """The rerank features (``rerank.FEATURES``) of each candidate of ``top``, in order."""
@@ -477,6 +502,9 @@ def features_of(
             "named_doc": 1.0 if _doc_key(c) in named else 0.0,
             "graph": 1.0 if "graph" in c.sources else 0.0,
         }
+        # the same two for a question naming a rule or article: how far to trust fusion there
+        f["ref_fused_rank"] = f["fused_rank"] if names_reference else 0.0
+        f["ref_exact"] = f["exact"] if names_reference else 0.0
         f.update(text_features(stems, titles.get(_doc_key(c), ""), c.heading, c.text))
         out.append({name: round(value, 6) for name, value in f.items()})
     return out

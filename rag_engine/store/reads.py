@@ -232,25 +232,37 @@ def chunks_by_id(rx: Reads, chunk_ids: list[str], collections: tuple[str, ...]) 
     )
 
 
-def document_titles(rx: Reads, keys: list[str]) -> dict[str, str]:
-    """``pack:doc_id`` -> the document's title, for the given keys (one indexed lookup)."""
+def document_titles(rx: Reads, keys: list[str], collections: tuple[str, ...]) -> dict[str, str]:
+    """``pack:doc_id`` -> the document's title, for the given keys whose document is in a
+    permitted collection (a title is document metadata: never one of a collection the caller
+    may not read, even when an older version of the document was readable)."""
     if not keys:
         return {}
-    rows = rx.rows("MATCH (d:Document) WHERE d.key IN $keys RETURN d.key AS key, d.title AS title", keys=keys)
+    rows = rx.rows(
+        "MATCH (d:Document) WHERE d.key IN $keys AND d.collection IN $collections "
+        "RETURN d.key AS key, d.title AS title",
+        keys=keys,
+        collections=list(collections),
+    )
     return {r["key"]: r["title"] or "" for r in rows}
 
 
-def cosines(rx: Reads, chunk_ids: list[str], embedding: list[float], identity: str) -> dict[str, float]:
-    """Cosine of ``embedding`` with each chunk's vector in the active index (same embedder only:
-    ``epochs.active_index`` checks it), for the reranker's features."""
+def cosines(
+    rx: Reads, chunk_ids: list[str], embedding: list[float], identity: str, collections: tuple[str, ...]
+) -> dict[str, float]:
+    """Cosine of ``embedding`` with each permitted chunk's vector in the active index (same
+    embedder only: ``epochs.active_index`` checks it), for the reranker's features. A chunk
+    without a usable vector has none (Neo4j's null)."""
     if not chunk_ids:
         return {}
     active, _cached = active_index(rx, identity)
     rows = rx.rows(
-        "MATCH (c:Chunk) WHERE c.chunk_id IN $ids AND c[$property] IS NOT NULL "
-        "RETURN c.chunk_id AS chunk_id, vector.similarity.cosine(c[$property], $embedding) AS cosine",
+        "MATCH (c:Chunk) WHERE c.chunk_id IN $ids AND c.collection IN $collections AND c[$property] IS NOT NULL "
+        "WITH c, vector.similarity.cosine(c[$property], $embedding) AS cosine WHERE cosine IS NOT NULL "
+        "RETURN c.chunk_id AS chunk_id, cosine",
         ids=chunk_ids,
         property=active.property,
         embedding=embedding,
+        collections=list(collections),
     )
     return {r["chunk_id"]: float(r["cosine"]) for r in rows}
