@@ -9,8 +9,10 @@ hand-made records (labelled as fixture data, not model output):
   Payments team  -[owns 0.70]->       Project Falcon     evidence: the overview chunk
   Project Falcon -[applies_to 0.20]-> Holiday calendar   negative control: below the floor
 
-Expected: deterministic-only recall@1 = 0.0; with the graph the target is rank 1 with
-path_score = 0.83 (one hop, no bonus); the 0.2 edge is stored, ineligible, never traversed.
+Expected: deterministic-only recall@10 = 0.0 (the question's words miss the target chunk); with
+the graph the target is in the top 10 with path_score = 0.83 (one hop, no bonus): graph evidence
+is a fused leg, and a chunk only the graph found takes one of the last places of the top k
+(``retrieval.graph_tail``), never the first; the 0.2 edge is stored, ineligible, never traversed.
 
 Extracted entities must occur in their evidence chunk: the fixture's manifest names "billing
 pipeline" an alias of Project Falcon, so the storage and freeze chunks (which say "billing
@@ -192,11 +194,13 @@ def run(base: Engine, workdir: Path) -> dict[str, Any]:
             "target_anchor": target,
             "deterministic_only": {
                 "recall@1": 1.0 if plain_rank == 1 else 0.0,
+                "recall@10": 1.0 if plain_rank is not None and plain_rank <= 10 else 0.0,
                 "target_rank": plain_rank,
                 "top": [c.anchor for c in plain[:3]],
             },
             "deterministic_plus_llm_graph": {
                 "recall@1": 1.0 if graph_rank == 1 else 0.0,
+                "recall@10": 1.0 if graph_rank is not None and graph_rank <= 10 else 0.0,
                 "target_rank": graph_rank,
                 "plan": (results["graph"].plan or {}).get("reason"),
                 "candidate_scores": [

@@ -250,6 +250,9 @@ class RetrievalConfig(Frozen):
     max_exact: int = Field(3, ge=0, le=20)
     """At most this many exact reference hits (resolved, unambiguous keys), ranked by the chunk's
     lexical rank for the question."""
+    graph_tail: int = Field(2, ge=0, le=20)
+    """At most this many chunks the graph reached, which fusion ranked below k, take the last
+    places of the top k (the graph adds what text retrieval cannot rank; it never takes over)."""
     exact_phrase: bool = False
     """Lexical hits holding the question's whole content phrase join the exact leg. Off: measured
     on and off, it cost 0.011 MAP@10 on the GDPR golden questions that name no rule and moved no

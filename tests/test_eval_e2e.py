@@ -147,7 +147,9 @@ def test_dagster_eval_gate_blocks_on_regression(reports, ingested_engine, tmp_pa
 def test_report_scores_bm25_and_each_leg_on_the_same_chunks(reports, ingested_engine):
     _, good, _ = reports
     report = load_report(good)
-    golden = {load_golden(ROOT / p)["pack"]: load_golden(ROOT / p) for p in ingested_engine.cfg.evals.golden}
+    files = [load_golden(ROOT / p) for p in ingested_engine.cfg.evals.golden]
+    # one table per golden file: the pack, or "pack/set" for a second set such as the paraphrases
+    golden = {g["pack"] + (f"/{g['set']}" if g.get("set") else ""): g for g in files}
     assert report.retrieval.weights == ingested_engine.leg_weights and report.retrieval.k is None
     assert set(report.systems) == set(golden)
     for pack, table in report.systems.items():
@@ -156,9 +158,10 @@ def test_report_scores_bm25_and_each_leg_on_the_same_chunks(reports, ingested_en
         assert table.bm25.recall_at_10 > 0.5 and table.fulltext.recall_at_10 > 0.5  # both find most gold
         assert all(table.system(s).map_at_10 is not None for s in SYSTEMS)
         # BM25 ranks only the pack's active, eligible chunks the query's role may read
-        role = golden[pack].get("role") or default_role(ingested_engine, pack)
+        name = golden[pack]["pack"]
+        role = golden[pack].get("role") or default_role(ingested_engine, name)
         collections = gate(ingested_engine.cfg, role).collections
-        corpus = {c.anchor for c in read_chunks(ingested_engine.driver, ingested_engine.database, pack, collections)}
+        corpus = {c.anchor for c in read_chunks(ingested_engine.driver, ingested_engine.database, name, collections)}
         assert corpus
         for q in golden[pack]["queries"]:
             ranked = report.rankings[q["id"]]
@@ -192,7 +195,7 @@ def test_ablation_changes_the_engine_only(reports, ingested_engine):
     lexical = run_eval(ingested_engine, [path], progress=lambda m: None, weights=ablation)
     # the report names every leg's weight: the ones not overridden (live) at their configured value
     assert lexical.retrieval.weights == {**ingested_engine.leg_weights, **ablation}
-    assert set(lexical.retrieval.weights) == {"exact", "lexical", "dense", "live"}
+    assert set(lexical.retrieval.weights) == {"exact", "lexical", "dense", "live", "graph"}
     assert set(lexical.systems) == {"company_x_kb"}
     for system in ("bm25", "fulltext", "dense"):  # the baselines do not depend on the engine's weights
         assert lexical.systems["company_x_kb"].system(system) == full.systems["company_x_kb"].system(system)

@@ -34,12 +34,12 @@ def seed_world(base_config, tmp_path_factory, neo4j_driver):
 def test_seed_comparison_json(seed_world):
     _, _, out = seed_world
     assert set(out) >= {"deterministic_only", "deterministic_plus_llm_graph", "negative_control"}
-    assert out["deterministic_only"]["recall@1"] == 0.0
+    assert out["deterministic_only"]["recall@10"] == 0.0
     graph = out["deterministic_plus_llm_graph"]
-    assert graph["recall@1"] == 1.0 and graph["target_rank"] == 1 and graph["plan"] == "traverse"
-    top = graph["candidate_scores"][0]
-    assert top["anchor"] == "secrets#storage"
-    assert top["path_score"] == pytest.approx(seed_comparison.TARGET_EDGE)  # one hop, no bonus
+    # the graph finds what the text search misses, in the top 10, not above the text evidence
+    assert graph["recall@10"] == 1.0 and graph["target_rank"] > 1 and graph["plan"] == "traverse"
+    target = next(c for c in graph["candidate_scores"] if c["anchor"] == "secrets#storage")
+    assert target["path_score"] == pytest.approx(seed_comparison.TARGET_EDGE)  # one hop, no bonus
     neg = out["negative_control"]
     assert neg == {**neg, "confidence": 0.2, "retrieval_eligible": False, "stored": True, "retrieved_via_graph": False}
 

@@ -137,3 +137,25 @@ def test_rerank_weights_are_checked(tmp_path):
         load_model(tmp_path / "missing.json")
     path.write_text(json.dumps({"version": "v", "features": list(FEATURES), "weights": [0.0] * len(FEATURES)}))
     assert load_model(path).score({"fused": 3.0}) == 0.0
+
+
+def test_the_graph_tail_adds_what_fusion_ranked_below_k_in_the_last_places():
+    from rag_engine.retrieval.retriever import with_graph_tail
+
+    pool = [
+        candidate("e1", ("exact_reference",), exact=True),
+        candidate("l1", ("lexical", "dense")),
+        candidate("l2", ("lexical",)),
+        candidate("l3", ("dense",)),
+        candidate("g1", ("graph",)),
+        candidate("g2", ("graph",)),
+        candidate("g3", ("dense", "graph")),
+    ]
+    assert [c.chunk_id for c in with_graph_tail(pool, 4, 2)] == ["e1", "l1", "g1", "g2"]
+    assert [c.chunk_id for c in with_graph_tail(pool, 4, 0)] == ["e1", "l1", "l2", "l3"]
+    assert [c.chunk_id for c in with_graph_tail(pool, 4, 3)] == ["e1", "g1", "g2", "g3"]
+    # an exact hit is never dropped for graph evidence
+    exact_only = [candidate(f"e{i}", ("exact_reference",), exact=True) for i in range(3)] + pool[4:]
+    assert [c.chunk_id for c in with_graph_tail(exact_only, 3, 2)] == ["e0", "e1", "e2"]
+    # a graph-only chunk already in the top k counts against the tail
+    assert [c.chunk_id for c in with_graph_tail(pool[1:], 4, 1)] == ["l1", "l2", "l3", "g1"]

@@ -406,7 +406,7 @@ def _legs(
                 t,
                 result,
             )
-    ordered = pool[:k]
+    ordered = with_graph_tail(pool, k, cfg.graph_tail)
     fusion_trace.update(  # after the rerank, which may change the top k
         graph_in_top_k=sum(1 for c in ordered if "graph" in c.sources),
         graph_only_in_top_k=sum(1 for c in ordered if c.sources == ("graph",)),
@@ -512,6 +512,21 @@ def features_of(
 
 def _doc_key(c: Candidate) -> str:
     return f"{c.chunk_id.split(':', 1)[0]}:{c.doc_id}"
+
+
+def with_graph_tail(pool: list[Candidate], k: int, tail: int) -> list[Candidate]:
+    """The top k of ``pool``, with up to ``tail`` chunks the graph reached that fusion ranked below
+    k (best fused first) placed at the end of it: the graph may add what text retrieval cannot
+    rank, in the last places, never above the fused top k - tail nor over an exact hit. Chunks
+    only the graph found that are in the top k already count against the tail."""
+    top = pool[:k]
+    graph_only = [c for c in pool[k:] if "graph" in c.sources]
+    room = tail - sum(1 for c in top if c.sources == ("graph",))
+    if room <= 0 or not graph_only:
+        return top
+    droppable = [i for i in range(len(top) - 1, -1, -1) if not top[i].exact and top[i].sources != ("graph",)]
+    dropped = set(droppable[: min(room, len(graph_only))])  # graph_only is non-empty: len(top) == k
+    return [c for i, c in enumerate(top) if i not in dropped] + graph_only[: len(dropped)]
 
 
 def protect_exact(candidates: list[Candidate]) -> list[Candidate]:
