@@ -12,7 +12,8 @@ hand-made records (labelled as fixture data, not model output):
 Expected: deterministic-only recall@10 = 0.0 (the question's words miss the target chunk); with
 the graph the target is in the top 10 with path_score = 0.83 (one hop, no bonus): graph evidence
 is a fused leg, and a chunk only the graph found takes one of the last places of the top k
-(``retrieval.graph_tail``), never the first; the 0.2 edge is stored, ineligible, never traversed.
+(``retrieval.graph_tail``, 2 here, off by default), never the first; the 0.2 edge is stored,
+ineligible, never traversed.
 
 Extracted entities must occur in their evidence chunk: the fixture's manifest names "billing
 pipeline" an alias of Project Falcon, so the storage and freeze chunks (which say "billing
@@ -175,7 +176,9 @@ def run(base: Engine, workdir: Path) -> dict[str, Any]:
     try:
         ingest_pack(engine, pack, run_id=f"seed-{pack.name}")
         own = _pack_chunks(engine, pack.name)
-        scoped = engine.cfg.model_copy(update={"roles": {ROLE: ("kb_internal",)}})
+        # the graph tail on (off by default): what the graph adds takes the last places of the top 10
+        retrieval = engine.cfg.retrieval.model_copy(update={"graph_tail": 2})
+        scoped = engine.cfg.model_copy(update={"roles": {ROLE: ("kb_internal",)}, "retrieval": retrieval})
         no_graph = scoped.model_copy(update={"traversal": scoped.traversal.model_copy(update={"max_candidates": 0})})
         results = {}
         for label, cfg in (("plain", no_graph), ("graph", scoped)):
