@@ -520,13 +520,13 @@ def with_graph_tail(pool: list[Candidate], k: int, tail: int) -> list[Candidate]
     rank, in the last places, never above the fused top k - tail nor over an exact hit. Chunks
     only the graph found that are in the top k already count against the tail."""
     top = pool[:k]
-    graph_only = [c for c in pool[k:] if "graph" in c.sources]
+    reached = [c for c in pool[k:] if "graph" in c.sources]
     room = tail - sum(1 for c in top if c.sources == ("graph",))
-    if room <= 0 or not graph_only:
+    if room <= 0 or not reached:
         return top
     droppable = [i for i in range(len(top) - 1, -1, -1) if not top[i].exact and top[i].sources != ("graph",)]
-    dropped = set(droppable[: min(room, len(graph_only))])  # graph_only is non-empty: len(top) == k
-    return [c for i, c in enumerate(top) if i not in dropped] + graph_only[: len(dropped)]
+    dropped = set(droppable[: min(room, len(reached))])  # reached is non-empty: len(top) == k
+    return [c for i, c in enumerate(top) if i not in dropped] + reached[: len(dropped)]
 
 
 def protect_exact(candidates: list[Candidate]) -> list[Candidate]:
