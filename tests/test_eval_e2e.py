@@ -155,7 +155,9 @@ def test_report_scores_bm25_and_each_leg_on_the_same_chunks(reports, ingested_en
     for pack, table in report.systems.items():
         mine = [q for q in report.queries if q.pack == pack and not q.expect_insufficient]
         assert table.engine.ndcg_at_10 == pytest.approx(sum(q.ndcg_at_10 for q in mine) / len(mine))
-        assert table.bm25.recall_at_10 > 0.5 and table.fulltext.recall_at_10 > 0.5  # both find most gold
+        # both find most gold of a golden set; paraphrases share few words with their passage by design
+        floor = 0.5 if "/" not in pack else 0.2
+        assert table.bm25.recall_at_10 > floor and table.fulltext.recall_at_10 > floor
         assert all(table.system(s).map_at_10 is not None for s in SYSTEMS)
         # BM25 ranks only the pack's active, eligible chunks the query's role may read
         name = golden[pack]["pack"]
