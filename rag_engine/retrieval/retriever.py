@@ -460,8 +460,10 @@ def _reranked(
         scores = {c.chunk_id: model.score(c.features or {}) for c in top}
         # a lookup's reference hits lead, in their own order, as in fusion; the rest by the model
         leads = [c for c in top if lookup and "exact_reference" in c.sources]
-        others = sorted((c for c in top if c not in leads), key=lambda c: -scores[c.chunk_id])
-        reordered = protect_exact(leads + others)
+        others = iter(sorted((c for c in top if c not in leads and not _live(c)), key=lambda c: -scores[c.chunk_id]))
+        # live rows have no stored vector or title to be judged on: they keep their fused places
+        rest_slots = [c for c in top if c not in leads]
+        reordered = protect_exact(leads + [c if _live(c) else next(others) for c in rest_slots])
         t["changed"] = [c.chunk_id for c in reordered] != [c.chunk_id for c in top]
         t["model"] = model.version
         return reordered + rest
@@ -508,6 +510,10 @@ def features_of(
         f.update(text_features(stems, titles.get(_doc_key(c), ""), c.heading, c.text))
         out.append({name: round(value, 6) for name, value in f.items()})
     return out
+
+
+def _live(c: Candidate) -> bool:
+    return "live" in c.sources
 
 
 def _doc_key(c: Candidate) -> str:
