@@ -388,6 +388,7 @@ def _legs(
             boosted=sum(1 for f, score in boosted if score > f.score),
         )
         fusion_trace = t
+    titles: dict[str, str] = {}  # pack:doc_id -> title, read once per question (rerank, then the result)
     if any(rerank):
         with trace.step("rerank", method="features", top_n=cfg.rerank.top_n, applied=rerank[0]) as t:
             pool = _reranked(
@@ -405,6 +406,7 @@ def _legs(
                 rerank,
                 t,
                 result,
+                titles,
             )
     ordered = with_graph_tail(pool, k, cfg.graph_tail)
     fusion_trace.update(  # after the rerank, which may change the top k
@@ -423,7 +425,7 @@ def _legs(
             seed_score = by_id[row["from_chunk"]].score if row["from_chunk"] in by_id else 0.0
             added.append(_candidate(row, seed_score * 0.5, ("reference",), via=f"{row['via']} <- {row['from_chunk']}"))
         t["added"] = len(added)
-    titles = reads.document_titles(rx, sorted({_doc_key(c) for c in [*ordered, *added]}), decision.collections)
+    _read_titles(rx, titles, [*ordered, *added], decision.collections)
     result.candidates = [c.model_copy(update={"doc_title": titles.get(_doc_key(c), "")}) for c in ordered]
     result.expansions = [c.model_copy(update={"doc_title": titles.get(_doc_key(c), "")}) for c in added]
 
@@ -443,15 +445,17 @@ def _reranked(
     rerank: tuple[bool, bool],
     t: dict[str, Any],
     result: RetrievalResult,
+    titles: dict[str, str],
 ) -> list[Candidate]:
     """``pool`` with its top N carrying their features and, when ``rerank[0]``, reordered by the
-    committed linear model; on any failure the fused order, with a ``rerank_degraded`` event."""
+    committed linear model; on any failure the fused order, with a ``rerank_degraded`` event.
+    ``titles`` is the question's title cache (``_read_titles``)."""
     cfg = engine.cfg.retrieval.rerank
     top, rest = pool[: cfg.top_n], pool[cfg.top_n :]
     try:
         ids = [c.chunk_id for c in top]
         cos = reads.cosines(rx, ids, query_vec, engine.embedder_identity, collections) if query_vec else {}
-        titles = reads.document_titles(rx, sorted({_doc_key(c) for c in top}), collections)
+        _read_titles(rx, titles, top, collections)
         feats = features_of(query, top, lexical, dense, cos, titles, named, names_reference, engine.cfg.retrieval.rrf_k)
         top = [c.model_copy(update={"features": f}) for c, f in zip(top, feats, strict=True)]
         if not rerank[0]:
@@ -510,6 +514,13 @@ def features_of(
         f.update(text_features(stems, titles.get(_doc_key(c), ""), c.heading, c.text))
         out.append({name: round(value, 6) for name, value in f.items()})
     return out
+
+
+def _read_titles(rx: Reads, titles: dict[str, str], candidates: list[Candidate], collections: tuple[str, ...]) -> None:
+    """Add to ``titles`` the document titles of ``candidates`` it does not hold yet (one read)."""
+    missing = sorted({_doc_key(c) for c in candidates} - set(titles))
+    if missing:
+        titles.update(reads.document_titles(rx, missing, collections))
 
 
 def _live(c: Candidate) -> bool:
