@@ -8,17 +8,27 @@ Within one run where the next step is in the same process (``ingest_pack``), ``r
 keeps every payload written or read in memory: later steps get it without re-reading and
 re-parsing the file. The files are still written, for Dagster's steps that run in other processes
 and for people. Payloads handed out from memory are shared: callers treat them as read-only.
+
+Every path is a plain name under the root: the partition must be a well-formed document-version
+key (``partition_keys.check``), the pack and step plain names, and the resolved path must lie under
+the root, so no key can read or write a file outside it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from rag_engine.errors import BadPartitionKey
+from rag_engine.partition_keys import check as check_partition_key
+
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
 
 class ArtifactStore:
@@ -39,7 +49,15 @@ class ArtifactStore:
             self._memory = None
 
     def path(self, pack: str, partition: str, step: str) -> Path:
-        return self.base / pack / partition / f"{step}.json"
+        check_partition_key(partition)
+        for what, name in (("pack", pack), ("step", step)):
+            if not isinstance(name, str) or not _NAME.fullmatch(name):
+                raise BadPartitionKey(f"artifact {what} {name!r} is not a plain name")
+        target = self.base / pack / partition / f"{step}.json"
+        root = self.base.resolve()
+        if not target.resolve().is_relative_to(root):  # a linked folder under the root pointing out
+            raise BadPartitionKey(f"artifact path for {pack}/{partition}/{step} resolves outside {self.base}")
+        return target
 
     def write(self, pack: str, partition: str, step: str, payload: Any) -> Path:
         target = self.path(pack, partition, step)

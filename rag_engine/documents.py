@@ -25,11 +25,11 @@ from pathlib import Path
 
 from rag_engine.errors import DocumentError
 from rag_engine.packs import DomainPack, SourceDocument
+from rag_engine.partition_keys import MAX_DOC_ID_CHARS, PARTITION_SEP, VERSION_CHARS
+from rag_engine.partition_keys import check as check_partition_key
 
 log = logging.getLogger(__name__)
-PARTITION_SEP = "--"
 _DOC_ID_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
-VERSION_CHARS = 12
 
 
 DOC_ID_HASH_CHARS = 8
@@ -57,7 +57,7 @@ def doc_id_for(path: Path) -> str:
     """
     stem = unicodedata.normalize("NFC", path.stem)
     if stem.isascii():  # unchanged for ASCII names: existing doc ids never move
-        slug = _DOC_ID_BAD.sub("_", stem).strip("_")
+        slug = _DOC_ID_BAD.sub("_", stem).strip("_").lstrip("._")  # never a leading dot: a key, not a hidden name
         lossy = False
     else:
         parts, lossy = [], False
@@ -66,9 +66,10 @@ def doc_id_for(path: Path) -> str:
             parts.append(ascii_ or " ")
             lossy = lossy or (not ascii_ and unicodedata.category(ch)[0] in "LN")
         slug = _DOC_ID_BAD.sub("_", "".join(parts)).strip("_.-")
-    if slug and not lossy:
+    if slug and not lossy and len(slug) <= MAX_DOC_ID_CHARS:
         return slug
     digest = hashlib.sha256(stem.encode("utf-8")).hexdigest()[:DOC_ID_HASH_CHARS]
+    slug = slug[: MAX_DOC_ID_CHARS - DOC_ID_HASH_CHARS - 1]  # an expanding transliteration stays a valid key
     return f"{slug}_{digest}" if slug else f"doc_{digest}"
 
 
@@ -81,10 +82,8 @@ def file_version(path: Path) -> str:
 
 
 def split_partition_key(key: str) -> tuple[str, str]:
-    doc_id, sep, version = key.rpartition(PARTITION_SEP)
-    if not sep or not doc_id or not version:
-        raise DocumentError(f"not a document-version partition key: {key!r} (expected <doc_id>--<version>)")
-    return doc_id, version
+    """``(doc_id, version)``; BadPartitionKey for anything ``doc_id_for`` and ``file_version`` cannot make."""
+    return check_partition_key(key)
 
 
 def _candidates(pack: DomainPack) -> list[Path]:

@@ -60,6 +60,10 @@ class DocumentError(RagError):
     """One source document is unusable (empty, not UTF-8, binary, too large)."""
 
 
+class BadPartitionKey(DocumentError):
+    """A partition key that is not ``<doc id>--<12 hex>`` (it could name a path outside the artifacts)."""
+
+
 class KeyConflict(DocumentError):
     """A document answers to a reference key another document of its pack owns (that document's id,
     ``DomainPack.owned_keys``): the later claimant is rejected, the owner keeps the key."""

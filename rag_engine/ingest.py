@@ -27,6 +27,7 @@ from rag_engine.errors import (
 )
 from rag_engine.graph import schema, writer
 from rag_engine.packs import ChunkRecord, DomainPack, content_hash
+from rag_engine.partition_keys import check as check_partition_key
 from rag_engine.step_stamps import STEP_DEPS
 
 log = logging.getLogger(__name__)
@@ -203,6 +204,7 @@ def _upstream(engine: Engine, pack: DomainPack, key: str, step: str) -> Any:
 
     Every step of the chain up to ``step`` is checked, not only the source: a document the pack
     refused at chunking has no chunks, so references, index, extraction and graph skip it."""
+    doc_id, version = check_partition_key(key)
     chain = _CHAIN[: _CHAIN.index(step) + 1] if step in _CHAIN else (SOURCE, step)
     for name in chain:
         if name != step and name != SOURCE and not engine.artifacts.exists(pack.name, key, name):
@@ -210,13 +212,35 @@ def _upstream(engine: Engine, pack: DomainPack, key: str, step: str) -> Any:
         data = engine.artifacts.read(pack.name, key, name)
         if isinstance(data, dict) and data.get("rejected"):
             raise _Skip(f"rejected at {name}: {data['rejected']}")
+        _check_identity(pack.name, key, name, data, doc_id, version)
     return data
+
+
+def _check_identity(pack: str, key: str, step: str, data: Any, doc_id: str, version: str) -> None:
+    """An artifact must be of the document version its key names: a file put in the folder by
+    hand (or copied from another partition) is refused, never served under this key."""
+    if step == SOURCE:
+        items = [data] if isinstance(data, dict) else []
+        fields = ("pack", "doc_id", "version")
+    elif step == CHUNKS:
+        items = data if isinstance(data, list) else []
+        fields = ("doc_id", "doc_version")
+    else:
+        return
+    want = {"pack": pack, "doc_id": doc_id, "version": version, "doc_version": version}
+    if not items and step == SOURCE:
+        raise DocumentError(f"{key}: the {step} artifact is not a document")
+    for item in items:
+        got = {f: item.get(f) if isinstance(item, dict) else None for f in fields}
+        if any(got[f] != want[f] for f in fields):
+            raise DocumentError(f"{key}: the {step} artifact is of another document ({got}); re-run {step}")
 
 
 # -- steps -----------------------------------------------------------------------------
 
 
 def source_step(engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
+    check_partition_key(key)  # before anything is written under it
     try:
         doc = load_document(pack, key, max_bytes=engine.cfg.max_document_bytes)
     except (DocumentError, PackError) as exc:
