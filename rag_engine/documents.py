@@ -23,7 +23,7 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
-from rag_engine.errors import DocumentError
+from rag_engine.errors import DocumentError, PackError
 from rag_engine.packs import DomainPack, SourceDocument
 from rag_engine.partition_keys import MAX_DOC_ID_CHARS, PARTITION_SEP, VERSION_CHARS
 from rag_engine.partition_keys import check as check_partition_key
@@ -177,6 +177,22 @@ def decode_document(raw: bytes, *, name: str, max_bytes: int) -> str:
     return text.replace("\r\n", "\n")
 
 
+def describe(pack: DomainPack, doc_id: str, text: str) -> tuple[str, str, str]:
+    """The pack's (title, collection, language) of a document; whatever the pack raises (a
+    RecursionError on a deep header, a ValueError on a 5,000-digit number) rejects this document
+    alone, recorded, instead of failing the partition on every run."""
+    try:
+        title, collection, language = pack.describe_document(doc_id, text)
+    except (DocumentError, PackError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - a pack's bug or a hostile document: this document's problem
+        problem = str(exc).splitlines()[0][:300] if str(exc) else ""
+        raise PackError(f"{doc_id}: the pack could not read this document: {type(exc).__name__}: {problem}") from None
+    if not all(isinstance(v, str) for v in (title, collection, language)):
+        raise PackError(f"{doc_id}: the pack described this document with values that are not text")
+    return title, collection, language
+
+
 def load_document(pack: DomainPack, partition_key: str, *, max_bytes: int) -> SourceDocument:
     """Read the document version a partition names; fail clearly if the file changed since."""
     doc_id, version = split_partition_key(partition_key)
@@ -202,7 +218,7 @@ def load_document(pack: DomainPack, partition_key: str, *, max_bytes: int) -> So
             f"{partition_key}: superseded, the file now has version {actual}; its content is no longer available"
         )
     text = decode_document(raw, name=path.name, max_bytes=max_bytes)
-    title, collection, language = pack.describe_document(doc_id, text)
+    title, collection, language = describe(pack, doc_id, text)
     source = path.relative_to(pack.root) if path.is_relative_to(pack.root) else path
     return SourceDocument(
         pack=pack.name,

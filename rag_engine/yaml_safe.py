@@ -6,8 +6,14 @@ what a reviewer reads (a repeated ``collection:`` published an internal document
 the project reads (engine config, pricing, pack manifests, golden files, front matter) goes
 through ``load``, which refuses duplicates with ``source:line``.
 
-``DuplicateKeyError`` is a ``yaml.YAMLError``, so callers that already turn YAML errors into
-their own typed errors (ConfigError, PackError, EvalInputError) need no extra branch.
+Documents are hostile input, so ``load`` also refuses what makes a few bytes cost minutes or a
+crash: aliases (``*a``; a 547-byte front matter of nested aliases expanded to gigabytes when its
+title was turned into a string), nesting deeper than ``MAX_DEPTH``, and scalars Python refuses
+to build (a 5,000-digit integer). Trusted files that want anchors pass ``allow_aliases=True``.
+
+Every refusal (``DuplicateKeyError``, ``UnsafeYamlError``) is a ``yaml.YAMLError``, so callers
+that already turn YAML errors into their own typed errors (ConfigError, PackError,
+EvalInputError) need no extra branch.
 """
 
 from __future__ import annotations
@@ -18,9 +24,23 @@ from typing import Any
 import yaml
 from yaml.constructor import ConstructorError
 
-__all__ = ["DuplicateKeyError", "load", "load_file"]
+__all__ = ["MAX_DEPTH", "DuplicateKeyError", "UnsafeYamlError", "load", "load_file"]
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+MAX_DEPTH = 64
+"""Collections nested deeper than this are refused (no file the project reads comes close)."""
+
+
+class UnsafeYamlError(yaml.YAMLError):
+    """YAML refused before it is built: an alias, nesting too deep, a scalar Python cannot hold."""
+
+    def __init__(self, source: str, line: int | None, problem: str):
+        super().__init__(problem)
+        self.source, self.line, self.problem = source, line, problem
+
+    def __str__(self) -> str:
+        where = f"{self.source}:{self.line}" if self.line is not None else self.source
+        return f"{where}: {self.problem}"
 
 
 class DuplicateKeyError(ConstructorError):
@@ -37,6 +57,30 @@ class DuplicateKeyError(ConstructorError):
 class _StrictLoader(yaml.SafeLoader):
     source = "<yaml>"
     line_offset = 0
+    allow_aliases = False
+    _depth = 0
+
+    def _line(self, mark: yaml.Mark | None) -> int | None:
+        return None if mark is None else mark.line + 1 + self.line_offset
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent) and not self.allow_aliases:
+            event = self.peek_event()
+            raise UnsafeYamlError(
+                self.source, self._line(event.start_mark), "YAML aliases (*name) are not accepted here"
+            )
+        if self.check_event(yaml.SequenceStartEvent, yaml.MappingStartEvent):
+            self._depth += 1
+            try:
+                if self._depth > MAX_DEPTH:
+                    event = self.peek_event()
+                    raise UnsafeYamlError(
+                        self.source, self._line(event.start_mark), f"nested deeper than {MAX_DEPTH} levels"
+                    )
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
+        return super().compose_node(parent, index)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         # explicit keys only: a key that overrides one brought in by a `<<` merge is legal YAML
@@ -56,8 +100,9 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def load(text: str, *, source: str | Path = "<yaml>", first_line: int = 1) -> Any:
-    """Parse one YAML document like ``yaml.safe_load``, refusing repeated keys.
+def load(text: str, *, source: str | Path = "<yaml>", first_line: int = 1, allow_aliases: bool = False) -> Any:
+    """Parse one YAML document like ``yaml.safe_load``, refusing repeated keys, aliases (unless
+    ``allow_aliases``), deep nesting and scalars Python cannot build.
 
     ``first_line`` is the file line the text starts at (front matter starts at line 2), so
     reported lines are the file's own.
@@ -65,12 +110,18 @@ def load(text: str, *, source: str | Path = "<yaml>", first_line: int = 1) -> An
     loader = _StrictLoader(text)
     loader.source = str(source)
     loader.line_offset = first_line - 1
+    loader.allow_aliases = allow_aliases
     try:
         return loader.get_single_data()
+    except (ValueError, RecursionError, OverflowError) as exc:  # e.g. an integer past Python's digit limit
+        if isinstance(exc, yaml.YAMLError):
+            raise
+        problem = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise UnsafeYamlError(str(source), None, f"a value cannot be read: {problem}") from None
     finally:
         loader.dispose()
 
 
-def load_file(path: str | Path) -> Any:
+def load_file(path: str | Path, *, allow_aliases: bool = False) -> Any:
     path = Path(path)
-    return load(path.read_text(encoding="utf-8"), source=path)
+    return load(path.read_text(encoding="utf-8"), source=path, allow_aliases=allow_aliases)

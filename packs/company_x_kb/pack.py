@@ -70,6 +70,10 @@ def slugify(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", ascii_text.lower()).strip("-") or "section"
 
 
+_SCALAR_FIELDS = ("id", "title", "collection", "language")
+_MAX_FIELD_CHARS = 1000
+
+
 def split_front_matter(doc_id: str, text: str) -> tuple[dict[str, Any], str, int]:
     """(front matter, body, number of lines the front matter took)."""
     m = _FRONT_MATTER.match(text)
@@ -78,6 +82,12 @@ def split_front_matter(doc_id: str, text: str) -> tuple[dict[str, Any], str, int
     meta = load_yaml(m.group(1), source=doc_id, first_line=2, what="front matter") or {}
     if not isinstance(meta, dict):
         raise PackError(f"{doc_id}: front matter must be a mapping")
+    for field in _SCALAR_FIELDS:  # checked before use: a list or mapping here is never a title or id
+        value = meta.get(field)
+        if value is not None and (not isinstance(value, str | int | float) or isinstance(value, bool)):
+            raise PackError(f"{doc_id}: front matter {field!r} must be text, not {type(value).__name__}")
+        if isinstance(value, str) and len(value) > _MAX_FIELD_CHARS:
+            raise PackError(f"{doc_id}: front matter {field!r} is longer than {_MAX_FIELD_CHARS} characters")
     return meta, text[m.end() :], m.group(0).count("\n")
 
 
