@@ -40,6 +40,11 @@ class Neo4jConfig(Frozen):
     password_env: str = "NEO4J_PASSWORD"
     database: str = "neo4j"
     write_batch_size: int = Field(500, ge=1, le=50_000)
+    max_chunks_per_document: int = Field(10_000, ge=1, le=1_000_000)
+    """A document version is written (and its old version switched off) in one transaction, so
+    readers never see half of it; a version with more chunks is refused before it is embedded.
+    10,000 short chunks took 6 s and fit the shipped Neo4j's 128 MiB transaction limit
+    (``db.memory.transaction.max``); 30,000 did not. Raise both together."""
     connect_timeout_s: float = Field(5.0, gt=0, le=120)
     """Seconds to open a connection: a stopped Neo4j is reported after this, not after retries."""
 
@@ -522,7 +527,7 @@ def load_config(path: str | Path) -> EngineConfig:
     text = path.read_text(encoding="utf-8")
     try:
         node = yaml.compose(text)
-        data = yaml_safe.load(text, source=path)
+        data = yaml_safe.load(text, source=path, allow_aliases=True)  # the operator's own file: anchors are fine
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)

@@ -274,9 +274,13 @@ def chunks_grouped(engine: Engine, pack: DomainPack) -> Grouped:
             raise DocumentError(f"{key}: the pack refused this document: {reason}") from None
         ids = [c.chunk_id for c in chunks]
         unanswered = sorted(set(owned) - {k for c in chunks for k in c.keys})
+        limit = engine.cfg.storage.neo4j.max_chunks_per_document
         problem = (
             "the pack produced no chunks from this document"
             if not chunks
+            else f"{len(chunks):,} chunks, more than storage.neo4j.max_chunks_per_document ({limit:,}): one "
+            "version is written in one transaction; split the document"
+            if len(chunks) > limit
             else "the pack produced duplicate chunk ids"
             if len(set(ids)) != len(ids)
             else f"the pack says the document owns keys no chunk answers to: {unanswered}"
@@ -633,6 +637,7 @@ def ingest_pack(
         wanted = step_stamps(engine, pack)
         old = read_stamps(engine.driver, engine.database, pack.name) if skip_unchanged else {}
         ran: dict[str, set[str]] = {k: set() for k in keys}
+        failed_at: dict[str, str] = {}  # partition -> the step it failed at: later steps skip it
         new: dict[str, dict[str, str]] = {}
         reports = {}
         for name, fn in steps:
@@ -643,9 +648,11 @@ def ingest_pack(
                 )
 
             todo = [k for k in keys if not (skip_unchanged and unchanged(k))]
+            blocked = {k: failed_at[k] for k in todo if k in failed_at}  # a later step has nothing to build on
+            todo = [k for k in todo if k not in blocked]
             if name == "chunks":
                 todo = claim_order(todo)
-            obs.step_started(pack.name, name, len(keys), len(keys) - len(todo))
+            obs.step_started(pack.name, name, len(keys), len(keys) - len(todo) - len(blocked))
 
             def on_done(k: str, outcome: str, name: str = name) -> None:
                 obs.partition_done(pack.name, name, k, outcome)
@@ -655,7 +662,11 @@ def ingest_pack(
             else:
                 report = run_step(name, todo, partial(fn, engine, pack), progress, on_done=on_done)
             reports[name] = report
-            report.unchanged = [k for k in keys if k not in set(todo)]
+            for k, where in blocked.items():
+                report.skipped[k] = f"failed at {where}; re-run after fixing that"
+                obs.partition_done(pack.name, name, k, "skipped")
+            failed_at.update({k: name for k in report.failed})
+            report.unchanged = [k for k in keys if k not in set(todo) and k not in blocked]
             for k in todo:
                 ran[k].add(name)
                 done = report.done.get(k)
