@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+import neo4j
+
 from rag_engine.config import GraphConfig
 from rag_engine.documents import load_document
 from rag_engine.engine import Engine
@@ -24,6 +26,7 @@ from rag_engine.errors import (
     DocumentError,
     EmbedderMismatch,
     PackError,
+    StoreUnavailable,
 )
 from rag_engine.graph import schema, writer
 from rag_engine.packs import ChunkRecord, DomainPack, content_hash
@@ -54,6 +57,22 @@ class StepReport:
         return sum(int(v.get(key, 0)) for v in self.done.values())
 
 
+_STOPS_THE_RUN = (ConfigError, CapabilityNotSupported, EmbedderMismatch, StoreUnavailable)
+"""Errors that are the same for every partition: the run stops at once with the typed error."""
+
+_UNREACHABLE = (neo4j.exceptions.ServiceUnavailable, neo4j.exceptions.SessionExpired)
+
+
+def _store_gone(step: str, key: str, exc: Exception) -> StoreUnavailable:
+    """The store stopped answering mid-run: every later partition would wait out the driver's
+    retries and fail the same way (Neo4j stopped during an ingest of 133 documents: ~40 s and a
+    traceback per partition), so the run stops here with one line."""
+    return StoreUnavailable(
+        f"Neo4j stopped answering during {step} ({key}: {type(exc).__name__}); the run stopped there. "
+        "Finished partitions are kept: re-run the ingest when the store is back"
+    )
+
+
 def _attempt(report: StepReport, step: str, key: str, work: Callable[[], Any]) -> tuple[bool, Any]:
     """Run one partition's work, recording a rejection, skip or failure in ``report``: (ok, result)."""
     try:
@@ -63,8 +82,10 @@ def _attempt(report: StepReport, step: str, key: str, work: Callable[[], Any]) -
         log.warning("%s %s rejected: %s", step, key, exc)
     except _Skip as exc:
         report.skipped[key] = str(exc)
-    except (ConfigError, CapabilityNotSupported, EmbedderMismatch):
+    except _STOPS_THE_RUN:
         raise  # the same for every partition: stop at once with the typed error
+    except _UNREACHABLE as exc:
+        raise _store_gone(step, key, exc) from None
     except Exception as exc:
         report.failed[key] = f"{type(exc).__name__}: {exc}"
         log.exception("%s %s failed", step, key)
@@ -159,8 +180,10 @@ def run_grouped_step(
                         _attempt(report, step, key, partial(_raise, out))
                     else:
                         report.done[key] = out
-            except (ConfigError, CapabilityNotSupported, EmbedderMismatch):
+            except _STOPS_THE_RUN:
                 raise
+            except _UNREACHABLE as exc:
+                raise _store_gone(step, group[0][0], exc) from None
             except Exception as exc:  # noqa: BLE001 - retried one partition at a time below
                 log.info("%s: a write of %d partitions failed (%s); one partition at a time", step, len(group), exc)
         for key, prepared in group:
@@ -219,6 +242,7 @@ def _upstream(engine: Engine, pack: DomainPack, key: str, step: str) -> Any:
 def _check_identity(pack: str, key: str, step: str, data: Any, doc_id: str, version: str) -> None:
     """An artifact must be of the document version its key names: a file put in the folder by
     hand (or copied from another partition) is refused, never served under this key."""
+    fields: tuple[str, ...]
     if step == SOURCE:
         items = [data] if isinstance(data, dict) else []
         fields = ("pack", "doc_id", "version")
@@ -326,7 +350,7 @@ def chunks_grouped(engine: Engine, pack: DomainPack) -> Grouped:
 def claim_order(keys: list[str]) -> list[str]:
     """The order the chunks step runs a run's partitions in: by doc id, so among new documents
     claiming the same owned key the first in doc id order keeps it, whatever order the run got."""
-    from rag_engine.documents import PARTITION_SEP
+    from rag_engine.partition_keys import PARTITION_SEP
 
     return sorted(keys, key=lambda k: (k.rpartition(PARTITION_SEP)[0], k))
 
@@ -665,7 +689,7 @@ def ingest_pack(
             for k, where in blocked.items():
                 report.skipped[k] = f"failed at {where}; re-run after fixing that"
                 obs.partition_done(pack.name, name, k, "skipped")
-            failed_at.update({k: name for k in report.failed})
+            failed_at.update(dict.fromkeys(report.failed, name))
             report.unchanged = [k for k in keys if k not in set(todo) and k not in blocked]
             for k in todo:
                 ran[k].add(name)

@@ -65,7 +65,7 @@ class _StrictLoader(yaml.SafeLoader):
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         if self.check_event(yaml.AliasEvent) and not self.allow_aliases:
-            event = self.peek_event()
+            event = self.peek_event()  # type: ignore[no-untyped-call]
             raise UnsafeYamlError(
                 self.source, self._line(event.start_mark), "YAML aliases (*name) are not accepted here"
             )
@@ -73,7 +73,7 @@ class _StrictLoader(yaml.SafeLoader):
             self._depth += 1
             try:
                 if self._depth > MAX_DEPTH:
-                    event = self.peek_event()
+                    event = self.peek_event()  # type: ignore[no-untyped-call]
                     raise UnsafeYamlError(
                         self.source, self._line(event.start_mark), f"nested deeper than {MAX_DEPTH} levels"
                     )

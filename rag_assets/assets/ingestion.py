@@ -18,7 +18,7 @@ from rag_assets.partitions import document_versions
 from rag_assets.resources import EngineResource
 from rag_engine import ingest
 from rag_engine.engine import Engine
-from rag_engine.errors import EmbedderMismatch
+from rag_engine.errors import EmbedderMismatch, StoreUnavailable
 from rag_engine.llm_extraction import extraction_step, finish_run, new_budget
 from rag_engine.packs import DomainPack
 from rag_engine.step_stamps import read_stamps, record_step
@@ -125,7 +125,10 @@ def _run(
             if extra:
                 added[key] = extra(key)
 
-    report = ingest.run_step(step, [k for k in keys if k not in unchanged], timed, progress=context.log.info)
+    try:
+        report = ingest.run_step(step, [k for k in keys if k not in unchanged], timed, progress=context.log.info)
+    except StoreUnavailable as exc:  # the store stopped: one line for the operator, not a traceback per partition
+        raise dg.Failure(description=f"{step}: {exc}") from None
     report.unchanged = [k for k in keys if k in unchanged]
     _stamp(engine, pack_name, step, version, [k for k, figures in report.done.items() if ingest.complete(figures)])
     for key, reason in {**report.rejected, **report.failed}.items():
