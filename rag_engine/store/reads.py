@@ -29,19 +29,39 @@ def lucene_escape(text: str) -> str:
     return " ".join(list(dict.fromkeys(words))[:MAX_QUERY_TERMS])
 
 
-def fulltext(rx: Reads, text: str, collections: tuple[str, ...], k: int) -> list[dict[str, Any]]:
+TEXT_FETCH_CAP = 5000
+"""The largest fulltext fetch: Lucene scores every match anyway, this bounds what crosses to Cypher."""
+
+_TEXT_HITS = (
+    "count(*) AS fetched, collect(CASE WHEN c.active AND coalesce(c.eligible, true) AND c.collection IN "
+    "$collections THEN {" + ", ".join(f"{f}: c.{f}" for f in _FIELDS) + ", score: score} END) AS hits"
+)
+"""Of one fulltext fetch: how many index hits it returned, and the permitted current ones in score order."""
+
+
+def fulltext(
+    rx: Reads, text: str, collections: tuple[str, ...], k: int, *, fetch: int | None = None
+) -> list[dict[str, Any]]:
+    """The k best permitted, current chunks for ``text``. The index cannot filter by collection,
+    so, like ``vector``, the fetch grows (x4, up to TEXT_FETCH_CAP) while it came back full and
+    held fewer than k permitted hits: a role that reads a small share of the store still gets
+    its matches (60 public chunks matched, the first fetch of 40 held none of them)."""
     q = lucene_escape(text)
     if not q.strip():
         return []
-    return rx.rows(
-        f"CALL db.index.fulltext.queryNodes('{CHUNK_FULLTEXT}', $q, {{limit: $fetch}}) YIELD node AS c, score "
-        f"WHERE c.active AND coalesce(c.eligible, true) AND c.collection IN $collections "
-        f"RETURN {_CHUNK_FIELDS}, score ORDER BY score DESC LIMIT $k",
-        q=q,
-        collections=list(collections),
-        k=k,
-        fetch=k * 4,
-    )
+    fetch = fetch or k * 4
+    while True:
+        row = rx.rows(
+            f"CALL db.index.fulltext.queryNodes('{CHUNK_FULLTEXT}', $q, {{limit: $fetch}}) YIELD node AS c, score "
+            f"WITH c, score ORDER BY score DESC RETURN {_TEXT_HITS}",
+            q=q,
+            collections=list(collections),
+            fetch=fetch,
+        )[0]
+        hits: list[dict[str, Any]] = row["hits"][:k]
+        if len(hits) >= k or row["fetched"] < fetch or fetch >= TEXT_FETCH_CAP:
+            return hits
+        fetch = min(fetch * 4, TEXT_FETCH_CAP)
 
 
 VECTOR_FETCH_CAP = 5000
@@ -108,11 +128,10 @@ CALL (index_epoch) {{
 CALL () {{
   WITH $q AS q WHERE q <> ''
   CALL db.index.fulltext.queryNodes('{CHUNK_FULLTEXT}', q, {{limit: $text_fetch}}) YIELD node AS c, score
-  WHERE c.active AND coalesce(c.eligible, true) AND c.collection IN $collections
-  WITH c, score ORDER BY score DESC LIMIT $lexical_k
-  RETURN {_hits("lexical")}
+  WITH c, score ORDER BY score DESC
+  RETURN {_TEXT_HITS}
 }}
-RETURN indexed, index_epoch, graph_epoch, dense, lexical
+RETURN indexed, index_epoch, graph_epoch, dense, fetched AS text_fetched, hits AS lexical
 """
 
 
@@ -151,13 +170,16 @@ def legs(
         collections=list(collections),
     )[0]
     epochs.remember_state(rx, row)
+    lexical: list[dict[str, Any]] = row["lexical"][:lexical_k]
+    if len(lexical) < lexical_k and row["text_fetched"] >= lexical_k * 4:  # a small permitted share
+        lexical = fulltext(rx, text, collections, lexical_k, fetch=lexical_k * 16)
     if cached is None or embedding is None or row["index_epoch"] != cached[0]:
-        return row["lexical"], None
+        return lexical, None
     rx.memo["index_cached"] = True
     dense: list[dict[str, Any]] = row["dense"]
     if len(dense) < dense_k and vector_fetch(dense_k) < VECTOR_FETCH_CAP:  # a small permitted share
         dense = vector(rx, embedding, collections, dense_k, identity, fetch=vector_fetch(dense_k) * 4)
-    return row["lexical"], dense
+    return lexical, dense
 
 
 def by_keys(
