@@ -27,6 +27,7 @@ from rag_engine.errors import DocumentError, PackError
 from rag_engine.packs import DomainPack, SourceDocument
 from rag_engine.partition_keys import MAX_DOC_ID_CHARS, PARTITION_SEP, VERSION_CHARS
 from rag_engine.partition_keys import check as check_partition_key
+from rag_engine.text.controls import strip_controls
 
 log = logging.getLogger(__name__)
 _DOC_ID_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -190,7 +191,7 @@ def describe(pack: DomainPack, doc_id: str, text: str) -> tuple[str, str, str]:
         raise PackError(f"{doc_id}: the pack could not read this document: {type(exc).__name__}: {problem}") from None
     if not all(isinstance(v, str) for v in (title, collection, language)):
         raise PackError(f"{doc_id}: the pack described this document with values that are not text")
-    return title, collection, language
+    return strip_controls(title).replace("\n", " "), collection, language
 
 
 def load_document(pack: DomainPack, partition_key: str, *, max_bytes: int) -> SourceDocument:

@@ -49,6 +49,7 @@ from rag_engine import yaml_safe
 from rag_engine.config import EngineConfig
 from rag_engine.config import PackEntry as PackEntry  # re-exported: packs may import only rag_engine.packs
 from rag_engine.errors import PackError as PackError  # re-exported: packs may import only rag_engine.packs
+from rag_engine.text.controls import strip_controls
 
 ENTRY_POINT_GROUP = "rag_engine.packs"
 
@@ -139,8 +140,11 @@ def encode_local_id(local: str) -> str:
 def make_chunk(
     doc: SourceDocument, ordinal: int, local: str, heading: str, text: str, keys: tuple[str, ...] = ()
 ) -> ChunkRecord:
-    """Build a chunk with the id conventions every pack shares (local ids encoded)."""
+    """Build a chunk with the id conventions every pack shares (local ids encoded). Control
+    characters are removed from the text and heading (a JSON ``\u0000`` put a NUL into a chunk)."""
     local = encode_local_id(local)
+    text = strip_controls(text)
+    heading = strip_controls(heading).replace("\n", " ")  # one line: the block header it is printed in
     return ChunkRecord(
         chunk_id=f"{doc.pack}:{doc.doc_id}--{doc.version}#{local}",
         anchor=f"{doc.doc_id}#{local}",

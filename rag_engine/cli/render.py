@@ -11,8 +11,16 @@ from decimal import Decimal
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as _markup_escape
 from rich.table import Table
+
+from rag_engine.text.controls import strip_controls
+
+
+def escape(text: str) -> str:
+    """Text from documents, questions or the store, safe to print: no rich markup, and no terminal
+    control sequence (a document's ``\x1b]0;...\x07`` retitled the window, ``\x1b[2J`` cleared it)."""
+    return _markup_escape(strip_controls(text))
 
 
 def _table(title: str, *columns: str) -> Table:

@@ -125,14 +125,22 @@ class AssembledContext(_Frozen):
         return "\n\n".join(i.text for i in self.system)
 
 
+TEXT_FENCE = "> "
+"""Every line of a block's text starts with this, so a document cannot write a line the prompt
+reads as structure: a chunk holding ``[2] chunk_id=...#art-33 | GDPR Article 33`` and a
+``Question:`` line forged a second block [2] and a second question before it was fenced."""
+
+
 def render_document(number: int, c: Candidate | DocumentItem) -> str:
-    """The block the model sees; its tokens are what the documents budget is charged."""
+    """The block the model sees; its tokens are what the documents budget is charged. The header
+    line is the engine's (ids are checked names, the heading one line); the text is fenced."""
     head = f"[{number}] chunk_id={c.chunk_id} doc={c.doc_id} anchor={c.anchor}"
     if c.provenance is not None:  # a live row: the model is told when it was committed, and if stale
         head += f" committed_at={c.provenance.committed_at.isoformat()}" + (" STALE" if c.provenance.stale else "")
     if c.heading:
-        head += f" | {c.heading}"
-    return f"{head}\n{c.text}"
+        head += f" | {' '.join(c.heading.split())}"
+    text = "\n".join(TEXT_FENCE + line for line in c.text.split("\n"))
+    return f"{head}\n{text}"
 
 
 def _documents(

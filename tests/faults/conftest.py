@@ -53,9 +53,16 @@ def fault_engine(base_config: EngineConfig, tmp_path: Path, neo4j_driver) -> Eng
 
 
 def llm_engine(
-    cfg: EngineConfig, tmp_path: Path, server_url: str, *, budgets: dict | None = None, graph: dict | None = None
+    cfg: EngineConfig,
+    tmp_path: Path,
+    server_url: str,
+    *,
+    budgets: dict | None = None,
+    graph: dict | None = None,
+    generation: bool = False,
 ) -> Engine:
-    """An engine whose extraction model is the loopback OpenAI-compatible server."""
+    """An engine whose extraction model (and with ``generation`` its answer model) is the
+    loopback OpenAI-compatible server."""
     from rag_engine.config import ModelConfig, ProviderConfig
 
     provider = ProviderConfig(
@@ -72,7 +79,9 @@ def llm_engine(
     updates: dict = {
         "providers": (*cfg.providers, provider),
         "models": (*cfg.models, model),
-        "defaults": cfg.defaults.model_copy(update={"extraction_model": "fake-chat"}),
+        "defaults": cfg.defaults.model_copy(
+            update={"extraction_model": "fake-chat", **({"generation_model": "fake-chat"} if generation else {})}
+        ),
     }
     if budgets:
         updates["budgets"] = cfg.budgets.model_copy(update=budgets)
