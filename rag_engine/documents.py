@@ -194,6 +194,22 @@ def describe(pack: DomainPack, doc_id: str, text: str) -> tuple[str, str, str]:
     return strip_controls(title).replace("\n", " "), collection, language
 
 
+def still_in_corpus(pack: DomainPack, doc: SourceDocument) -> str | None:
+    """Why a version read earlier in a run may no longer be written (its file was removed or
+    changed since), or None. Checked just before a version is activated, so a run that read a
+    file a concurrent run then withdrew does not bring it back."""
+    path = Path(doc.source_path)
+    path = path if path.is_absolute() else pack.root / path
+    try:
+        if not path.is_file():
+            return f"{doc.doc_id}: the file was removed from the corpus while the run was in progress"
+        if file_version(path) != doc.version:
+            return f"{doc.doc_id}--{doc.version}: superseded while the run was in progress (the file changed)"
+    except OSError as exc:
+        return f"{doc.doc_id}: the file cannot be read any more ({type(exc).__name__})"
+    return None
+
+
 def load_document(pack: DomainPack, partition_key: str, *, max_bytes: int) -> SourceDocument:
     """Read the document version a partition names; fail clearly if the file changed since."""
     doc_id, version = split_partition_key(partition_key)

@@ -18,7 +18,7 @@ from typing import Any
 import neo4j
 
 from rag_engine.config import GraphConfig
-from rag_engine.documents import load_document
+from rag_engine.documents import load_document, still_in_corpus
 from rag_engine.engine import Engine
 from rag_engine.errors import (
     CapabilityNotSupported,
@@ -314,6 +314,10 @@ def chunks_grouped(engine: Engine, pack: DomainPack) -> Grouped:
         if problem:
             engine.artifacts.write(pack.name, key, CHUNKS, {"rejected": problem})
             raise DocumentError(f"{key}: {problem}")
+        gone = still_in_corpus(pack, doc)
+        if gone:  # recorded like any rejection, so a later step run alone (Dagster) skips it too
+            engine.artifacts.write(pack.name, key, CHUNKS, {"rejected": gone})
+            raise DocumentError(gone)
         engine.artifacts.write(pack.name, key, CHUNKS, [c.model_dump(mode="json") for c in chunks])
         version = writer.VersionWrite(
             doc_id=doc.doc_id,
@@ -661,7 +665,7 @@ def ingest_pack(
         wanted = step_stamps(engine, pack)
         old = read_stamps(engine.driver, engine.database, pack.name) if skip_unchanged else {}
         ran: dict[str, set[str]] = {k: set() for k in keys}
-        failed_at: dict[str, str] = {}  # partition -> the step it failed at: later steps skip it
+        failed_at: dict[str, str] = {}  # partition -> why: failed or rejected at a step, later steps skip it
         new: dict[str, dict[str, str]] = {}
         reports = {}
         for name, fn in steps:
@@ -686,10 +690,11 @@ def ingest_pack(
             else:
                 report = run_step(name, todo, partial(fn, engine, pack), progress, on_done=on_done)
             reports[name] = report
-            for k, where in blocked.items():
-                report.skipped[k] = f"failed at {where}; re-run after fixing that"
+            for k, why in blocked.items():
+                report.skipped[k] = why
                 obs.partition_done(pack.name, name, k, "skipped")
-            failed_at.update(dict.fromkeys(report.failed, name))
+            failed_at.update(dict.fromkeys(report.failed, f"failed at {name}; re-run after fixing that"))
+            failed_at.update({k: f"rejected at {name}: {why}" for k, why in report.rejected.items()})
             report.unchanged = [k for k in keys if k not in set(todo) and k not in blocked]
             for k in todo:
                 ran[k].add(name)
@@ -700,4 +705,8 @@ def ingest_pack(
                 finish_run(engine, pack, run_id, budget)
             obs.step_finished(pack.name, name, report)
     write_stamps(engine.driver, engine.database, pack.name, {k: s for k, s in new.items() if s != old.get(k)})
+    # files removed while the run was in progress (another run may have withdrawn them already,
+    # before this one wrote them): the corpus as it is now decides what stays current
+    now = discover(pack, include_rejected=True)
+    withdraw_missing_documents(engine, pack, [r.doc_id for r in now if r.problem is None])
     return reports
