@@ -102,7 +102,7 @@ def _module_file(module: str, root: Path) -> Path | None:
         sys.path.insert(0, str(root))
     try:
         spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
+    except (Exception, SystemExit):  # noqa: BLE001 - a parent package failing at import: load_pack reports it
         return None
     return Path(spec.origin) if spec is not None and spec.origin and spec.origin.endswith(".py") else None
 

@@ -3,7 +3,9 @@
 A pack brings the domain knowledge (how to chunk, which references exist and how to normalize
 them, which relationship types the LLM may emit); the engine stays generic. Packs are enabled
 by config alone: an entry in engine.yaml names the module and factory, or a distribution can
-publish a factory under the ``rag_engine.packs`` entry point group.
+publish a factory under the ``rag_engine.packs`` entry point group. Anything that goes wrong while
+a pack is imported or built is a PackError for that pack alone: ``load_packs`` leaves it out and
+the others load.
 
 Reference keys are opaque strings chosen by the pack, in one namespace per pack: a chunk
 *answers to* keys (``ChunkRecord.keys``) and *cites* keys (``ReferenceRecord.normalized``); a
@@ -274,15 +276,15 @@ def _load_manifest(entry: PackEntry, root: Path) -> PackManifest:
 
 
 def _resolve_factory(entry: PackEntry, root: Path) -> Callable[..., DomainPack]:
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name == entry.name:
-            return cast("Callable[..., DomainPack]", ep.load())  # EntryPoint.load() is typed Any
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
     try:
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            if ep.name == entry.name:
+                return cast("Callable[..., DomainPack]", ep.load())  # EntryPoint.load() is typed Any
+        if str(root) not in sys.path:
+            sys.path.insert(0, str(root))
         module = importlib.import_module(entry.module)
-    except ImportError as exc:
-        raise PackError(f"pack {entry.name!r}: cannot import {entry.module}: {exc}") from None
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - SyntaxError, RuntimeError, exit(): this pack's alone
+        raise PackError(f"pack {entry.name!r}: cannot import {entry.module}: {type(exc).__name__}: {exc}") from None
     factory = getattr(module, entry.factory, None)
     if not callable(factory):
         raise PackError(f"pack {entry.name!r}: {entry.module} has no callable {entry.factory!r}")
@@ -290,13 +292,31 @@ def _resolve_factory(entry: PackEntry, root: Path) -> Callable[..., DomainPack]:
 
 
 def load_pack(entry: PackEntry, root: Path) -> DomainPack:
+    """One pack, or a PackError naming it: whatever goes wrong while its code is imported or its
+    factory runs (any exception, not only ImportError) is this pack's problem, never the caller's."""
     manifest = _load_manifest(entry, root)
-    pack = _resolve_factory(entry, root)(entry=entry, manifest=manifest, root=root)
+    factory = _resolve_factory(entry, root)
+    try:
+        pack = factory(entry=entry, manifest=manifest, root=root)
+    except PackError:
+        raise
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the factory's own failure, whatever its type
+        raise PackError(
+            f"pack {entry.name!r}: factory {entry.module}:{entry.factory} failed: {type(exc).__name__}: {exc}"
+        ) from None
     if not isinstance(pack, DomainPack):
         raise PackError(f"pack {entry.name!r}: factory returned {type(pack).__name__}, not a DomainPack")
     return pack
 
 
-def load_packs(cfg: EngineConfig, root: Path) -> list[DomainPack]:
-    """Every enabled pack, in config order."""
-    return [load_pack(entry, root) for entry in cfg.enabled_packs]
+def load_packs(cfg: EngineConfig, root: Path) -> tuple[list[DomainPack], dict[str, PackError]]:
+    """Every enabled pack that loads, in config order, and the PackError of each one that does not:
+    a broken pack is left out; the others keep working."""
+    packs: list[DomainPack] = []
+    broken: dict[str, PackError] = {}
+    for entry in cfg.enabled_packs:
+        try:
+            packs.append(load_pack(entry, root))
+        except PackError as exc:
+            broken[entry.name] = exc
+    return packs, broken
