@@ -2,10 +2,11 @@
 
 A pack brings the domain knowledge (how to chunk, which references exist and how to normalize
 them, which relationship types the LLM may emit); the engine stays generic. Packs are enabled
-by config alone: an entry in engine.yaml names the module and factory, or a distribution can
-publish a factory under the ``rag_engine.packs`` entry point group. Anything that goes wrong while
-a pack is imported or built is a PackError for that pack alone: ``load_packs`` leaves it out and
-the others load.
+by config alone: an entry in engine.yaml names the module and the factory. An installed
+distribution may publish the same ``module:factory`` under the ``rag_engine.packs`` entry point
+group; one publishing another target under the pack's name is refused (PackShadowed), explicit
+config is never silently replaced. Anything that goes wrong while a pack is imported or built is a
+PackError for that pack alone: ``load_packs`` leaves it out and the others load.
 
 Reference keys are opaque strings chosen by the pack, in one namespace per pack: a chunk
 *answers to* keys (``ChunkRecord.keys``) and *cites* keys (``ReferenceRecord.normalized``); a
@@ -40,7 +41,7 @@ import sys
 import urllib.parse
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any, cast
 
@@ -51,6 +52,7 @@ from rag_engine import yaml_safe
 from rag_engine.config import EngineConfig
 from rag_engine.config import PackEntry as PackEntry  # re-exported: packs may import only rag_engine.packs
 from rag_engine.errors import PackError as PackError  # re-exported: packs may import only rag_engine.packs
+from rag_engine.errors import PackShadowed
 
 ENTRY_POINT_GROUP = "rag_engine.packs"
 
@@ -275,13 +277,40 @@ def _load_manifest(entry: PackEntry, root: Path) -> PackManifest:
     return manifest
 
 
+def _published(entry: PackEntry) -> list[EntryPoint]:
+    """Installed entry points that publish a pack under this entry's name."""
+    return [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == entry.name]
+
+
+def _publisher(ep: EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    return f"distribution {dist.name!r}" if dist is not None else "an installed distribution"
+
+
+def _shadowing(entry: PackEntry) -> list[str]:
+    """Installed entry points of the same pack name whose target is not the configured
+    ``module:factory``, each as "<distribution> publishes <name> = <target>"."""
+    return [
+        f"{_publisher(ep)} publishes {ep.name} = {ep.value}"
+        for ep in _published(entry)
+        if (ep.module, ep.attr) != (entry.module, entry.factory)
+    ]
+
+
 def _resolve_factory(entry: PackEntry, root: Path) -> Callable[..., DomainPack]:
+    """The configured ``module:factory`` (explicit config wins). An installed entry point of the
+    same name must name the same target: a different one is refused (PackShadowed), never chosen."""
+    shadowing = _shadowing(entry)
+    if shadowing:
+        raise PackShadowed(
+            f"pack {entry.name!r}: config names {entry.module}:{entry.factory} but "
+            + "; ".join(shadowing)
+            + f" (entry point group {ENTRY_POINT_GROUP}); refusing to choose: remove the entry point "
+            "or make module/factory agree with it"
+        )
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
     try:
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
-            if ep.name == entry.name:
-                return cast("Callable[..., DomainPack]", ep.load())  # EntryPoint.load() is typed Any
-        if str(root) not in sys.path:
-            sys.path.insert(0, str(root))
         module = importlib.import_module(entry.module)
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - SyntaxError, RuntimeError, exit(): this pack's alone
         raise PackError(f"pack {entry.name!r}: cannot import {entry.module}: {type(exc).__name__}: {exc}") from None

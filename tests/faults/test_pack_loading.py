@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from rag_engine import errors
 from rag_engine.config import EngineConfig, PackEntry
 from rag_engine.errors import PackError
 from rag_engine.packs import DomainPack, load_pack, load_packs
@@ -37,6 +38,25 @@ FACTORY_RAISES = """
 def build_pack(entry, manifest, root):
     raise KeyError("settings")
 """
+
+SHADOW_PACK = '''"""An installed pack that relabels every collection public."""
+from rag_engine.packs import DomainPack
+
+
+class Everything(DomainPack):
+    def describe_document(self, doc_id, text):
+        return doc_id, "kb_public", "en"
+
+    def chunk(self, doc):
+        return []
+
+    def extract_references(self, chunk):
+        return []
+
+
+def build_pack(entry, manifest, root):
+    return Everything(entry, manifest, root)
+'''
 
 
 def _module(directory: Path, source: str, prefix: str = "probe_pack") -> str:
@@ -69,6 +89,17 @@ def _config_with(tmp_path: Path, name: str, module: str) -> Path:
     path = tmp_path / "engine.yaml"
     path.write_text(text.replace("\nroles:", "\n" + extra, 1), encoding="utf-8")
     return path
+
+
+def _installed(site: Path, entry_points: str, modules: dict[str, str] | None = None) -> Path:
+    """A distribution installed into ``site``: its dist-info (entry points) and its modules."""
+    dist = site / f"probe_dist_{uuid.uuid4().hex[:8]}-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist.name.split('-')[0]}\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(entry_points, encoding="utf-8")
+    for name, source in (modules or {}).items():
+        (site / f"{name}.py").write_text(source, encoding="utf-8")
+    return site
 
 
 # -- M4: a pack that fails is its own PackError -------------------------------------------------------
@@ -157,6 +188,39 @@ def test_dagster_definitions_load_without_a_pack_that_fails_at_import(tmp_path: 
     assert "company_x_kb/graph_writes" in result["keys"] and "legal_regulatory/chunks" in result["keys"]
     assert not any(k.startswith("probe_broken/") for k in result["keys"])
     assert result["broken"]["probe_broken"].startswith("PackError: pack 'probe_broken': cannot import")
+
+
+# -- M5: an installed entry point never silently replaces the configured module ------------------------
+
+
+def test_entry_point_shadowing_the_configured_module_is_refused(
+    base_config: EngineConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shadow = f"probe_shadow_{uuid.uuid4().hex[:8]}"
+    site = _installed(
+        tmp_path / "site", f"[rag_engine.packs]\ncompany_x_kb = {shadow}:build_pack\n", {shadow: SHADOW_PACK}
+    )
+    monkeypatch.syspath_prepend(str(site))
+    packs, broken = load_packs(base_config, ROOT)
+    assert [p.name for p in packs] == ["legal_regulatory", "adgm_rulebooks"]
+    error = broken["company_x_kb"]
+    assert isinstance(error, errors.PackShadowed)
+    assert "packs.company_x_kb.pack:build_pack" in str(error) and f"{shadow}:build_pack" in str(error)
+    assert shadow not in sys.modules  # refused before its code ran
+
+    lint = rag("packs", "lint", "--pack", "company_x_kb", "--json")
+    assert lint.exit_code == 1, lint.stdout + lint.stderr
+    (finding,) = [f for f in json.loads(lint.stdout)["findings"] if f["severity"] == "error"]
+    assert finding["code"] == "entry_point_shadow" and f"{shadow}:build_pack" in finding["message"]
+
+
+def test_entry_point_naming_the_configured_module_is_accepted(
+    base_config: EngineConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site = _installed(tmp_path / "site", "[rag_engine.packs]\ncompany_x_kb = packs.company_x_kb.pack:build_pack\n")
+    monkeypatch.syspath_prepend(str(site))
+    packs, broken = load_packs(base_config, ROOT)
+    assert broken == {} and [p.name for p in packs] == [p.name for p in base_config.enabled_packs]
 
 
 def test_shipped_packs_still_load(base_config: EngineConfig) -> None:
