@@ -223,6 +223,39 @@ def test_entry_point_naming_the_configured_module_is_accepted(
     assert broken == {} and [p.name for p in packs] == [p.name for p in base_config.enabled_packs]
 
 
+# -- L8: module and factory must be the pack's -------------------------------------------------------
+
+
+def test_module_outside_the_pack_is_refused(base_config: EngineConfig) -> None:
+    entry = _entry(base_config, "probe_json", "packs/company_x_kb", "json", factory="loads")
+    with pytest.raises(PackError, match=r"module json .* is not a pack module: it must lie inside"):
+        load_pack(entry, ROOT)
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("from json import loads as build_pack\n", "must be a function or class defined in"),
+        ("build_pack = dict\n", "must be a function or class defined in"),
+        (
+            "class build_pack:\n    def __init__(self, **kw):\n        pass\n",
+            "factory class build_pack is not a DomainPack",
+        ),
+        (
+            "def build_pack(entry, manifest, root):\n    return {'name': entry.name}\n",
+            "returned dict, not a DomainPack",
+        ),
+    ],
+)
+def test_factory_that_is_not_the_packs_is_refused(
+    source: str, message: str, base_config: EngineConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = _module(tmp_path, source)
+    with pytest.raises(PackError, match=message):
+        load_pack(_entry(base_config, "probe_factory", tmp_path, module), ROOT)
+
+
 def test_shipped_packs_still_load(base_config: EngineConfig) -> None:
     packs, broken = load_packs(base_config, ROOT)
     assert broken == {} and [p.name for p in packs] == [p.name for p in base_config.enabled_packs]
