@@ -152,7 +152,12 @@ def query(
         bool, typer.Option("--no-generate", help="Extractive answer, no generation model call.")
     ] = False,
     session: Annotated[
-        str | None, typer.Option("--session", help="Session id recorded in the audit trail (`rag audit --session S`).")
+        str | None,
+        typer.Option(
+            "--session",
+            help="Session id recorded in the audit trail (`rag audit --session S`): up to 128 letters, digits "
+            "and . _ : @ / -",
+        ),
     ] = None,
     collection: Annotated[
         list[str] | None,
@@ -164,10 +169,12 @@ def query(
     json: JsonOpt = False,
 ) -> None:
     """Retrieve ranked, cited chunks for a question and answer it; shows plan, candidates, expansions, answer."""
+    from rag_engine.audit import check_session_id
     from rag_engine.query import run_query
     from rag_engine.retrieval.policy import gate
 
     use_json(ctx, json)
+    check_session_id(session)  # bad input before any store or model is touched
     eng = engine(ctx)
     collections = gate(eng.cfg, role).collections  # a bad role is bad input, whatever the store's state
     engine_store_check(ctx, eng)
