@@ -1,9 +1,10 @@
 """The one resource: the engine runtime, built once per process from the config file.
 
-A pack that fails to load (a manifest its code does not support, a missing factory) must not
-take the code location down: the engine is built over the packs that load, and the broken ones
-are kept with their typed error (``broken_packs``) for the domain_packs check. A bad config or
-provider registry still stops loading: that is every pack's problem.
+A pack that fails to load (a manifest its code does not support, a missing factory, a module
+that raises anything at import) must not take the code location down: the engine is built over
+the packs that load, and the broken ones are kept with their typed error (``broken_packs``) for
+the domain_packs check. A bad config or provider registry still stops loading: that is every
+pack's problem.
 """
 
 from __future__ import annotations
@@ -14,23 +15,16 @@ import dagster as dg
 
 from rag_engine.config import load_config, under_root
 from rag_engine.engine import DEFAULT_CONFIG, Engine, project_root
-from rag_engine.errors import RagError
-from rag_engine.packs import DomainPack, load_pack
+from rag_engine.packs import load_packs
 
 
 @lru_cache(maxsize=8)
 def _load(config_path: str) -> tuple[Engine, dict[str, str]]:
     root = project_root()
     cfg = load_config(under_root(root, config_path))
-    packs: list[DomainPack] = []
-    broken: dict[str, str] = {}
-    for entry in cfg.enabled_packs:
-        try:
-            packs.append(load_pack(entry, root))
-        except (RagError, ImportError, AttributeError) as exc:  # the pack's own problem only
-            broken[entry.name] = f"{type(exc).__name__}: {exc}"
+    packs, broken = load_packs(cfg, root)  # any failure of a pack's own code is its PackError
     engine = Engine(cfg, root, None, packs=packs)  # the registry is validated here (typed errors)
-    return engine, broken
+    return engine, {name: f"{type(exc).__name__}: {exc}" for name, exc in broken.items()}
 
 
 def engine_for(config_path: str) -> Engine:

@@ -29,7 +29,7 @@ from sqlalchemy import Column, DateTime, Index, Integer, MetaData, RowMapping, S
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from rag_engine.approvals import DELETE_AUDIT_RECORDS, Approval, require
-from rag_engine.errors import ApprovalMismatch, AuditError, RagError
+from rag_engine.errors import ApprovalMismatch, AuditError, QueryInputError, RagError
 
 if TYPE_CHECKING:
     from rag_engine.engine import Engine
@@ -76,6 +76,28 @@ class AuditRecord(BaseModel):
     role: str | None = None
     actor: str | None = None
     payload: dict[str, Any] = {}
+
+
+SESSION_ID_MAX = 128
+"""Longest session id a query accepts: it is stored in ``audit_records.session_id`` (200) and, as
+``session:<id>``, in the ledger's ``run_id`` (200); one limit on every ledger, SQLite or PostgreSQL."""
+SESSION_ID_CHARS = "letters, digits and . _ : @ / -"
+_SESSION_ID = re.compile(r"[A-Za-z0-9._:@/-]+")
+
+
+def check_session_id(session_id: str | None) -> str | None:
+    """A caller's session id, refused at the entry (QueryInputError) unless it is 1 to
+    SESSION_ID_MAX characters of SESSION_ID_CHARS: never a database error after retrieval."""
+    if session_id is None:
+        return None
+    if not 1 <= len(session_id) <= SESSION_ID_MAX:
+        raise QueryInputError(
+            f"session id must be 1 to {SESSION_ID_MAX} characters ({SESSION_ID_CHARS}); got {len(session_id)}"
+        )
+    if not _SESSION_ID.fullmatch(session_id):
+        bad = next(c for c in session_id if not _SESSION_ID.fullmatch(c))
+        raise QueryInputError(f"session id may hold only {SESSION_ID_CHARS}; got {bad!r}")
+    return session_id
 
 
 _USERINFO = re.compile(r"//[^/@\s]*@")
@@ -302,7 +324,7 @@ class QueryAudit:
 
     def __init__(self, engine: Engine, session_id: str | None, run_id: str | None, generate: bool = True):
         self.engine = engine
-        self.session_id = session_id
+        self.session_id = check_session_id(session_id)
         self.query_id = uuid.uuid4().hex
         self.started_at = datetime.now(UTC)
         self.run_id = run_id or (f"session:{session_id}" if session_id else None)

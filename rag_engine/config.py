@@ -544,6 +544,14 @@ def load_config(path: str | Path) -> EngineConfig:
 
 
 _USERINFO = re.compile(r"(?<=://)[^/@\s]*@")
+_PASSWORD = re.compile(r"(?<=://)([^/@:\s]*):[^/\s]*@")  # up to the last '@': a password may hold one
+_QUERY_VALUE = re.compile(r"([?&][^=&#\s]+)=[^&#\s]*")
+
+
+def redact_url(url: str) -> str:
+    """A URL as it may be printed, logged or put into an error: a password in its userinfo and every
+    query value become ``***`` (``bolt://neo4j:***@db:7687``); the user name and host stay."""
+    return _QUERY_VALUE.sub(r"\1=***", _PASSWORD.sub(r"\1:***@", url))
 
 
 def _redact(value: Any) -> Any:

@@ -45,7 +45,7 @@ class Engine:
         self.env = os.environ if env is None else env
         self.registry = ProviderRegistry(cfg, self.env)
         if packs is not None:  # an explicit pack set (fixtures, evals) instead of the configured ones
-            self.__dict__["packs"] = {p.name: p for p in packs}
+            self.__dict__["_pack_load"] = ({p.name: p for p in packs}, {})
 
     @classmethod
     def from_path(
@@ -56,10 +56,28 @@ class Engine:
 
     # -- packs -------------------------------------------------------------------------
     @cached_property
+    def _pack_load(self) -> tuple[dict[str, DomainPack], dict[str, PackError]]:
+        loaded, broken = load_packs(self.cfg, self.root)
+        return {p.name: p for p in loaded}, broken
+
+    @property
     def packs(self) -> dict[str, DomainPack]:
-        return {p.name: p for p in load_packs(self.cfg, self.root)}
+        """The enabled packs that loaded; a broken one is left out (``broken_packs``)."""
+        return self._pack_load[0]
+
+    @property
+    def broken_packs(self) -> dict[str, PackError]:
+        """Enabled packs that failed to load: name -> the PackError saying why."""
+        return self._pack_load[1]
+
+    @property
+    def packs_loaded(self) -> bool:
+        """Whether the packs were loaded in this process (callers report broken ones only then)."""
+        return "_pack_load" in self.__dict__
 
     def pack(self, name: str) -> DomainPack:
+        if name in self.broken_packs:
+            raise PackError(str(self.broken_packs[name])) from None
         try:
             return self.packs[name]
         except KeyError:

@@ -56,6 +56,12 @@ class PackError(RagError):
     """A domain pack could not be loaded or violated its contract."""
 
 
+class PackShadowed(PackError):
+    """An installed distribution publishes a pack of the same name (entry point group
+    ``rag_engine.packs``) with another target than the configured ``module:factory``: refused,
+    never silently chosen."""
+
+
 class DocumentError(RagError):
     """One source document is unusable (empty, not UTF-8, binary, too large)."""
 

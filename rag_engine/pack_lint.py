@@ -1,13 +1,15 @@
 """Pack lint: what a pack author would otherwise learn from a failed ingest or eval, without a database.
 
-For each enabled pack (or one): the manifest validates and agrees with config (the loader's own
-checks); the fixtures path exists; every corpus document loads and chunks (rejections with their
-reasons); local ids are unique and use only the allowed characters; a key a document owns (its id)
-is answered by no other document; references parse, and internal
-ones resolve within the pack; golden queries name anchors that exist (readable by the query's role)
-and every answerable query has one; relationship and entity types are declared when extraction is
-on; the pack module imports nothing of the project but ``rag_engine.packs`` (the dependency rule:
-packs -> rag_engine.packs); a collection no role can read is a warning.
+For each enabled pack (or one): the manifest validates and agrees with config and the pack
+loads (the loader's own checks; an installed entry point of the pack's name with another target
+than the configured module is reported as shadowing); the fixtures path exists; every corpus
+document loads and chunks (rejections with their reasons); local ids are unique and use only the
+allowed characters; a key a document owns (its id) is answered by no other document; references
+parse, and internal ones resolve within the pack; golden queries name anchors that exist
+(readable by the query's role) and every answerable query has one; relationship and entity types
+are declared when extraction is on; the pack module imports nothing of the project but
+``rag_engine.packs`` (the dependency rule: packs -> rag_engine.packs); a collection no role can
+read is a warning.
 
 A reference type is *internal* when at least one citation of that type resolves within the pack;
 types with no resolving citation at all (another regulation, an outside instrument) are external
@@ -30,7 +32,7 @@ from pydantic import BaseModel, ConfigDict
 from rag_engine import yaml_safe
 from rag_engine.config import EngineConfig, PackEntry, under_root
 from rag_engine.documents import discover, load_document
-from rag_engine.errors import PackError, RagError
+from rag_engine.errors import PackError, PackShadowed, RagError
 from rag_engine.packs import LOCAL_ID_SAFE, ChunkRecord, DomainPack, encode_local_id, load_pack
 
 Severity = Literal["error", "warning"]
@@ -102,7 +104,7 @@ def _module_file(module: str, root: Path) -> Path | None:
         sys.path.insert(0, str(root))
     try:
         spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
+    except (Exception, SystemExit):  # noqa: BLE001 - a parent package failing at import: load_pack reports it
         return None
     return Path(spec.origin) if spec is not None and spec.origin and spec.origin.endswith(".py") else None
 
@@ -396,6 +398,10 @@ def lint_pack(cfg: EngineConfig, entry: PackEntry, root: Path) -> tuple[PackLint
             )
     try:
         pack = load_pack(entry, root)
+    except PackShadowed as exc:
+        out.error("entry_point_shadow", str(exc), entry.module)
+        golden = lint_golden(cfg, entry, root, None, out)
+        return PackLintStats(pack=entry.name, golden_queries=golden), out.findings
     except PackError as exc:
         out.error("pack_load", str(exc), entry.manifest)
         golden = lint_golden(cfg, entry, root, None, out)

@@ -16,4 +16,5 @@ def pack_summary(engine: Engine) -> dict[str, Any]:
         "versions": {name: p.manifest.version for name, p in packs.items()},
         "documents": {name: len(discover(p)) for name, p in packs.items()},
         "collections": {name: list(p.manifest.collections) for name, p in packs.items()},
+        "broken": {name: f"{type(exc).__name__}: {exc}" for name, exc in engine.broken_packs.items()},
     }

@@ -2,8 +2,12 @@
 
 A pack brings the domain knowledge (how to chunk, which references exist and how to normalize
 them, which relationship types the LLM may emit); the engine stays generic. Packs are enabled
-by config alone: an entry in engine.yaml names the module and factory, or a distribution can
-publish a factory under the ``rag_engine.packs`` entry point group.
+by config alone: an entry in engine.yaml names the module (inside the pack's ``path``) and the
+factory (a function or DomainPack class defined there). An installed distribution may publish the
+same ``module:factory`` under the ``rag_engine.packs`` entry point group (its module may then live
+outside ``path``); one publishing another target under the pack's name is refused (PackShadowed),
+explicit config is never silently replaced. Anything that goes wrong while a pack is imported or
+built is a PackError for that pack alone: ``load_packs`` leaves it out and the others load.
 
 Reference keys are opaque strings chosen by the pack, in one namespace per pack: a chunk
 *answers to* keys (``ChunkRecord.keys``) and *cites* keys (``ReferenceRecord.normalized``); a
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.util
 import inspect
 import json
 import re
@@ -38,7 +43,7 @@ import sys
 import urllib.parse
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any, cast
 
@@ -46,9 +51,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rag_engine import yaml_safe
-from rag_engine.config import EngineConfig
+from rag_engine.config import EngineConfig, under_root
 from rag_engine.config import PackEntry as PackEntry  # re-exported: packs may import only rag_engine.packs
 from rag_engine.errors import PackError as PackError  # re-exported: packs may import only rag_engine.packs
+from rag_engine.errors import PackShadowed
 from rag_engine.text.controls import strip_controls
 
 ENTRY_POINT_GROUP = "rag_engine.packs"
@@ -277,30 +283,105 @@ def _load_manifest(entry: PackEntry, root: Path) -> PackManifest:
     return manifest
 
 
+def _published(entry: PackEntry) -> list[EntryPoint]:
+    """Installed entry points that publish a pack under this entry's name."""
+    return [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == entry.name]
+
+
+def _publisher(ep: EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    return f"distribution {dist.name!r}" if dist is not None else "an installed distribution"
+
+
+def _shadowing(entry: PackEntry) -> list[str]:
+    """Installed entry points of the same pack name whose target is not the configured
+    ``module:factory``, each as "<distribution> publishes <name> = <target>"."""
+    return [
+        f"{_publisher(ep)} publishes {ep.name} = {ep.value}"
+        for ep in _published(entry)
+        if (ep.module, ep.attr) != (entry.module, entry.factory)
+    ]
+
+
+def _require_pack_module(entry: PackEntry, root: Path, published: bool) -> None:
+    """``module:`` must name a module inside the pack's ``path`` (or one an installed distribution
+    publishes as this pack): located without running it, so ``module: json`` imports nothing."""
+    try:
+        spec = importlib.util.find_spec(entry.module)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a parent package failing at import: this pack's alone
+        raise PackError(f"pack {entry.name!r}: cannot import {entry.module}: {type(exc).__name__}: {exc}") from None
+    if spec is None:
+        raise PackError(f"pack {entry.name!r}: cannot import {entry.module}: no module named {entry.module!r}")
+    if published:
+        return
+    pack_dir = under_root(root, entry.path).resolve()
+    origin = Path(spec.origin).resolve() if spec.origin and spec.has_location else None
+    if origin is None or not origin.is_relative_to(pack_dir):
+        where = str(origin) if origin is not None else "no file"
+        raise PackError(
+            f"pack {entry.name!r}: module {entry.module} ({where}) is not a pack module: it must lie inside "
+            f"the pack's path {entry.path}"
+        )
+
+
 def _resolve_factory(entry: PackEntry, root: Path) -> Callable[..., DomainPack]:
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name == entry.name:
-            return cast("Callable[..., DomainPack]", ep.load())  # EntryPoint.load() is typed Any
+    """The configured ``module:factory`` (explicit config wins). An installed entry point of the
+    same name must name the same target: a different one is refused (PackShadowed), never chosen."""
+    published = _published(entry)
+    shadowing = _shadowing(entry)
+    if shadowing:
+        raise PackShadowed(
+            f"pack {entry.name!r}: config names {entry.module}:{entry.factory} but "
+            + "; ".join(shadowing)
+            + f" (entry point group {ENTRY_POINT_GROUP}); refusing to choose: remove the entry point "
+            "or make module/factory agree with it"
+        )
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
+    _require_pack_module(entry, root, published=bool(published))
     try:
         module = importlib.import_module(entry.module)
-    except ImportError as exc:
-        raise PackError(f"pack {entry.name!r}: cannot import {entry.module}: {exc}") from None
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - SyntaxError, RuntimeError, exit(): this pack's alone
+        raise PackError(f"pack {entry.name!r}: cannot import {entry.module}: {type(exc).__name__}: {exc}") from None
     factory = getattr(module, entry.factory, None)
     if not callable(factory):
         raise PackError(f"pack {entry.name!r}: {entry.module} has no callable {entry.factory!r}")
-    return cast("Callable[..., DomainPack]", factory)  # an attribute of a module imported by name
+    if not (inspect.isfunction(factory) or inspect.isclass(factory)) or factory.__module__ != module.__name__:
+        raise PackError(
+            f"pack {entry.name!r}: factory {entry.module}:{entry.factory} must be a function or class "
+            f"defined in {entry.module}"
+        )
+    if inspect.isclass(factory) and not issubclass(factory, DomainPack):
+        raise PackError(f"pack {entry.name!r}: factory class {entry.factory} is not a DomainPack")
+    return cast("Callable[..., DomainPack]", factory)  # a function or DomainPack class of the pack module
 
 
 def load_pack(entry: PackEntry, root: Path) -> DomainPack:
+    """One pack, or a PackError naming it: whatever goes wrong while its code is imported or its
+    factory runs (any exception, not only ImportError) is this pack's problem, never the caller's."""
     manifest = _load_manifest(entry, root)
-    pack = _resolve_factory(entry, root)(entry=entry, manifest=manifest, root=root)
+    factory = _resolve_factory(entry, root)
+    try:
+        pack = factory(entry=entry, manifest=manifest, root=root)
+    except PackError:
+        raise
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the factory's own failure, whatever its type
+        raise PackError(
+            f"pack {entry.name!r}: factory {entry.module}:{entry.factory} failed: {type(exc).__name__}: {exc}"
+        ) from None
     if not isinstance(pack, DomainPack):
         raise PackError(f"pack {entry.name!r}: factory returned {type(pack).__name__}, not a DomainPack")
     return pack
 
 
-def load_packs(cfg: EngineConfig, root: Path) -> list[DomainPack]:
-    """Every enabled pack, in config order."""
-    return [load_pack(entry, root) for entry in cfg.enabled_packs]
+def load_packs(cfg: EngineConfig, root: Path) -> tuple[list[DomainPack], dict[str, PackError]]:
+    """Every enabled pack that loads, in config order, and the PackError of each one that does not:
+    a broken pack is left out; the others keep working."""
+    packs: list[DomainPack] = []
+    broken: dict[str, PackError] = {}
+    for entry in cfg.enabled_packs:
+        try:
+            packs.append(load_pack(entry, root))
+        except PackError as exc:
+            broken[entry.name] = exc
+    return packs, broken

@@ -75,8 +75,9 @@ def run_query(
 ) -> QueryOutcome:
     """``weights`` overrides the configured per-leg fusion weights for this call (ablations).
     ``session_id`` and ``collections`` (requested; those the role may not read are blocked) go
-    to the audit trail, which gets one record per query (rag_engine/audit.py). ``rerank``: whether
-    the feature reranker runs (default ``retrieval.rerank.method``)."""
+    to the audit trail, which gets one record per query (rag_engine/audit.py); a session id longer
+    than ``audit.SESSION_ID_MAX`` or with other characters is a QueryInputError before anything runs.
+    ``rerank``: whether the feature reranker runs (default ``retrieval.rerank.method``)."""
     from rag_engine.audit import query_audit  # audit trail: begin (issue 16)
 
     audit = query_audit(engine, session_id, run_id, generate)

@@ -233,6 +233,7 @@ def collect_status(engine: Engine, env: Mapping[str, str] | None = None) -> dict
         "config_hash": config_hash(engine.cfg),
         "embedder": store["index"],
         "packs": packs,
+        "broken_packs": {name: f"{type(exc).__name__}: {exc}" for name, exc in sorted(engine.broken_packs.items())},
         "quality": store["quality"],
         "eval_gate": _gate(engine),
         "spend": _spend(engine),

@@ -124,7 +124,14 @@ def _tiny_pack(
     (corpus / "handbook.md").write_text(text, encoding="utf-8")
     fixtures = _golden(tmp_path / "golden", module, "  - {id: q1, question: 'Scope?', gold: [handbook#Scope]}\n")
     entry = base_config.pack("company_x_kb").model_copy(
-        update={"name": module, "module": module, "corpus": str(corpus), "fixtures": str(fixtures), **update}
+        update={
+            "name": module,
+            "path": str(tmp_path),  # the module lies in the pack's path
+            "module": module,
+            "corpus": str(corpus),
+            "fixtures": str(fixtures),
+            **update,
+        }
     )
     return _only(base_config, entry)
 

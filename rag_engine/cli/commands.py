@@ -72,18 +72,21 @@ def config_check(ctx: typer.Context, json: JsonOpt = False) -> None:
 
 @packs_app.command("smoke")
 def packs_smoke(ctx: typer.Context, json: JsonOpt = False) -> None:
-    """Load every enabled pack and summarize: count, domains, versions, documents, collections."""
+    """Load every enabled pack and summarize: count, domains, versions, documents, collections.
+    Exit 1 when an enabled pack failed to load (the others are still summarized)."""
     from rag_engine.pack_report import pack_summary
 
     use_json(ctx, json)
     summary = pack_summary(engine(ctx))
     if json:
-        emit_json(ctx, summary)
-        return
-    console = out()
-    console.print(f"pack_count: {summary['pack_count']}")
-    for name in ("domains", "versions", "documents"):
-        console.print(f"{name}: {', '.join(f'{k}={v}' for k, v in summary[name].items())}", markup=False)
+        emit_json(ctx, {**summary, "exit_code": CHECK_FAILED if summary["broken"] else 0})
+    else:
+        console = out()
+        console.print(f"pack_count: {summary['pack_count']}")
+        for name in ("domains", "versions", "documents"):
+            console.print(f"{name}: {', '.join(f'{k}={v}' for k, v in summary[name].items())}", markup=False)
+    if summary["broken"]:  # each named on stderr by the engine helper
+        raise typer.Exit(CHECK_FAILED)
 
 
 @packs_app.command("lint")
@@ -149,7 +152,12 @@ def query(
         bool, typer.Option("--no-generate", help="Extractive answer, no generation model call.")
     ] = False,
     session: Annotated[
-        str | None, typer.Option("--session", help="Session id recorded in the audit trail (`rag audit --session S`).")
+        str | None,
+        typer.Option(
+            "--session",
+            help="Session id recorded in the audit trail (`rag audit --session S`): up to 128 letters, digits "
+            "and . _ : @ / -",
+        ),
     ] = None,
     collection: Annotated[
         list[str] | None,
@@ -161,10 +169,12 @@ def query(
     json: JsonOpt = False,
 ) -> None:
     """Retrieve ranked, cited chunks for a question and answer it; shows plan, candidates, expansions, answer."""
+    from rag_engine.audit import check_session_id
     from rag_engine.query import run_query
     from rag_engine.retrieval.policy import gate
 
     use_json(ctx, json)
+    check_session_id(session)  # bad input before any store or model is touched
     eng = engine(ctx)
     collections = gate(eng.cfg, role).collections  # a bad role is bad input, whatever the store's state
     engine_store_check(ctx, eng)
@@ -232,17 +242,23 @@ def ingest(
                 "totals": _ingest_totals(reports),
                 "seconds": round(time.perf_counter() - started, 3),
             }
-    failed = sum(len(r["failed"]) + len(r["rejected"]) for s in summary.values() for r in s["steps"].values()) + sum(
-        s["totals"]["extraction_failed_calls"] for s in summary.values()
+    broken = {} if pack else {name: str(exc) for name, exc in eng.broken_packs.items()}  # asked for all: not done
+    failed = (
+        sum(len(r["failed"]) + len(r["rejected"]) for s in summary.values() for r in s["steps"].values())
+        + sum(s["totals"]["extraction_failed_calls"] for s in summary.values())
+        + len(broken)
     )
     if json:
-        emit_json(ctx, {"packs": summary, "failed": failed, "exit_code": CHECK_FAILED if failed else 0})
+        emit_json(
+            ctx,
+            {"packs": summary, "broken_packs": broken, "failed": failed, "exit_code": CHECK_FAILED if failed else 0},
+        )
     else:
         render.ingest_summary(out(), summary)
         if failed:
             err().print(
-                f"ingest finished with {failed} failure(s) (rejected documents, failed partitions or "
-                "extraction calls): exit 1",
+                f"ingest finished with {failed} failure(s) (rejected documents, failed partitions, "
+                "extraction calls or broken packs): exit 1",
                 style="red",
                 markup=False,
             )

@@ -79,9 +79,17 @@ def engine(ctx: typer.Context, *, store: bool = False) -> Engine:
     stopped server is one line after the connect timeout, not a retrying traceback."""
     eng = Engine.from_path(state(ctx).config)
     ctx.call_on_close(eng.close)
+    ctx.call_on_close(lambda: warn_broken_packs(eng))
     if store:
         engine_store_check(ctx, eng)
     return eng
+
+
+def warn_broken_packs(eng: Engine) -> None:
+    """One line per enabled pack left out because it failed to load (when the command loaded packs)."""
+    if eng.packs_loaded:
+        for _, exc in sorted(eng.broken_packs.items()):
+            err().print(f"warning: broken pack left out: {type(exc).__name__}: {exc}", style="yellow", markup=False)
 
 
 def engine_store_check(ctx: typer.Context, eng: Engine) -> None:

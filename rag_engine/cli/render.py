@@ -272,6 +272,8 @@ def status(console: Console, s: dict[str, Any]) -> None:
             str(row["embedded"]),
         )
     p(packs)
+    for name, error in s.get("broken_packs", {}).items():
+        p(f"[red]broken pack[/red] {escape(name)}: {escape(error)}")
     q = _table("graph quality (blocking first)", "check", "severity", "count", "result")
     for row in s["quality"]["checks"]:
         result = (

@@ -1,4 +1,9 @@
-"""Neo4j connection settings from config: the URI and credentials come from env var NAMES."""
+"""Neo4j connection settings from config: the URI and credentials come from env var NAMES.
+
+The URI is only ever shown redacted (``Neo4jTarget.shown_uri``: a password in it becomes ``***``),
+in reprs, errors and config check output alike; the driver's own error for a URI it refuses quotes
+the URI, so it is translated here into a ConfigError that does not.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ from dataclasses import dataclass
 
 import neo4j
 
-from rag_engine.config import EngineConfig
+from rag_engine.config import EngineConfig, redact_url
 
 
 @dataclass(frozen=True)
@@ -20,9 +25,14 @@ class Neo4jTarget:
     connect_timeout_s: float = 5.0
     uri_env: str = "NEO4J_URI"
 
+    @property
+    def shown_uri(self) -> str:
+        """The URI as it may be printed: a password in it (``bolt://user:pw@host``) is redacted."""
+        return redact_url(self.uri)
+
     def __repr__(self) -> str:  # never show credentials, only where they come from
         return (
-            f"Neo4jTarget(uri={self.uri!r}, database={self.database!r}, "
+            f"Neo4jTarget(uri={self.shown_uri!r}, database={self.database!r}, "
             f"auth from ${self.user_env}/${self.password_env})"
         )
 
@@ -46,13 +56,26 @@ def open_driver(target: Neo4jTarget, env: Mapping[str, str] | None = None) -> ne
     auth = (user, password) if user and password else None
     # the connect timeout bounds the TCP connect only; a server that accepts and never answers the
     # handshake is bounded by the acquisition timeout (the driver's default is 60 s)
-    return neo4j.GraphDatabase.driver(
-        target.uri,
-        auth=auth,
-        connection_timeout=target.connect_timeout_s,
-        connection_acquisition_timeout=max(2 * target.connect_timeout_s, 10.0),
-        max_connection_lifetime=3600,
-    )
+    try:
+        return neo4j.GraphDatabase.driver(
+            target.uri,
+            auth=auth,
+            connection_timeout=target.connect_timeout_s,
+            connection_acquisition_timeout=max(2 * target.connect_timeout_s, 10.0),
+            max_connection_lifetime=3600,
+        )
+    except (neo4j.exceptions.ConfigurationError, ValueError) as exc:  # its message quotes the whole URI
+        from rag_engine.errors import ConfigError
+
+        hint = (
+            f"; credentials go in ${target.user_env}/${target.password_env}, not in the URI"
+            if "@" in target.uri.partition("://")[2].partition("/")[0]
+            else ""
+        )
+        raise ConfigError(
+            f"${target.uri_env} is not a usable Neo4j URI ({target.shown_uri}): "
+            f"{redact_url(str(exc).replace(target.uri, target.shown_uri))}{hint}"
+        ) from None
 
 
 def check_reachable(driver: neo4j.Driver, target: Neo4jTarget) -> None:
@@ -64,15 +87,15 @@ def check_reachable(driver: neo4j.Driver, target: Neo4jTarget) -> None:
         driver.verify_connectivity()
     except neo4j.exceptions.AuthError as exc:
         raise StoreUnavailable(
-            f"Neo4j at {target.uri} refused the credentials from ${target.user_env}/"
+            f"Neo4j at {target.shown_uri} refused the credentials from ${target.user_env}/"
             f"${target.password_env}: {exc.message}",
-            uri=target.uri,
+            uri=target.shown_uri,
         ) from None
     except (neo4j.exceptions.ServiceUnavailable, neo4j.exceptions.SessionExpired, OSError) as exc:
         raise StoreUnavailable(
-            f"Neo4j is not reachable at {target.uri} ({type(exc).__name__}); start the "
+            f"Neo4j is not reachable at {target.shown_uri} ({type(exc).__name__}); start the "
             f"local one with `make neo4j-start`, or point ${target.uri_env} at yours",
-            uri=target.uri,
+            uri=target.shown_uri,
         ) from None
 
 

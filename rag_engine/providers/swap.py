@@ -664,6 +664,8 @@ try:
     from rag_engine.engine import Engine
     eng = Engine.from_path(os.environ["RAG_CONFIG"])
     _ = eng.packs, eng.registry.generation, eng.registry.embedding, eng.registry.extraction
+    if eng.broken_packs:  # the engine leaves a broken pack out; a candidate config must load them all
+        raise next(iter(eng.broken_packs.values()))
     import rag_assets.definitions as d
     _ = d.defs
     print(json.dumps({"ok": True}))
