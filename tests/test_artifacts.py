@@ -11,22 +11,22 @@ from rag_engine.artifacts import ArtifactStore
 def test_remembering_serves_reads_from_memory_and_still_writes_the_file(tmp_path: Path) -> None:
     store = ArtifactStore(tmp_path)
     with store.remembering():
-        store.write("p", "doc--v1", "chunks", [{"chunk_id": "a"}])
-        path = store.path("p", "doc--v1", "chunks")
+        store.write("p", "doc--0123456789ab", "chunks", [{"chunk_id": "a"}])
+        path = store.path("p", "doc--0123456789ab", "chunks")
         assert json.loads(path.read_text(encoding="utf-8")) == [{"chunk_id": "a"}]  # for other processes
         path.unlink()  # the next step of this run does not go back to the disk
-        assert store.exists("p", "doc--v1", "chunks")
-        assert store.read("p", "doc--v1", "chunks") == [{"chunk_id": "a"}]
-    assert not store.exists("p", "doc--v1", "chunks")  # outside the run: the disk is the truth
+        assert store.exists("p", "doc--0123456789ab", "chunks")
+        assert store.read("p", "doc--0123456789ab", "chunks") == [{"chunk_id": "a"}]
+    assert not store.exists("p", "doc--0123456789ab", "chunks")  # outside the run: the disk is the truth
 
 
 def test_a_file_read_once_in_a_run_is_parsed_once(tmp_path: Path) -> None:
     store = ArtifactStore(tmp_path)
-    store.write("p", "k", "source", {"text": "x"})
+    store.write("p", "k--0123456789ab", "source", {"text": "x"})
     with store.remembering():
-        first = store.read("p", "k", "source")
-        store.path("p", "k", "source").write_text(json.dumps({"text": "changed on disk"}), encoding="utf-8")
-        assert store.read("p", "k", "source") is first
+        first = store.read("p", "k--0123456789ab", "source")
+        store.path("p", "k--0123456789ab", "source").write_text(json.dumps({"text": "changed on disk"}), encoding="utf-8")
+        assert store.read("p", "k--0123456789ab", "source") is first
         with store.remembering():  # nested: the outer run's memory stays
-            assert store.read("p", "k", "source") is first
-    assert store.read("p", "k", "source") == {"text": "changed on disk"}
+            assert store.read("p", "k--0123456789ab", "source") is first
+    assert store.read("p", "k--0123456789ab", "source") == {"text": "changed on disk"}
