@@ -31,6 +31,7 @@ neo4j-start:
 
 neo4j-stop:
 	tools/neo4j-local/stop.sh
+	@if [ -d $(TEST_NEO4J_DIR) ]; then NEO4J_LOCAL_DIR=$(TEST_NEO4J_DIR) tools/neo4j-local/stop.sh; fi
 
 postgres-start:
 	PG_LOCAL_PORT=$(PG_LOCAL_PORT) tools/postgres-local/start.sh
@@ -58,9 +59,15 @@ lint: setup
 demo: setup neo4j-start embed-start
 	$(PY) -m rag_assets.demo
 
+# The tests run on their own Neo4j (port TEST_NEO4J_PORT, state under var/test), never in the store
+# `make demo` and `rag` use: after `make test` the demo store holds no test cleanups or runs. It stays
+# up for the next run; `make neo4j-stop` stops it too.
 # pytest exits 5 when it collected no tests: that is a failure, never a silent pass.
-test: setup neo4j-start postgres-start embed-start
-	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+TEST_NEO4J_PORT ?= 7688
+TEST_NEO4J_DIR := $(CURDIR)/var/test/neo4j
+test: setup postgres-start embed-start
+	NEO4J_LOCAL_PORT=$(TEST_NEO4J_PORT) NEO4J_LOCAL_DIR=$(TEST_NEO4J_DIR) tools/neo4j-local/start.sh
+	@NEO4J_URI=bolt://127.0.0.1:$(TEST_NEO4J_PORT) $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 dev: setup neo4j-start embed-start
