@@ -1,0 +1,132 @@
+"""Embedder faults (issue 22): a bad vector, a hung embedder or a broken cache file must cost one
+document or one leg, never the corpus or every question.
+
+The probes: one NaN answer was cached before the Neo4j write failed, so every rerun made no
+request and failed the same documents; all-zero vectors were cached and went live, the cosine
+index left them out and ``rag status`` still said ``ok``; a NaN question vector reached Neo4j
+(``ClientError``, exit 1); a hung embedder held every question for the indexing timeout
+(600 s, 2 retries); a cache file of garbage bytes failed every new document.
+
+The suite's embedder (e5 on the local embedding server) is served through the loopback server
+(``forward_embeddings``), so the identity and the vectors are the shared index's own; a fault
+is one queued reply or a responder for the question side. Nothing of the engine is patched.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rag_engine.config import EngineConfig
+from rag_engine.engine import Engine
+from rag_engine.graph import schema
+from rag_engine.ingest import ingest_pack
+from tests.conftest import ROOT, with_artifacts
+from tests.faults.conftest import engine_env
+from tests.support.fake_openai import FakeOpenAI, Reply, bad_vectors, forward_embeddings
+from tests.support.packs import POLICY, RUNBOOK, temp_pack
+
+QUESTION = "How fast must a lost laptop be reported?"
+DIMENSION = 384
+
+
+@pytest.fixture
+def upstream(base_config: EngineConfig, neo4j_driver) -> str:
+    url = os.environ.get("RAG_EMBED_ENDPOINT")
+    if not url:
+        pytest.skip("needs the embedding server (RAG_EMBED_ENDPOINT): the suite's embedder is served through it")
+    spec = base_config.model(base_config.defaults.embedding_model)
+    assert spec is not None and spec.dimension == DIMENSION
+    return url
+
+
+@contextmanager
+def served(upstream: str, question_side: Callable[[], Reply] | None = None) -> Iterator[FakeOpenAI]:
+    """The loopback server forwarding to the real embedder; ``question_side`` answers the
+    question embeddings (input_type "query") instead, when given."""
+    forward = forward_embeddings(upstream)
+    with FakeOpenAI(dimension=DIMENSION) as fake:
+
+        def respond(body: Any) -> Reply:
+            if question_side is not None and isinstance(body, dict) and body.get("input_type") == "query":
+                return question_side()
+            return forward(body)
+
+        fake.responder = respond
+        yield fake
+
+
+def embed_engine(cfg: EngineConfig, tmp_path: Path, fake: FakeOpenAI, packs: list | None = None) -> Engine:
+    """The shipped config (provider timeout and retries included) with the embedding server
+    behind ``fake`` and this test's own embedding cache."""
+    cfg = with_artifacts(cfg, tmp_path / "artifacts")
+    storage = cfg.storage.model_copy(update={"embedding_cache": str(tmp_path / "embedding_cache.sqlite")})
+    cfg = cfg.model_copy(update={"storage": storage})
+    env = {**engine_env(tmp_path), "RAG_EMBED_ENDPOINT": fake.base_url}
+    engine = Engine(cfg, ROOT, env, packs=packs)
+    active = schema.current_embedder(engine.driver, engine.database)
+    if active is not None and active["identity"] != engine.embedder_identity:
+        pytest.skip(f"the test database is indexed with {active['identity']!r}, not the suite's embedder")
+    return engine
+
+
+def cached_vectors(path: Path) -> list[np.ndarray]:
+    with closing(sqlite3.connect(path)) as db:
+        return [np.frombuffer(blob, dtype=np.float32) for (blob,) in db.execute("SELECT vector FROM embeddings")]
+
+
+def _pack(engine: Engine, unique: str, tmp_path: Path):
+    return temp_pack(engine, unique, tmp_path / "corpus", {"policy.md": POLICY, "runbook.md": RUNBOOK})
+
+
+# -- M1: one bad answer must not poison the cache ---------------------------------------------------
+
+
+def test_nan_vectors_are_refused_before_the_cache_and_a_rerun_embeds_again(base_config, tmp_path, unique, upstream):
+    with served(upstream) as fake:
+        engine = embed_engine(base_config, tmp_path, fake)
+        pack = _pack(engine, unique, tmp_path)
+        fake.enqueue(bad_vectors(math.nan))  # the first document's only batch
+        first = ingest_pack(engine, pack, run_id=f"run-{unique}-1", extract=False)["chunk_index"]
+        assert len(first.done) == 1 and len(first.failed) == 1, (first.done, first.failed)
+        (why,) = first.failed.values()
+        assert why.startswith("EmbeddingInvalid") and "not finite" in why, why
+        stored = cached_vectors(tmp_path / "embedding_cache.sqlite")
+        assert stored and all(np.isfinite(v).all() and v.any() for v in stored)
+
+        requests = len(fake.calls("/embeddings"))
+        second = ingest_pack(engine, pack, run_id=f"run-{unique}-2", extract=False)["chunk_index"]
+        assert second.failed == {}
+        assert sorted(second.done) == sorted([*first.done, *first.failed])
+        assert len(fake.calls("/embeddings")) == requests + 1  # the failed document only: the rest is cached
+        coverage = schema.index_coverage(engine.driver, engine.database, [pack.name])
+        assert coverage is not None and coverage["complete"] and coverage["active_chunks"] > 0
+        engine.close()
+
+
+def test_zero_vectors_are_refused_and_never_go_live(base_config, tmp_path, unique, upstream):
+    with served(upstream) as fake:
+        engine = embed_engine(base_config, tmp_path, fake)
+        pack = _pack(engine, unique, tmp_path)
+        fake.enqueue(bad_vectors(0.0))
+        report = ingest_pack(engine, pack, run_id=f"run-{unique}", extract=False)["chunk_index"]
+        (key, why), *more = report.failed.items()
+        assert not more and why.startswith("EmbeddingInvalid") and "all zeros" in why, report.failed
+        rows, _, _ = engine.driver.execute_query(
+            "MATCH (c:Chunk {pack: $pack, doc_id: $doc}) "
+            "RETURN count(c) AS n, sum(CASE WHEN c.active THEN 1 ELSE 0 END) AS live",
+            pack=pack.name,
+            doc=key.split("--")[0],
+            database_=engine.database,
+        )
+        assert rows[0]["n"] > 0 and rows[0]["live"] == 0  # written by chunks, never activated
+        assert all(v.any() for v in cached_vectors(tmp_path / "embedding_cache.sqlite"))
+        engine.close()
