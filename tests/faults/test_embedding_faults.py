@@ -14,6 +14,7 @@ is one queued reply or a responder for the question side. Nothing of the engine 
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import sqlite3
@@ -129,4 +130,44 @@ def test_zero_vectors_are_refused_and_never_go_live(base_config, tmp_path, uniqu
         )
         assert rows[0]["n"] > 0 and rows[0]["live"] == 0  # written by chunks, never activated
         assert all(v.any() for v in cached_vectors(tmp_path / "embedding_cache.sqlite"))
+        engine.close()
+
+
+def test_a_poisoned_cache_entry_is_a_miss_and_is_embedded_again(base_config, tmp_path, unique, upstream):
+    """A cache written before the boundary check may hold NaN or zero vectors: they are misses."""
+    with served(upstream) as fake:
+        engine = embed_engine(base_config, tmp_path, fake)
+        pack = _pack(engine, unique, tmp_path)
+        ingest_pack(engine, pack, run_id=f"run-{unique}-1", extract=False)
+        path = tmp_path / "embedding_cache.sqlite"
+        zeros, nans = (np.full(DIMENSION, x, np.float32).tobytes() for x in (0.0, np.nan))
+        with closing(sqlite3.connect(path)) as db, db:  # as the unchecked code stored them: zeros, NaN
+            db.execute("UPDATE embeddings SET vector = ?", [zeros])
+            db.execute("UPDATE embeddings SET vector = ? WHERE text_sha256 < '8'", [nans])
+        requests = len(fake.calls("/embeddings"))
+        report = ingest_pack(engine, pack, run_id=f"run-{unique}-2", extract=False)["chunk_index"]
+        assert report.failed == {} and report.total("embed_cache_hits") == 0, (report.failed, report.done)
+        assert len(fake.calls("/embeddings")) == requests + 2  # both documents embedded again
+        assert all(np.isfinite(v).all() and v.any() for v in cached_vectors(path))  # and replaced
+        coverage = schema.index_coverage(engine.driver, engine.database, [pack.name])
+        assert coverage is not None and coverage["complete"]
+        engine.close()
+
+
+# -- L4: a corrupt cache file is moved aside, ingest goes on ------------------------------------------
+
+
+def test_a_corrupt_cache_file_is_moved_aside_and_ingest_goes_on(base_config, tmp_path, unique, upstream, caplog):
+    cache = tmp_path / "embedding_cache.sqlite"
+    cache.write_bytes(b"\x00garbage, not a database\xff" * 512)
+    with served(upstream) as fake, caplog.at_level(logging.WARNING, logger="rag_engine.providers.embedding_cache"):
+        engine = embed_engine(base_config, tmp_path, fake)
+        pack = _pack(engine, unique, tmp_path)
+        report = ingest_pack(engine, pack, run_id=f"run-{unique}", extract=False)["chunk_index"]
+        assert report.failed == {} and len(report.done) == 2
+        (aside,) = tmp_path.glob("embedding_cache.sqlite.corrupt-*")
+        assert aside.read_bytes().startswith(b"\x00garbage")
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1 and str(cache) in warnings[0] and "not a database" in warnings[0], warnings
+        assert len(cached_vectors(cache)) > 0  # the new cache serves the next run
         engine.close()
