@@ -28,8 +28,9 @@ import pytest
 
 from rag_engine.config import EngineConfig
 from rag_engine.engine import Engine
-from rag_engine.graph import schema
+from rag_engine.graph import schema, writer
 from rag_engine.ingest import ingest_pack
+from rag_engine.status import collect_status
 from tests.conftest import ROOT, with_artifacts
 from tests.faults.conftest import engine_env
 from tests.support.fake_openai import FakeOpenAI, Reply, bad_vectors, forward_embeddings
@@ -130,6 +131,57 @@ def test_zero_vectors_are_refused_and_never_go_live(base_config, tmp_path, uniqu
         )
         assert rows[0]["n"] > 0 and rows[0]["live"] == 0  # written by chunks, never activated
         assert all(v.any() for v in cached_vectors(tmp_path / "embedding_cache.sqlite"))
+        engine.close()
+
+
+def test_status_counts_what_the_vector_index_holds(base_config, tmp_path, unique, upstream):
+    """A current chunk whose stored vector the index leaves out (all zeros, as the unchecked
+    embedder wrote them) is not counted as indexed, and the state is not ok."""
+    with served(upstream) as fake:
+        engine = embed_engine(base_config, tmp_path, fake)
+        pack = _pack(engine, unique, tmp_path)
+        engine.close()
+        engine = embed_engine(base_config, tmp_path, fake, packs=[pack])  # status over this pack only
+        ingest_pack(engine, pack, run_id=f"run-{unique}", extract=False)
+        before = collect_status(engine, env={})
+        (row,) = before["packs"]
+        assert row["chunks"] > 1 and row["embedded"] == row["chunks"]
+        assert before["embedder"]["state"] == "ok"
+
+        meta = schema.current_embedder(engine.driver, engine.database)
+        assert meta is not None
+        rows, _, _ = engine.driver.execute_query(
+            "MATCH (c:Chunk {pack: $pack, active: true}) RETURN c.chunk_id AS id ORDER BY id LIMIT 1",
+            pack=pack.name,
+            database_=engine.database,
+        )
+        writer.write_embeddings(  # what an unchecked embedder wrote: a zero vector, live
+            engine.driver,
+            engine.database,
+            identity=engine.embedder_identity,
+            rows=[{"chunk_id": rows[0]["id"], "embedding": [0.0] * DIMENSION}],
+            property=meta["property"],
+        )
+        after = collect_status(engine, env={})
+        (row,) = after["packs"]
+        assert row["embedded"] == row["chunks"] - 1
+        assert after["embedder"]["unindexable"] == 1
+        assert after["embedder"]["state"].startswith("1 current chunk(s) not in the vector index"), after["embedder"]
+        # and that is what the index itself answers: the zero vector is not among its entries
+        total, _, _ = engine.driver.execute_query(
+            "MATCH (c:Chunk) WHERE c[$prop] IS NOT NULL RETURN count(c) AS n", prop=meta["property"]
+        )
+        found, _, _ = engine.driver.execute_query(
+            "MATCH (c:Chunk {pack: $pack, active: true}) WHERE c.chunk_id <> $zero WITH c LIMIT 1 "
+            "CALL db.index.vector.queryNodes($index, $k, c[$prop]) YIELD node "
+            "WITH node WHERE node.pack = $pack AND node.active RETURN count(node) AS n",
+            pack=pack.name,
+            zero=rows[0]["id"],
+            index=meta["index"],
+            prop=meta["property"],
+            k=total[0]["n"],
+        )
+        assert found[0]["n"] == row["embedded"]
         engine.close()
 
 
