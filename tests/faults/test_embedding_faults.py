@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
@@ -30,10 +31,11 @@ from rag_engine.config import EngineConfig
 from rag_engine.engine import Engine
 from rag_engine.graph import schema, writer
 from rag_engine.ingest import ingest_pack
+from rag_engine.query import run_query
 from rag_engine.status import collect_status
 from tests.conftest import ROOT, with_artifacts
 from tests.faults.conftest import engine_env
-from tests.support.fake_openai import FakeOpenAI, Reply, bad_vectors, forward_embeddings
+from tests.support.fake_openai import FakeOpenAI, Reply, bad_vectors, forward_embeddings, slow
 from tests.support.packs import POLICY, RUNBOOK, temp_pack
 
 QUESTION = "How fast must a lost laptop be reported?"
@@ -222,4 +224,46 @@ def test_a_corrupt_cache_file_is_moved_aside_and_ingest_goes_on(base_config, tmp
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         assert len(warnings) == 1 and str(cache) in warnings[0] and "not a database" in warnings[0], warnings
         assert len(cached_vectors(cache)) > 0  # the new cache serves the next run
+        engine.close()
+
+
+# -- M3 / L3: the question side degrades to the other legs --------------------------------------------
+
+
+def _degraded_query(engine: Engine) -> tuple[Any, float]:
+    started = time.perf_counter()
+    outcome = run_query(engine, QUESTION, "employee", generate=False, local_inference=False)
+    return outcome, time.perf_counter() - started
+
+
+def test_a_hung_query_embedder_degrades_to_the_other_legs_within_the_deadline(base_config, tmp_path, unique, upstream):
+    deadline = base_config.retrieval.query_embed_timeout_s  # the shipped setting, not a test value
+    assert deadline <= 10
+    with served(upstream, question_side=lambda: slow(60.0)) as fake:
+        engine = embed_engine(base_config, tmp_path, fake)
+        assert engine.cfg.providers[0].timeout_s >= 600  # the indexing side keeps its long timeout
+        ingest_pack(engine, _pack(engine, unique, tmp_path), run_id=f"run-{unique}", extract=False)
+        outcome, seconds = _degraded_query(engine)
+        ours = [c for c in outcome.retrieval.candidates if c.chunk_id.startswith(f"{unique}:policy")]
+        assert seconds < deadline + 5, seconds
+        dense = next(s for s in outcome.retrieval.trace if s["step"] == "dense")
+        assert dense["degraded"] == "ProviderTimeout" and dense["hits"] == 0
+        events = [e for e in outcome.events if e["event"] == "dense_degraded"]
+        assert len(events) == 1 and events[0]["error_type"] == "ProviderTimeout"
+        assert ours and all("dense" not in c.sources for c in ours)
+        assert "lexical" in ours[0].sources  # answered by the fulltext leg
+        assert len(fake.calls("/embeddings")) >= 1
+        engine.close()
+
+
+def test_a_nan_query_embedding_degrades_instead_of_failing_in_neo4j(base_config, tmp_path, unique, upstream):
+    with served(upstream, question_side=lambda: bad_vectors(math.nan)) as fake:
+        engine = embed_engine(base_config, tmp_path, fake)
+        ingest_pack(engine, _pack(engine, unique, tmp_path), run_id=f"run-{unique}", extract=False)
+        outcome, _ = _degraded_query(engine)
+        ours = [c for c in outcome.retrieval.candidates if c.chunk_id.startswith(f"{unique}:policy")]
+        dense = next(s for s in outcome.retrieval.trace if s["step"] == "dense")
+        assert dense["degraded"] == "EmbeddingInvalid"
+        assert [e["error_type"] for e in outcome.events if e["event"] == "dense_degraded"] == ["EmbeddingInvalid"]
+        assert ours and "lexical" in ours[0].sources
         engine.close()
