@@ -157,33 +157,38 @@ def test_status_counts_what_the_vector_index_holds(base_config, tmp_path, unique
             pack=pack.name,
             database_=engine.database,
         )
-        writer.write_embeddings(  # what an unchecked embedder wrote: a zero vector, live
-            engine.driver,
-            engine.database,
-            identity=engine.embedder_identity,
-            rows=[{"chunk_id": rows[0]["id"], "embedding": [0.0] * DIMENSION}],
-            property=meta["property"],
-        )
-        after = collect_status(engine, env={})
-        (row,) = after["packs"]
-        assert row["embedded"] == row["chunks"] - 1
-        assert after["embedder"]["unindexable"] == 1
-        assert after["embedder"]["state"].startswith("1 current chunk(s) not in the vector index"), after["embedder"]
-        # and that is what the index itself answers: the zero vector is not among its entries
-        total, _, _ = engine.driver.execute_query(
-            "MATCH (c:Chunk) WHERE c[$prop] IS NOT NULL RETURN count(c) AS n", prop=meta["property"]
-        )
-        found, _, _ = engine.driver.execute_query(
-            "MATCH (c:Chunk {pack: $pack, active: true}) WHERE c.chunk_id <> $zero WITH c LIMIT 1 "
-            "CALL db.index.vector.queryNodes($index, $k, c[$prop]) YIELD node "
-            "WITH node WHERE node.pack = $pack AND node.active RETURN count(node) AS n",
-            pack=pack.name,
-            zero=rows[0]["id"],
-            index=meta["index"],
-            prop=meta["property"],
-            k=total[0]["n"],
-        )
-        assert found[0]["n"] == row["embedded"]
+        try:
+            writer.write_embeddings(  # what an unchecked embedder wrote: a zero vector, live
+                engine.driver,
+                engine.database,
+                identity=engine.embedder_identity,
+                rows=[{"chunk_id": rows[0]["id"], "embedding": [0.0] * DIMENSION}],
+                property=meta["property"],
+            )
+            after = collect_status(engine, env={})
+            (row,) = after["packs"]
+            assert row["embedded"] == row["chunks"] - 1
+            assert after["embedder"]["unindexable"] == 1
+            assert after["embedder"]["state"].startswith("1 current chunk(s) not in the vector index"), after[
+                "embedder"
+            ]
+            # and that is what the index itself answers: the zero vector is not among its entries
+            total, _, _ = engine.driver.execute_query(
+                "MATCH (c:Chunk) WHERE c[$prop] IS NOT NULL RETURN count(c) AS n", prop=meta["property"]
+            )
+            found, _, _ = engine.driver.execute_query(
+                "MATCH (c:Chunk {pack: $pack, active: true}) WHERE c.chunk_id <> $zero WITH c LIMIT 1 "
+                "CALL db.index.vector.queryNodes($index, $k, c[$prop]) YIELD node "
+                "WITH node WHERE node.pack = $pack AND node.active RETURN count(node) AS n",
+                pack=pack.name,
+                zero=rows[0]["id"],
+                index=meta["index"],
+                prop=meta["property"],
+                k=total[0]["n"],
+            )
+            assert found[0]["n"] == row["embedded"]
+        finally:  # the shared database gets the real vector back (a live zero vector fails cosine reads)
+            ingest_pack(engine, pack, run_id=f"run-{unique}-restore", extract=False)
         engine.close()
 
 
