@@ -285,6 +285,14 @@ class RetrievalConfig(Frozen):
     """Largest k a caller may ask for; a k outside 1..max_k is a clear input error."""
     max_question_chars: int = Field(4000, ge=16)
     """Longer questions are refused with a clear input error (Lucene caps boolean clauses)."""
+    query_embed_timeout_s: float = Field(5.0, gt=0, le=600)
+    """The longest a question waits for its embedding, all attempts together; each attempt's
+    HTTP timeout is the same (the indexing side keeps its provider's ``timeout_s``, sized for a
+    batch of long passages). Past it, or on any embedding failure, the question is answered from
+    the other legs, with a ``dense_degraded`` event."""
+    query_embed_retries: int = Field(0, ge=0, le=3)
+    """Retries of a failed question embedding (at most the provider's ``max_retries``), within
+    ``query_embed_timeout_s``."""
 
     @field_validator("weights")
     @classmethod

@@ -136,6 +136,8 @@ class Engine:
         if client.spec.name != model_name:
             raise ConfigError(f"client for {client.spec.name!r} cannot serve model {model_name!r}")
         self.__dict__.setdefault("_clients", {})[model_name] = client
+        self.__dict__.setdefault("_given_clients", set()).add(model_name)
+        self.__dict__.pop("query_embedder", None)
 
     @cached_property
     def embedder(self) -> HashEmbedder | ModelClient:
@@ -145,6 +147,34 @@ class Engine:
         if spec.provider.kind == "local_hash":
             return HashEmbedder(spec)
         return self.client(spec.name)
+
+    @cached_property
+    def query_embedder(self) -> HashEmbedder | ModelClient:
+        """The active embedder for questions: the same model, identity and ledger, but with the
+        question's deadline (``retrieval.query_embed_timeout_s`` per attempt,
+        ``query_embed_retries``), not the provider's indexing timeout and retries."""
+        emb = self.embedder
+        spec = self.registry.embedding
+        if isinstance(emb, HashEmbedder) or spec.name in self.__dict__.get("_given_clients", ()):
+            return emb
+        from rag_engine.providers.clients import build_client
+        from rag_engine.providers.registry import ModelSpec
+
+        r = self.cfg.retrieval
+        provider = spec.provider.model_copy(
+            update={
+                "timeout_s": min(spec.provider.timeout_s, r.query_embed_timeout_s),
+                "max_retries": min(spec.provider.max_retries, r.query_embed_retries),
+            }
+        )
+        return build_client(
+            ModelSpec(model=spec.model, provider=provider),
+            ledger=self.ledger,
+            pricing=self.pricing,
+            env=self.env,
+            root=self.root,
+            config=self.cfg,
+        )
 
     @cached_property
     def embedding_cache(self) -> EmbeddingCache | None:
@@ -159,8 +189,11 @@ class Engine:
 
     def embed_texts(self, texts: list[str], *, purpose: str, run_id: str | None = None) -> list[list[float]]:
         """Embed through the active embedder; ``purpose`` "query" selects the query mode of an
-        asymmetric embedder, any other purpose the index mode. Not cached (see ingest.index_step)."""
-        emb = self.embedder
+        asymmetric embedder, any other purpose the index mode, and the question's deadline
+        (``query_embedder``). Not cached (see ingest.index_step)."""
+        from rag_engine.providers.registry import QUERY_PURPOSE
+
+        emb = self.query_embedder if purpose == QUERY_PURPOSE else self.embedder
         if isinstance(emb, HashEmbedder):
             return emb.embed(texts)
         return emb.embed(texts, purpose=purpose, run_id=run_id).vectors

@@ -132,6 +132,12 @@ class ProviderResponseInvalid(ProviderError):
     """The provider answered with something that is not a valid response."""
 
 
+class EmbeddingInvalid(ProviderResponseInvalid):
+    """The embedder answered with a vector that cannot be indexed or compared: not finite (NaN,
+    infinity), all zeros (a cosine index leaves it out) or of another dimension than configured.
+    Raised before the vector is cached, written or searched with."""
+
+
 class FeedbackError(RagError):
     """A path feedback request is invalid (unknown verdict, empty path, nodes the graph does not hold)."""
 

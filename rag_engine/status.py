@@ -1,8 +1,9 @@
 """`rag status`: the system on one screen, from what is already recorded (no model call, no write).
 
 Config hash; the active embedder against the one that built the index (IndexMeta) and how many
-current chunks carry a vector; per enabled pack the corpus, current documents and chunks; graph
-quality with the blocking checks first (the same counts and verdicts as the graph_quality asset);
+current chunks the vector index holds (a stored vector it leaves out does not count); per
+enabled pack the corpus, current documents and chunks; graph quality with the blocking checks
+first (the same counts and verdicts as the graph_quality asset);
 the latest eval gate file; spend by model over the last day and all time (usage ledger); and,
 when DAGSTER_HOME is set, the automation state read from the instance's SQLite files (never by
 importing Dagster: the engine does not depend on it).
@@ -34,12 +35,22 @@ BLOCKING_CHECKS = {
 """Graph quality checks that fail a run (ERROR, blocking); the graph_quality asset uses the same."""
 WARNING_CHECKS = {"no_stale_versions": "stale_versions"}
 
+# A chunk is in the vector index when its vector is one the index takes: the index's dimension,
+# finite values, not all zeros (a cosine index leaves a zero vector out without a word), and on
+# the first index's shared property the chunk's embedder marker must match too
+# (schema.index_coverage). A stored vector it leaves out is counted apart, as ``unindexable``.
 _PACK_COUNTS = """
 UNWIND $packs AS pack
 OPTIONAL MATCH (d:Document {pack: pack})-[:HAS_VERSION]->(v:DocumentVersion {status: 'current'})
 WITH pack, count(DISTINCT d) AS documents
 OPTIONAL MATCH (c:Chunk {pack: pack}) WHERE c.active
-RETURN pack, documents, count(c) AS chunks, count(c[$prop]) AS embedded
+WITH pack, documents, c, c[$prop] AS vec
+WITH pack, documents, c, vec,
+     vec IS NOT NULL AND size(vec) = $dim AND all(x IN vec WHERE x = x AND abs(x) < 3.0e38)
+     AND any(x IN vec WHERE x <> 0) AND (NOT $legacy OR c.embedder = $identity) AS indexed
+RETURN pack, documents, count(c) AS chunks,
+       sum(CASE WHEN indexed THEN 1 ELSE 0 END) AS embedded,
+       sum(CASE WHEN vec IS NOT NULL AND NOT indexed THEN 1 ELSE 0 END) AS unindexable
 """
 
 
@@ -87,18 +98,32 @@ def _store(engine: Engine) -> dict[str, Any]:
     meta = current_embedder(engine.driver, engine.database)
     prop = meta["property"] if meta else EMBEDDING_PROPERTY  # the active index's vectors (blue/green)
     records, _, _ = engine.driver.execute_query(
-        _PACK_COUNTS, packs=packs, prop=prop, database_=engine.database, routing_=neo4j.RoutingControl.READ
+        _PACK_COUNTS,
+        packs=packs,
+        prop=prop,
+        dim=meta["dimension"] if meta else 0,
+        legacy=prop == EMBEDDING_PROPERTY,
+        identity=meta["identity"] if meta else None,
+        database_=engine.database,
+        routing_=neo4j.RoutingControl.READ,
     )
-    counts = {r["pack"]: dict(r) for r in records}
+    counts = {r["pack"]: {**dict(r), "embedded": int(r["embedded"] or 0)} for r in records}
     active = engine.embedder_identity
     chunks = sum(c["chunks"] for c in counts.values())
     embedded = sum(c["embedded"] for c in counts.values())
+    unindexable = sum(int(c["unindexable"] or 0) for c in counts.values())
     if meta is None:
         state = "no index: run `rag ingest`"
     elif meta["identity"] != active:
         state = f"built by another embedder ({meta['identity']}): run `rag reindex`"
     elif embedded < chunks:
-        state = f"{chunks - embedded} current chunk(s) without a vector: run `rag ingest`"
+        state = f"{chunks - embedded} current chunk(s) not in the vector index"
+        state += (
+            f" ({unindexable} with a vector it leaves out: zero, not finite or of another dimension): "
+            "run `rag ingest --force`"
+            if unindexable
+            else ": run `rag ingest`"
+        )
     else:
         state = "ok"
     report = quality_report(engine.driver, engine.database, packs)
@@ -110,6 +135,7 @@ def _store(engine: Engine) -> dict[str, Any]:
             "dimension": meta and meta["dimension"],
             "chunks": chunks,
             "embedded": embedded,
+            "unindexable": unindexable,
             "state": state,
         },
         "quality": {

@@ -256,7 +256,7 @@ def status(console: Console, s: dict[str, Any]) -> None:
     p(escape(f"embedder: {emb['active_identity']}"))
     p(
         f"index: {'[green]' if ok else '[yellow]'}{escape(emb['state'])}{'[/green]' if ok else '[/yellow]'} "
-        f"({emb['embedded']}/{emb['chunks']} current chunks embedded"
+        f"({emb['embedded']}/{emb['chunks']} current chunks in the vector index"
         + (escape(f"; built by {emb['index_identity']}, dimension {emb['dimension']}") if emb["index_identity"] else "")
         + ")"
     )

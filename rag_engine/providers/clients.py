@@ -39,6 +39,7 @@ from rag_engine.providers.results import (
     GenerationResult,
     TokenUsage,
 )
+from rag_engine.providers.vectors import check_vectors
 
 log = logging.getLogger(__name__)
 
@@ -127,10 +128,20 @@ class ModelClient:
     def embed(self, texts: list[str], *, purpose: str, run_id: str | None = None) -> EmbeddingResult:
         self.spec.require("embeddings")
         started = time.perf_counter()
+        answer: Embeddings | None = None
         try:
             answer = self._backend.embed(list(texts), input_mode=self.spec.input_mode(purpose))
+            if len(answer.vectors) != len(texts):
+                raise ProviderResponseInvalid(
+                    f"provider {self._backend.name!r}: expected {len(texts)} embeddings, got {len(answer.vectors)}"
+                )
+            # whatever answered (server, cassette): a vector that cannot be indexed stops here,
+            # before any caller caches, writes or searches with it
+            check_vectors(answer.vectors, self.spec.model.dimension, who=f"provider {self._backend.name!r}")
         except Exception as exc:
-            self._write(purpose, run_id, started, answer=None, error=exc)
+            record = self._write(purpose, run_id, started, answer=answer, error=exc)
+            if isinstance(exc, ProviderError):
+                exc.usage = record  # an unusable answer may still have been billed
             raise
         record = self._write(purpose, run_id, started, answer=answer)
         return EmbeddingResult(vectors=answer.vectors, usage=record)

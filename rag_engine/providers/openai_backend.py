@@ -30,6 +30,7 @@ from rag_engine.providers.ratelimit import RateLimiter, estimate_tokens
 from rag_engine.providers.registry import ModelSpec
 from rag_engine.providers.results import Completion, Embeddings, TokenUsage
 from rag_engine.providers.retry import RETRYABLE_STATUS, RetryPolicy, parse_retry_after
+from rag_engine.providers.vectors import check_vectors
 
 log = logging.getLogger(__name__)
 
@@ -253,8 +254,15 @@ class OpenAIBackend:
         if dim is not None and any(len(v) != dim for v in vectors):
             raise self._invalid(f"embedding dimension is not the configured {dim}") from None
         try:
+            floats = [[float(x) for x in v] for v in vectors]
+        except (TypeError, ValueError):
+            raise self._invalid("embedding response is malformed") from None
+        # checked here too, not only in ModelClient: a replay provider in record mode writes this
+        # answer to its cassette before the client sees it
+        check_vectors(floats, dim, who=f"provider {self.name!r}")
+        try:
             return Embeddings(
-                vectors=[[float(x) for x in v] for v in vectors],
+                vectors=floats,
                 reported_model=getattr(response, "model", None) or None,
                 usage=_usage(getattr(response, "usage", None)),
                 provider=self.name,

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from collections.abc import Set as AbstractSet
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -20,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rag_engine.config import RetrievalConfig
 from rag_engine.engine import Engine
-from rag_engine.errors import QueryInputError, RagError
+from rag_engine.errors import ProviderTimeout, QueryInputError, RagError
 from rag_engine.graph.planner import content_terms, plan
 from rag_engine.graph.traversal import candidate_chunks, traverse
 from rag_engine.packs import DomainPack
@@ -115,6 +116,31 @@ def _timed_embed(engine: Engine, query: str) -> tuple[list[float], float]:
     started = time.perf_counter()
     vec = engine.embed_texts([query], purpose="query")[0]
     return vec, round((time.perf_counter() - started) * 1000, 2)
+
+
+class QueryEmbedding:
+    """The question's embedding, computed in ``_EMBEDDER_POOL`` while the store answers the
+    other legs, and waited for at most ``retrieval.query_embed_timeout_s`` from its start. A
+    failure (a typed provider error: timeout, unusable vector, server error) or the deadline
+    passing is an outcome, not an exception: the dense leg is then left out (``dense_degraded``)."""
+
+    def __init__(self, engine: Engine, query: str):
+        self.budget_s = engine.cfg.retrieval.query_embed_timeout_s
+        self._started = time.perf_counter()
+        self._future: Future[tuple[list[float], float]] = _EMBEDDER_POOL.submit(_timed_embed, engine, query)
+
+    def outcome(self, *, wait: bool) -> tuple[list[float], float] | RagError | None:
+        """(vector, embed ms), the error that stopped it, or None when not done and ``wait`` is False."""
+        if not wait and not self._future.done():
+            return None
+        try:
+            return self._future.result(timeout=max(0.0, self._started + self.budget_s - time.perf_counter()))
+        except FutureTimeout:
+            return ProviderTimeout(
+                f"the question's embedding took longer than {self.budget_s}s (retrieval.query_embed_timeout_s)"
+            )
+        except RagError as exc:
+            return exc
 
 
 def check_question(query: str, k: int | None, cfg: RetrievalConfig) -> int:
@@ -257,7 +283,7 @@ def retrieve(
         return result
 
     # the question's embedding (a model call) runs while the store answers the other legs
-    embedding = _EMBEDDER_POOL.submit(_timed_embed, engine, query) if legs["dense"] > 0 else None
+    embedding = QueryEmbedding(engine, query) if legs["dense"] > 0 else None
     # so does the live SQL leg, for the permitted collections only
     live = start_live_leg(engine, query, decision.collections, _EMBEDDER_POOL) if legs["live"] > 0 else None
     packs = [p for p in engine.packs.values() if set(p.manifest.collections) & set(decision.collections)]
@@ -283,7 +309,7 @@ def _legs(
     legs: dict[str, float],
     decision: PolicyDecision,
     packs: list[DomainPack],
-    embedding: Future[tuple[list[float], float]] | None,
+    embedding: QueryEmbedding | None,
     live: Future[LiveLeg] | None,
     trace: Trace,
     result: RetrievalResult,
@@ -303,7 +329,8 @@ def _legs(
         t.update(keys=keys, answered=len(key_rows), lookup=lookup)
     # an embedding already computed rides along in the fulltext leg's statement (one round trip
     # for both legs and the store epochs); one still being computed is not waited for here
-    ready = embedding.result() if embedding is not None and embedding.done() else None
+    early = embedding.outcome(wait=False) if embedding is not None else None
+    ready = early if isinstance(early, tuple) else None
     with trace.step("lexical", weight=legs["lexical"]) as t:
         lexical, dense_rows = reads.legs(
             rx,
@@ -318,9 +345,15 @@ def _legs(
     query_vec: list[float] | None = None
     with trace.step("dense", embedder=engine.embedder_identity, weight=legs["dense"]) as t:
         dense: list[dict[str, Any]] = []
-        if legs["dense"] > 0:
-            assert embedding is not None
-            vec, t["embed_ms"] = ready or embedding.result()
+        outcome = (early or embedding.outcome(wait=True)) if embedding is not None else None
+        if isinstance(outcome, RagError):  # answered from the other legs, and said so
+            t["degraded"] = type(outcome).__name__
+            result.events.append(
+                {"event": "dense_degraded", "error_type": type(outcome).__name__, "detail": str(outcome)[:200]}
+            )
+            active_index(rx, engine.embedder_identity)  # a stale index still says so
+        elif outcome is not None:
+            vec, t["embed_ms"] = outcome
             query_vec = None if _is_zero(vec) else vec
             if _is_zero(vec):  # no indexable word for this embedder: nothing to compare with
                 t["skipped"] = "zero_vector"
@@ -329,6 +362,7 @@ def _legs(
                 dense, t["with_lexical"] = dense_rows, True
             else:  # the embedder check runs before the vector query, in the question's session
                 dense = reads.vector(rx, vec, decision.collections, cfg.dense_k, engine.embedder_identity)
+        if embedding is not None:
             t["index_cached"] = rx.memo.get("index_cached")
         t["hits"] = len(dense)
     with trace.step("live", weight=legs["live"]) as t:

@@ -31,6 +31,8 @@ class Reply:
     model: str | None = None
     usage: dict[str, Any] | None = None
     content: str | None = None
+    fill: float | None = None
+    """Embeddings only: every vector of the answer holds this one value (NaN, 0.0, ...)."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,25 @@ def invalid_json() -> Reply:
 def wrong_shape() -> Reply:
     """Valid JSON that is not a completion (no choices)."""
     return Reply(body={"object": "chat.completion", "unexpected": True})
+
+
+def bad_vectors(fill: float) -> Reply:
+    """An embeddings answer of the right shape whose every vector holds ``fill``: NaN, or 0.0 (an
+    all-zero vector, which a cosine vector index leaves out)."""
+    return Reply(fill=fill)
+
+
+def forward_embeddings(upstream: str) -> Any:
+    """A ``responder`` answering embeddings requests with what ``upstream`` (a real
+    OpenAI-compatible server, e.g. the local embedding server) answers to the same body, so the
+    vectors written are the real model's whenever no fault is queued."""
+    import httpx
+
+    def respond(body: Any) -> Reply:
+        response = httpx.post(f"{upstream.rstrip('/')}/embeddings", json=body, timeout=120)
+        return Reply(status=response.status_code, body=response.content)
+
+    return respond
 
 
 def echo_auth_error() -> Reply:
@@ -179,7 +200,10 @@ class FakeOpenAI:
         data = []
         for i, text in enumerate(texts):
             digest = hashlib.sha256(str(text).encode()).digest()
-            vec = [round(b / 255.0, 6) for b in digest[: self.dimension]]
+            if reply.fill is not None:
+                vec = [reply.fill] * self.dimension
+            else:
+                vec = [round(b / 255.0, 6) for b in (digest * (1 + self.dimension // len(digest)))[: self.dimension]]
             data.append({"object": "embedding", "index": i, "embedding": vec})
         tokens = sum(max(1, len(str(t).split())) for t in texts)
         return {
