@@ -29,7 +29,7 @@ from rag_engine.errors import (
     StoreUnavailable,
 )
 from rag_engine.graph import schema, writer
-from rag_engine.packs import ChunkRecord, DomainPack, content_hash
+from rag_engine.packs import ChunkRecord, DomainPack, SourceDocument, content_hash
 from rag_engine.partition_keys import check as check_partition_key
 from rag_engine.step_stamps import STEP_DEPS
 
@@ -284,7 +284,6 @@ def chunks_grouped(engine: Engine, pack: DomainPack) -> Grouped:
     documents written in one transaction (``writer.write_document_versions``, key ownership decided
     in the run's claim order); a version refused for a key another document owns gets its
     ``KeyConflict`` (and its rejection artifact), the others are written."""
-    from rag_engine.packs import SourceDocument
 
     def prepare(key: str) -> tuple[int, Any]:
         doc = SourceDocument.model_validate(_upstream(engine, pack, key, SOURCE))
@@ -458,6 +457,10 @@ def index_grouped(
                 )
             ),
         )
+        doc = SourceDocument.model_validate(_upstream(engine, pack, key, SOURCE))
+        gone = still_in_corpus(pack, doc)  # embedding takes a while: the file may have gone meanwhile
+        if gone:
+            raise DocumentError(gone)
         rows = [{"chunk_id": c.chunk_id, "embedding": v} for c, v in zip(chunks, result.vectors, strict=False)]
         figures = {
             "embedded": len(rows),

@@ -197,6 +197,9 @@ def _switch(engine: Engine, *, old: dict[str, Any], identity: str, index: str, p
     """One write transaction: no current chunk lacks the new vector, then IndexMeta moves."""
 
     def work(tx: neo4j.ManagedTransaction) -> bool:
+        # the lock an ingest's activation takes (writer.write_embeddings) before the check: a version
+        # embedded for the old index either went live before (and is counted here) or is refused after
+        tx.run("MATCH (m:IndexMeta {name: $meta}) SET m.held = true REMOVE m.held", meta=schema.VECTOR_INDEX).consume()
         check = tx.run(_SWITCH_CHECK, prop=prop).single()
         if check is None:
             raise StoreError("the switch check (a count query) returned no row")

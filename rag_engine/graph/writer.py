@@ -22,10 +22,11 @@ from typing import Any
 
 import neo4j
 
-from rag_engine.errors import KeyConflict
+from rag_engine.errors import EmbedderMismatch, KeyConflict
 from rag_engine.graph.connection import single_record
 from rag_engine.packs import ChunkRecord, ReferenceRecord
 from rag_engine.store.epochs import bump_graph_epoch
+from rag_engine.store.names import VECTOR_INDEX
 
 
 def batched(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
@@ -272,6 +273,29 @@ SET c.embedder = CASE WHEN $property = 'embedding' THEN $identity ELSE c.embedde
 """
 
 
+_HOLD_INDEX = """
+MATCH (m:IndexMeta {name: $meta})
+SET m.held = true REMOVE m.held
+RETURN m.identity AS identity, coalesce(m.property, 'embedding') AS property
+"""
+
+
+def _hold_active_index(tx: neo4j.ManagedTransaction, identity: str, property: str) -> None:
+    """Write-lock the active index's (:IndexMeta) for the rest of the transaction and check it is
+    still the one these vectors were made for. A re-index switch takes the same lock before its
+    check that every current chunk has the new vector (``reindex._switch``), so a version
+    embedded before a switch can never go live after it without the new index's vector."""
+    rec = tx.run(_HOLD_INDEX, meta=VECTOR_INDEX).single()
+    if rec is None:
+        raise EmbedderMismatch("no active vector index: it was removed during the run; run the ingest again")
+    if (rec["identity"], rec["property"]) != (identity, property):
+        raise EmbedderMismatch(
+            f"the active vector index changed during the run (a re-index switched it to {rec['identity']!r}); "
+            "these vectors are for the old one and are not activated. Run the ingest again with the config "
+            "the store now answers to"
+        )
+
+
 def write_embeddings(
     driver: neo4j.Driver,
     database: str,
@@ -293,6 +317,8 @@ def write_embeddings(
     index accepts both; their write rates measured the same)."""
 
     def work(tx: neo4j.ManagedTransaction) -> None:
+        if activate:
+            _hold_active_index(tx, identity, property)
         for batch in batched(rows, batch_size):
             tx.run(_SET_EMBEDDINGS, rows=list(batch), identity=identity, property=property).consume()
         for pack, doc_id, version in activate:
