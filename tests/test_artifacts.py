@@ -25,7 +25,8 @@ def test_a_file_read_once_in_a_run_is_parsed_once(tmp_path: Path) -> None:
     store.write("p", "k--0123456789ab", "source", {"text": "x"})
     with store.remembering():
         first = store.read("p", "k--0123456789ab", "source")
-        store.path("p", "k--0123456789ab", "source").write_text(json.dumps({"text": "changed on disk"}), encoding="utf-8")
+        changed = json.dumps({"text": "changed on disk"})
+        store.path("p", "k--0123456789ab", "source").write_text(changed, encoding="utf-8")
         assert store.read("p", "k--0123456789ab", "source") is first
         with store.remembering():  # nested: the outer run's memory stays
             assert store.read("p", "k--0123456789ab", "source") is first

@@ -74,14 +74,23 @@ def _dense_hits(engine: Engine) -> int:
     return _dense_step(engine)["hits"]
 
 
-def test_blue_green_reindex_serves_throughout_and_resumes(base_config, tmp_path, neo4j_driver, unique):
+def engines_a_b(base_config: EngineConfig, tmp_path: Path) -> tuple[Engine, Engine]:
+    """A (the suite's embedder, the one the test database is indexed with) and B (another one);
+    skips when the database is indexed with something else."""
     a_name = base_config.defaults.embedding_model if _embed_env() else "hash-embed-384"
     b_name = "hash-embed-384" if a_name != "hash-embed-384" else "hash-embed-256"
     a = _engine(base_config, tmp_path / "a", a_name)
     b = _engine(base_config, tmp_path / "b", b_name)
     active = schema.current_embedder(a.driver, a.database)
     if active is not None and active["identity"] != a.embedder_identity:
+        a.close()
+        b.close()
         pytest.skip(f"the test database is indexed with {active['identity']!r}, not the suite's embedder")
+    return a, b
+
+
+def test_blue_green_reindex_serves_throughout_and_resumes(base_config, tmp_path, neo4j_driver, unique):
+    a, b = engines_a_b(base_config, tmp_path)
     pack = temp_pack(a, unique, tmp_path / "corpus", {"policy.md": POLICY, "runbook.md": RUNBOOK})
     ingest_pack(a, pack, extract=False)
     a_meta = schema.current_embedder(a.driver, a.database)

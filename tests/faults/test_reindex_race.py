@@ -19,7 +19,7 @@ from rag_engine.graph import schema
 from rag_engine.ingest import chunks_step, index_grouped, ingest_pack, references_step, source_step
 from rag_engine.reindex import cutover_plan, run_reindex
 from tests.support.packs import POLICY, RUNBOOK, temp_pack
-from tests.test_reindex import _embed_env, _engine
+from tests.test_reindex import engines_a_b
 
 
 def _active(engine, pack: str, doc_id: str) -> list[str]:
@@ -32,13 +32,7 @@ def _active(engine, pack: str, doc_id: str) -> list[str]:
 def test_a_version_embedded_before_a_reindex_switch_is_not_activated_after_it(
     base_config, tmp_path, neo4j_driver, unique
 ):
-    a_name = base_config.defaults.embedding_model if _embed_env() else "hash-embed-384"
-    b_name = "hash-embed-384" if a_name != "hash-embed-384" else "hash-embed-256"
-    a = _engine(base_config, tmp_path / "a", a_name)
-    b = _engine(base_config, tmp_path / "b", b_name)
-    active = schema.current_embedder(a.driver, a.database)
-    if active is not None and active["identity"] != a.embedder_identity:
-        pytest.skip(f"the test database is indexed with {active['identity']!r}, not the suite's embedder")
+    a, b = engines_a_b(base_config, tmp_path)
     corpus = tmp_path / "corpus"
     pack = temp_pack(a, unique, corpus, {"policy.md": POLICY, "runbook.md": RUNBOOK})
     ingest_pack(a, pack, extract=False)
