@@ -8,6 +8,7 @@ source: fixture:heuristic-demo-extractor or fixture:grounded-demo-answerer.
     python -m evals.cassettes.build_demo_cassette            # rewrite the extraction entries
     python -m evals.cassettes.build_demo_cassette --check    # exit 1 if any current chunk has no entry
     python -m evals.cassettes.build_demo_cassette --answers  # re-record the golden answers (ingested store)
+    python -m evals.cassettes.build_demo_cassette --demo-answer  # the `make demo` question (on the demo's store)
 
 Keys are what the replay provider looks up: generation_key(served model, build_messages(...),
 RawExtraction), the same request the llm_extraction step sends. A corpus edit changes chunk ids
@@ -102,12 +103,39 @@ def is_answer_entry(entry: dict[str, Any]) -> bool:
     return isinstance(parsed, dict) and set(parsed) == ANSWER_KEYS
 
 
+DEMO_SOURCE = f"{ANSWER_SOURCE}:demo-question"
+"""The source of the `make demo` question's answer: recorded on the demo's own store (two packs,
+so its fulltext statistics and context differ from the eval's), kept when golden answers are re-recorded."""
+
+
 def _keep_lines(path: Path, *, answers: bool) -> list[str]:
-    """The cassette's lines holding answer entries (``answers``) or the other entries."""
+    """The cassette's lines holding golden answer entries (``answers``) or the other entries
+    (extractions and the demo question's answer)."""
     if not path.is_file():
         return []
     lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return [line for line in lines if is_answer_entry(json.loads(line)) == answers]
+    entries = [(line, json.loads(line)) for line in lines]
+    return [line for line, e in entries if (is_answer_entry(e) and e.get("source") != DEMO_SOURCE) == answers]
+
+
+def build_demo_answer(engine: Engine) -> dict[str, Any]:
+    """Record the answer to the `make demo` question (rag_assets/demo.py) on the store ``engine``
+    reads: run it after `make demo` ingested the demo packs. Replaces an earlier demo answer."""
+    from rag_assets.demo import QUESTION, ROLE
+    from rag_engine.query import run_query
+
+    spec = generation_spec(engine)
+    path = under_root(engine.root, spec.provider.cassette or "")
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    path.write_text("".join(ln + "\n" for ln in lines if json.loads(ln).get("source") != DEMO_SOURCE), encoding="utf-8")
+    backend = ReplayBackend(spec, Cassette(path), live=GroundedFixtureBackend(), record_source=DEMO_SOURCE)
+    engine.use_client(spec.name, ModelClient(spec, backend, ledger=engine.ledger, pricing=engine.pricing))
+    outcome = run_query(engine, QUESTION, ROLE)
+    if outcome.answer.method != "model":
+        raise ConfigError(
+            f"the demo question got no recorded answer ({outcome.answer.reason or outcome.answer.error_type})"
+        )
+    return {"question": QUESTION, "citations": list(outcome.answer.citations)}
 
 
 def build(engine: Engine, path: Path | None = None) -> dict[str, Any]:
@@ -218,9 +246,20 @@ def main(argv: list[str] | None = None) -> int:
         help="re-record the answers to every golden question (needs the ingested store: run `rag ingest` "
         "first, on a fresh database as make eval does)",
     )
+    parser.add_argument(
+        "--demo-answer",
+        action="store_true",
+        help="record the answer to the `make demo` question on the store it reads (run after `make demo`)",
+    )
     args = parser.parse_args(argv)
     engine = Engine.from_path()
     started = time.perf_counter()
+    if args.demo_answer:
+        try:
+            print(json.dumps(build_demo_answer(engine)))
+        finally:
+            engine.close()
+        return 0
     if args.answers:
         try:
             answers = build_answers(engine, progress=lambda m: print(m, file=sys.stderr))

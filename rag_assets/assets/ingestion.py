@@ -17,8 +17,9 @@ from rag_assets.code_versions import code_versions
 from rag_assets.partitions import document_versions
 from rag_assets.resources import EngineResource
 from rag_engine import ingest
+from rag_engine.embed_progress import EmbedTracker
 from rag_engine.engine import Engine
-from rag_engine.errors import EmbedderMismatch, StoreUnavailable
+from rag_engine.errors import EmbedderMismatch, RagError, StoreUnavailable
 from rag_engine.llm_extraction import extraction_step, finish_run, new_budget
 from rag_engine.packs import DomainPack
 from rag_engine.step_stamps import read_stamps, record_step
@@ -203,8 +204,30 @@ def _extraction_failures(engine: Engine, pack_name: str, keys: list[str]) -> dic
     return dict(sorted(counts.items()))
 
 
+def _chunks_to_embed(context: dg.AssetExecutionContext, engine: Engine, pack_name: str) -> int:
+    """Chunks of the run's partitions that chunk_index will embed (or take from the cache): the
+    total its progress lines count toward. Partitions whose stamp holds, or rejected upstream, add none."""
+    pack = engine.pack(pack_name)
+    version = context.assets_def.code_versions_by_key[context.asset_key] or ""
+    old = read_stamps(engine.driver, engine.database, pack_name)
+    total = 0
+    for key in context.partition_keys:
+        if ingest.stamp_holds(engine, pack, key, "chunk_index", old.get(key, {}), version):
+            continue
+        try:
+            chunks = engine.artifacts.read(pack_name, key, "chunks")
+        except (FileNotFoundError, RagError, ValueError):
+            continue
+        total += len(chunks) if isinstance(chunks, list) else 0
+    return total
+
+
 def _reindex_then_index(
-    context: dg.AssetExecutionContext, engine: Engine, pack: DomainPack, key: str
+    context: dg.AssetExecutionContext,
+    engine: Engine,
+    pack: DomainPack,
+    key: str,
+    progress: Callable[[Any], None] | None = None,
 ) -> dict[str, Any]:
     """chunk_index under a new embedder identity: the blue/green re-index (rag_engine.reindex)
     moves every current chunk to the new index while the old one keeps serving, then this
@@ -212,7 +235,7 @@ def _reindex_then_index(
     embedder or an approval: without either the new index is built and the run fails with
     ApprovalRequired (approve with `rag reindex --dry-run`, then `rag reindex --approved-by ...`)."""
     try:
-        return ingest.index_step(engine, pack, key, run_id=context.run.run_id)
+        return ingest.index_step(engine, pack, key, run_id=context.run.run_id, progress=progress)
     except EmbedderMismatch as exc:
         from rag_engine.reindex import run_reindex
 
@@ -232,7 +255,7 @@ def _reindex_then_index(
         )
         if report.status not in ("switched", "already_active"):
             raise
-        out = ingest.index_step(engine, pack, key, run_id=context.run.run_id)
+        out = ingest.index_step(engine, pack, key, run_id=context.run.run_id, progress=progress)
         return {**out, "reindexed_from": report.previous_identity or "", "reindex_status": report.status}
 
 
@@ -313,9 +336,16 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
         **{**common, "kinds": {"python", "neo4j"}, "tags": {**free_tags, "model": "embedder"}},
     )
     def chunk_index(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
-        return _run(
-            context, rag, name, "chunk_index", lambda e, p, k: _reindex_then_index(context, e, p, k), ("embedded",)
-        )
+        total = _chunks_to_embed(context, rag.engine(), name)
+        with EmbedTracker(f"{name}/chunk_index", total, emit=context.log.info) as tracker:
+            return _run(
+                context,
+                rag,
+                name,
+                "chunk_index",
+                lambda e, p, k: _reindex_then_index(context, e, p, k, progress=tracker.callback(k)),
+                ("embedded",),
+            )
 
     @dg.asset(
         key=key("llm_extraction"),
