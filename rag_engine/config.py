@@ -263,7 +263,7 @@ class RetrievalConfig(Frozen):
     exact_phrase: bool = False
     """Lexical hits holding the question's whole content phrase join the exact leg. Off: measured
     on and off, it cost 0.011 MAP@10 on the GDPR golden questions that name no rule and moved no
-    other set (a phrase hit is a lexical hit already; README, *Retrieval*)."""
+    other set (a phrase hit is a lexical hit already; docs/retrieval.md)."""
     ambiguous_ref_boost: float = Field(0.5, ge=0, le=2)
     """Weight of the ``references`` list: candidates citing a reference the question names, and (at
     half strength) those of a document answering a key the question names ambiguously (several
@@ -313,7 +313,7 @@ class RetrievalConfig(Frozen):
     """Share of the question's content stems (``rag_engine/retrieval/evidence.py``) the best
     context block must hold in its text, heading or document title; below it the answer is
     "insufficient evidence" without a model call (exact reference hits always pass). Measured
-    against 0.51 (more than half) on the golden and paraphrase sets: README, *Retrieval*."""
+    against 0.51 (more than half) on the golden and paraphrase sets: docs/retrieval.md."""
 
 
 class GraphConfig(Frozen):
