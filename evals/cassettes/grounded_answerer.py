@@ -25,6 +25,7 @@ from rag_engine.errors import ProviderResponseInvalid
 from rag_engine.graph.planner import content_terms
 from rag_engine.providers.results import Completion, Embeddings, TokenUsage
 from rag_engine.retrieval.answer import AnswerDraft
+from rag_engine.retrieval.context import TEXT_FENCE
 
 ANSWER_SOURCE = "fixture:grounded-demo-answerer"
 """The ``source`` of every fixture answer entry in a cassette."""
@@ -47,7 +48,9 @@ def context_blocks(prompt: str) -> tuple[str, list[tuple[str, str]]]:
     blocks = []
     for i, match in enumerate(heads):
         end = heads[i + 1].start() if i + 1 < len(heads) else len(context)
-        blocks.append((match.group(2), context[match.end() : end].strip()))
+        fenced = context[match.end() : end].strip("\n").split("\n")
+        text = "\n".join(line.removeprefix(TEXT_FENCE) for line in fenced)  # the block's own text, unfenced
+        blocks.append((match.group(2), text.strip()))
     return question.strip(), blocks
 
 
