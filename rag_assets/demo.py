@@ -97,6 +97,7 @@ def main() -> int:
     with dg.DagsterInstance.get() as instance:
         for pack in packs:
             started = time.perf_counter()
+            print(f"[demo] {pack.name}: {len(discover(pack))} documents, one Dagster run", flush=True)
             result = materialize_pack(defs, instance, pack)
             status = "ok" if result.success else "FAILED"
             print(f"[demo] {pack.name}: ingestion run {result.run_id} {status} in {time.perf_counter() - started:.1f}s")
