@@ -224,3 +224,9 @@ def test_status_spend_is_unknown_when_a_call_has_no_known_cost(engine):
     assert rows["priced"] == {"calls": 1, "cost": "0.25", "known_cost": "0.25", "unknown_cost_calls": 0}
     assert rows["mixed"]["cost"] is None and rows["mixed"]["known_cost"] == "0.5"
     assert [_cost(rows[m]) for m in ("priced", "mixed", "unpriced")] == ["0.25", "unknown (>= 0.5)", "unknown"]
+
+
+def test_a_query_without_role_lists_the_roles():
+    result = rag("query", "How fast must a lost laptop be reported?")
+    assert result.exit_code == 2
+    assert "--role is required: one of public, employee, legal_analyst, regulatory_analyst" in result.stderr

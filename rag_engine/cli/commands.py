@@ -143,7 +143,10 @@ def _check_ingested(eng: Any, collections: tuple[str, ...]) -> None:
 def query(
     ctx: typer.Context,
     question: Annotated[str, typer.Argument(help="The question, in plain words or a reference like 'Article 17(1)'.")],
-    role: Annotated[str, typer.Option("--role", help="The caller's role: decides which collections may be read.")],
+    role: Annotated[
+        str | None,
+        typer.Option("--role", help="The caller's role: decides which collections may be read (required)."),
+    ] = None,
     k: Annotated[
         int | None,
         typer.Option("-k", "--k", help="Candidates to return (default from config; the engine validates the range)."),
@@ -176,6 +179,10 @@ def query(
     use_json(ctx, json)
     check_session_id(session)  # bad input before any store or model is touched
     eng = engine(ctx)
+    if role is None:  # required, and the user needs to know the choices
+        from rag_engine.errors import PolicyError
+
+        raise PolicyError(f"--role is required: one of {', '.join(eng.cfg.roles)} (config/engine.yaml, roles:)")
     collections = gate(eng.cfg, role).collections  # a bad role is bad input, whatever the store's state
     engine_store_check(ctx, eng)
     _check_ingested(eng, collections)
