@@ -82,7 +82,7 @@ def _progress_to_terminal() -> None:
     progress = logging.getLogger("rag_engine.progress")
     progress.addHandler(handler)
     progress.setLevel(logging.INFO)
-    progress.propagate = False
+    # the lines also propagate to the managed ``rag_engine`` logger, which puts them in the run's log
 
 
 def main() -> int:

@@ -21,7 +21,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -108,14 +108,18 @@ DEMO_SOURCE = f"{ANSWER_SOURCE}:demo-question"
 so its fulltext statistics and context differ from the eval's), kept when golden answers are re-recorded."""
 
 
-def _keep_lines(path: Path, *, answers: bool) -> list[str]:
-    """The cassette's lines holding golden answer entries (``answers``) or the other entries
-    (extractions and the demo question's answer)."""
+def _keep_lines(path: Path, keep: Callable[[dict[str, Any]], bool]) -> list[str]:
+    """The cassette's lines whose entry ``keep`` accepts, in their order."""
     if not path.is_file():
         return []
     lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    entries = [(line, json.loads(line)) for line in lines]
-    return [line for line, e in entries if (is_answer_entry(e) and e.get("source") != DEMO_SOURCE) == answers]
+    return [line for line in lines if keep(json.loads(line))]
+
+
+def is_golden_answer(entry: dict[str, Any]) -> bool:
+    """An answer to a golden question: re-recorded by ``build_answers`` (the demo question's
+    answer is recorded on the demo's store by ``build_demo_answer`` and kept)."""
+    return is_answer_entry(entry) and entry.get("source") != DEMO_SOURCE
 
 
 def build_demo_answer(engine: Engine) -> dict[str, Any]:
@@ -143,7 +147,7 @@ def build(engine: Engine, path: Path | None = None) -> dict[str, Any]:
     them); return counts."""
     spec = extraction_spec(engine)
     path = path or cassette_path(engine)
-    kept_answers = _keep_lines(path, answers=True)
+    kept_answers = _keep_lines(path, is_answer_entry)  # golden and demo answers alike
     path.unlink(missing_ok=True)
     cassette = Cassette(path)
     per_pack: dict[str, int] = {}
@@ -207,7 +211,7 @@ def build_answers(
 
     spec = generation_spec(engine)
     path = path or under_root(engine.root, spec.provider.cassette or "")
-    kept = _keep_lines(path, answers=False)
+    kept = _keep_lines(path, lambda e: not is_golden_answer(e))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
     if spec.provider.record:
@@ -222,7 +226,7 @@ def build_answers(
     engine.use_client(spec.name, client)
     paths = golden or [engine.root / p for p in engine.cfg.evals.golden]
     report = run_eval(engine, paths, generate=True, progress=progress)
-    answers = _keep_lines(path, answers=True)
+    answers = _keep_lines(path, is_golden_answer)
     gen = report.generation
     if gen.failed:
         raise ConfigError(f"{gen.failed} golden questions got no recorded answer: {dict(gen.failures or {})}")

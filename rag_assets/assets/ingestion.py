@@ -337,7 +337,9 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
     )
     def chunk_index(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
         total = _chunks_to_embed(context, rag.engine(), name)
-        with EmbedTracker(f"{name}/chunk_index", total, emit=context.log.info) as tracker:
+        # the lines reach the run's event log through the managed ``rag_engine`` logger
+        # (config/dagster.yaml), once: an ``emit`` here would log each of them twice
+        with EmbedTracker(f"{name}/chunk_index", total) as tracker:
             return _run(
                 context,
                 rag,
