@@ -15,7 +15,8 @@ import sys
 from collections import defaultdict
 
 from evals.report import load_report
-from rag_engine.engine import DEFAULT_CONFIG, Engine
+from rag_engine import DEFAULT_CONFIG
+from rag_engine.engine import Engine
 from rag_engine.retrieval.retriever import question_references
 
 

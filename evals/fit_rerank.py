@@ -28,7 +28,8 @@ import numpy as np
 
 from evals.metrics import average_precision_at_k, ndcg_at_k
 from evals.runner import default_role, load_golden
-from rag_engine.engine import DEFAULT_CONFIG, Engine
+from rag_engine import DEFAULT_CONFIG
+from rag_engine.engine import Engine
 from rag_engine.errors import EvalInputError
 from rag_engine.retrieval.rerank import FEATURES, RerankModel
 from rag_engine.retrieval.retriever import retrieve

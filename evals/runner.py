@@ -58,9 +58,9 @@ from evals.report import (
     dump_report,
     golden_sha256,
 )
-from rag_engine import yaml_safe
+from rag_engine import DEFAULT_CONFIG, yaml_safe
 from rag_engine.config import LEGS, config_hash
-from rag_engine.engine import DEFAULT_CONFIG, Engine
+from rag_engine.engine import Engine
 from rag_engine.errors import EvalInputError
 from rag_engine.query import run_query
 from rag_engine.retrieval.answer import Answer

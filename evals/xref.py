@@ -41,10 +41,10 @@ from typing import Any
 
 import yaml
 
-from rag_engine import yaml_safe
+from rag_engine import DEFAULT_CONFIG, yaml_safe
 from rag_engine.config import load_config, under_root
 from rag_engine.documents import discover, load_document
-from rag_engine.engine import DEFAULT_CONFIG, project_root
+from rag_engine.engine import project_root
 from rag_engine.errors import RagError
 from rag_engine.packs import ChunkRecord, DomainPack, encode_local_id, load_pack
 

@@ -25,7 +25,8 @@ import dagster as dg
 
 from evals.gates import EXIT_CODES, GateResult, summary
 from rag_assets.definitions import build_definitions
-from rag_engine.engine import DEFAULT_CONFIG, project_root
+from rag_engine import DEFAULT_CONFIG
+from rag_engine.engine import project_root
 
 CHECK = dg.AssetCheckKey(dg.AssetKey("eval_report"), "eval_gate")
 

@@ -25,8 +25,8 @@ from rag_assets.jobs import ingestion_job
 from rag_assets.resources import EngineResource, broken_packs, engine_for
 from rag_assets.sensors import build_document_sensor
 from rag_assets.swap import provider_swap_dry_run
+from rag_engine import DEFAULT_CONFIG
 from rag_engine.config import slice_hash
-from rag_engine.engine import DEFAULT_CONFIG
 
 if TYPE_CHECKING:  # define_asset_job's return type, which dagster does not export
     from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition

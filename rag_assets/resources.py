@@ -13,8 +13,9 @@ from functools import lru_cache
 
 import dagster as dg
 
+from rag_engine import DEFAULT_CONFIG
 from rag_engine.config import load_config, under_root
-from rag_engine.engine import DEFAULT_CONFIG, Engine, project_root
+from rag_engine.engine import Engine, project_root
 from rag_engine.packs import load_packs
 
 

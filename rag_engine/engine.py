@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import neo4j
 
+from rag_engine import DEFAULT_CONFIG
 from rag_engine.artifacts import ArtifactStore
 from rag_engine.config import EngineConfig, load_config, under_root
 from rag_engine.errors import ConfigError, PackError
@@ -27,8 +28,6 @@ if TYPE_CHECKING:
     from rag_engine.providers.ledger import UsageLedger
     from rag_engine.providers.pricing import PriceTable
     from rag_engine.retrieval.live_source import LiveSources
-
-DEFAULT_CONFIG = "config/engine.yaml"
 
 
 def project_root() -> Path:

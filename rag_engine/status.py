@@ -206,13 +206,37 @@ def _spend(engine: Engine) -> dict[str, Any]:
     return {"models": sorted(out.values(), key=lambda r: r["model"])}
 
 
-def _automation(env: Mapping[str, str]) -> dict[str, Any] | None:
-    """Schedules and sensors (on/off) and the latest runs, from a SQLite Dagster instance."""
+DEFAULT_DAGSTER_HOME = Path("var") / "dagster_home"
+"""Where `make demo` / `make dev` keep the Dagster instance (the Makefile's DAGSTER_HOME), under
+the project root: `rag status` reads it when DAGSTER_HOME is not set in the caller's shell."""
+
+ON = ("RUNNING", "DECLARED_IN_CODE", "AUTOMATICALLY_RUNNING")
+"""Instigator states that mean "on". Dagster stores DECLARED_IN_CODE (AUTOMATICALLY_RUNNING
+before 1.5) for a sensor or schedule whose code declares it running and nobody toggled; one
+stopped by hand is STOPPED, one started by hand RUNNING."""
+
+
+def _instigator_name(body: str | None) -> str | None:
+    """The sensor or schedule name in a stored InstigatorState: under ``origin`` (serialized as
+    an ExternalJobOrigin, so the field is ``job_name``; ``instigator_name`` in newer layouts)."""
+    if not body:
+        return None
+    data = json.loads(body)
+    origin = data.get("origin") or {}
+    return data.get("name") or origin.get("instigator_name") or origin.get("job_name")
+
+
+def _automation(env: Mapping[str, str], root: Path | None = None) -> dict[str, Any] | None:
+    """Schedules and sensors (on/off) and the latest runs, from a SQLite Dagster instance:
+    DAGSTER_HOME, else the project's own ``var/dagster_home`` when it holds an instance."""
     home = env.get("DAGSTER_HOME")
+    source = "DAGSTER_HOME"
+    if not home and root is not None and (root / DEFAULT_DAGSTER_HOME / "dagster.yaml").is_file():
+        home, source = str(root / DEFAULT_DAGSTER_HOME), "project default"
     if not home:
         return None
     base = Path(home)
-    out: dict[str, Any] = {"dagster_home": base.name, "instigators": [], "runs": []}
+    out: dict[str, Any] = {"dagster_home": base.name, "source": source, "instigators": [], "runs": []}
     schedules, runs = base / "schedules" / "schedules.db", base / "history" / "runs.db"
     if not schedules.is_file() and not runs.is_file():
         out["note"] = "no local run or schedule storage (not started yet, or a Postgres instance: see the UI)"
@@ -221,8 +245,7 @@ def _automation(env: Mapping[str, str]) -> dict[str, Any] | None:
         if schedules.is_file():
             with closing(sqlite3.connect(f"file:{schedules}?mode=ro", uri=True, timeout=1)) as db:
                 for body, status in db.execute("SELECT instigator_body, status FROM instigators"):
-                    name = json.loads(body).get("name") if body else None
-                    out["instigators"].append({"name": name, "status": status})
+                    out["instigators"].append({"name": _instigator_name(body), "status": status, "on": status in ON})
         if runs.is_file():
             with closing(sqlite3.connect(f"file:{runs}?mode=ro", uri=True, timeout=1)) as db:
                 for run_id, job, status, updated in db.execute(
@@ -263,5 +286,5 @@ def collect_status(engine: Engine, env: Mapping[str, str] | None = None) -> dict
         "quality": store["quality"],
         "eval_gate": _gate(engine),
         "spend": _spend(engine),
-        "automation": _automation(env),
+        "automation": _automation(env, Path(engine.root)),
     }

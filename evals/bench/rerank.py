@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from evals.runner import default_role, load_golden
-from rag_engine.engine import DEFAULT_CONFIG, Engine
+from rag_engine import DEFAULT_CONFIG
+from rag_engine.engine import Engine
 from rag_engine.retrieval.retriever import retrieve
 
 

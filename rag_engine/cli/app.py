@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from typer.core import TyperGroup
 
+from rag_engine import DEFAULT_CONFIG
 from rag_engine.cli import commands
 from rag_engine.cli.common import BAD_INPUT, CHECK_FAILED, State, emit_json, err, state
-from rag_engine.engine import DEFAULT_CONFIG
 from rag_engine.errors import NotIngested, RagError, StoreUnavailable
 
 if TYPE_CHECKING:

@@ -435,15 +435,19 @@ def costs(
             for part in render(table):
                 out().print(part, markup=False)
         return
-    from rag_engine.providers.costs_cli import costs_report
+    from rag_engine.providers.costs_cli import costs_summary, costs_table, costs_totals
 
-    text = costs_report(eng.cfg, eng.root, run_id=run_id, as_json=json)
+    summary = costs_summary(eng.cfg, eng.root, run_id=run_id)
     if json:
-        import json as _json
-
-        emit_json(ctx, _json.loads(text))
-    else:
-        out().print(text, markup=False, highlight=False)
+        emit_json(ctx, {k: summary[k] for k in ("run_id", "rows", "totals")})
+        return
+    console = out(wide=True)
+    if not summary["rows"]:
+        console.print("no usage recorded" + (f" for run {run_id}" if run_id else ""), markup=False)
+        return
+    console.print(costs_table(summary))
+    for line in costs_totals(summary):
+        console.print(line, markup=False)
 
 
 def status(ctx: typer.Context, json: JsonOpt = False) -> None:

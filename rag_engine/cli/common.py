@@ -10,10 +10,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
-from rag_engine.engine import DEFAULT_CONFIG, Engine
+from rag_engine import DEFAULT_CONFIG
 
 if TYPE_CHECKING:
     from typer._click import Context as ClickContext  # typer.Context's base: what a group's invoke receives
+
+    from rag_engine.engine import Engine  # imported when a command asks for it: `rag --help` stays fast
 
 OK, CHECK_FAILED, BAD_INPUT = 0, 1, 2
 """0 ok; 1 a check or gate failed (ingest with failures, a blocking quality check); 2 bad input,
@@ -50,9 +52,12 @@ def state(ctx: ClickContext) -> State:
     return root.obj
 
 
-def out() -> Console:
-    """Human output (stdout). Resolved per call so a test runner's captured stdout is used."""
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 140)  # a pipe or file: keep tables whole
+def out(*, wide: bool = False) -> Console:
+    """Human output (stdout). Resolved per call so a test runner's captured stdout is used.
+    A pipe or file gets 140 columns, or with ``wide`` as many as a table needs (its rows never wrap)."""
+    if sys.stdout.isatty():
+        return Console(highlight=False)
+    return Console(highlight=False, width=10_000 if wide else 140)
 
 
 def err() -> Console:
@@ -77,6 +82,8 @@ def use_json(ctx: typer.Context, flag: bool) -> bool:
 def engine(ctx: typer.Context, *, store: bool = False) -> Engine:
     """The engine for the root --config; with ``store`` the Neo4j connection is checked first, so a
     stopped server is one line after the connect timeout, not a retrying traceback."""
+    from rag_engine.engine import Engine
+
     eng = Engine.from_path(state(ctx).config)
     ctx.call_on_close(eng.close)
     ctx.call_on_close(lambda: warn_broken_packs(eng))

@@ -311,12 +311,15 @@ def status(console: Console, s: dict[str, Any]) -> None:
     p(spend if s["spend"]["models"] else "spend: no usage recorded")
     auto = s["automation"]
     if auto is None:
-        p("automation: no Dagster instance configured (DAGSTER_HOME unset)")
+        p(
+            "automation: no Dagster instance (DAGSTER_HOME unset, no var/dagster_home: "
+            "`make demo` or `make dev` makes one)"
+        )
     else:
-        on = [i["name"] for i in auto["instigators"] if i["status"] in ("RUNNING", "AUTOMATICALLY_RUNNING")]
+        on = [i["name"] for i in auto["instigators"] if i["on"]]
         p(
             escape(
-                f"automation ({auto['dagster_home']}): {len(on)} schedule(s)/sensor(s) on"
+                f"automation ({auto['dagster_home']}, {auto['source']}): {len(on)} schedule(s)/sensor(s) on"
                 + (f": {', '.join(map(str, on))}" if on else "")
                 + (f"; {auto['note']}" if auto.get("note") else "")
             )

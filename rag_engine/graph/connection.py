@@ -63,6 +63,9 @@ def open_driver(target: Neo4jTarget, env: Mapping[str, str] | None = None) -> ne
             connection_timeout=target.connect_timeout_s,
             connection_acquisition_timeout=max(2 * target.connect_timeout_s, 10.0),
             max_connection_lifetime=3600,
+            # the server's notifications (an unknown label or property on a fresh store, a
+            # deprecation) are not errors; the driver logged each as a ~600-character WARNING
+            notifications_min_severity="OFF",
         )
     except (neo4j.exceptions.ConfigurationError, ValueError) as exc:  # its message quotes the whole URI
         from rag_engine.errors import ConfigError

@@ -28,7 +28,7 @@ from rag_engine.errors import (
     ProviderResponseInvalid,
 )
 from rag_engine.providers.ledger import UsageLedger, UsageRecord
-from rag_engine.providers.pricing import PriceTable
+from rag_engine.providers.pricing import PriceTable, local_compute
 from rag_engine.providers.ratelimit import RateLimiter, limiter_for
 from rag_engine.providers.registry import ModelSpec, resolve_endpoint
 from rag_engine.providers.results import (
@@ -150,6 +150,8 @@ class ModelClient:
     def _cost(self, answer: Completion | Embeddings | None, usage: TokenUsage) -> Decimal | None:
         if isinstance(answer, Embeddings) and not answer.priced:
             return Decimal(0)  # local compute: known to be free
+        if answer is None and local_compute(self.spec.provider, self.spec.model):
+            return Decimal(0)  # a failed call to a local embedder is as free as an answered one
         if self._pricing is None or not usage.reported:
             return None
         from rag_engine.providers.pricing import price_key

@@ -6,6 +6,7 @@ password) is never printed.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Mapping
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from rich.console import Console
+from rich.table import Table
 
 from rag_engine.config import EngineConfig
 from rag_engine.errors import ConfigError
@@ -36,13 +39,13 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def costs_report(
+def costs_summary(
     cfg: EngineConfig,
     root: str | Path,
     run_id: str | None = None,
-    as_json: bool = False,
     env: Mapping[str, str] | None = None,
-) -> str:
+) -> dict[str, Any]:
+    """Rows per provider / model / run (JSON-safe), the totals and the pricing currency."""
     ledger = UsageLedger(ledger_url(cfg, os.environ if env is None else env, root))
     try:
         frame = ledger.summary_frame(run_id)
@@ -55,22 +58,75 @@ def costs_report(
         "cost": format(sum(known, Decimal(0)), "f") if known else None,
         "unknown_cost_calls": int(frame["unknown_cost_calls"].sum()) if len(frame) else 0,
     }
-    if as_json:
-        rows = [{k: _plain(v) for k, v in row.items()} for row in frame.to_dict(orient="records")]
-        return json.dumps({"run_id": run_id, "rows": rows, "totals": totals}, indent=2, sort_keys=True)
-    if frame.empty:
-        return "no usage recorded" + (f" for run {run_id}" if run_id else "")
-    shown = frame.drop(columns=["reported_models", "pricing_versions"]).copy()
-    shown["cost"] = shown["cost"].map(_money)
-    for col in ("cached_input_tokens", "reasoning_tokens"):
-        shown[col] = shown[col].map(lambda v: "n/a" if pd.isna(v) else str(int(v)))
-    lines = [shown.to_string(index=False), ""]
-    total_cost = _money(Decimal(totals["cost"])) if totals["cost"] is not None else "unknown"
     try:
-        currency = " " + pricing_for(cfg, root).currency
+        currency: str | None = pricing_for(cfg, root).currency
     except ConfigError:
-        currency = ""
-    lines.append(f"total: {totals['calls']} calls, {totals['errors']} errors, cost {total_cost}{currency}")
+        currency = None
+    rows = [{k: _plain(v) for k, v in row.items()} for row in frame.to_dict(orient="records")]
+    return {"run_id": run_id, "rows": rows, "totals": totals, "currency": currency}
+
+
+_COLUMNS = (
+    ("provider", "provider"),
+    ("requested_model", "model"),
+    ("run_id", "run"),
+    ("calls", "calls"),
+    ("errors", "errors"),
+    ("input_tokens", "input tok"),
+    ("cached_input_tokens", "cached tok"),
+    ("output_tokens", "output tok"),
+    ("reasoning_tokens", "reasoning tok"),
+    ("cost", "cost"),
+    ("unknown_cost_calls", "unknown cost"),
+)
+
+
+def costs_table(summary: dict[str, Any]) -> Table:
+    """The summary as one table, a row per provider / model / run; cells never wrap, so a row
+    stays one line however narrow the output (a pipe gets the table's natural width)."""
+    table = Table(title="usage and cost" + (f" of run {summary['run_id']}" if summary["run_id"] else ""))
+    for key, header in _COLUMNS:
+        numeric = key not in ("provider", "requested_model", "run_id")
+        table.add_column(header, justify="right" if numeric else "left", no_wrap=True)
+    for row in summary["rows"]:
+        cells = []
+        for key, _ in _COLUMNS:
+            value = row.get(key)
+            if key == "cost":
+                cells.append(_money(value))
+            elif value is None:
+                cells.append("n/a")
+            else:
+                cells.append(str(value))
+        table.add_row(*cells)
+    return table
+
+
+def costs_totals(summary: dict[str, Any]) -> list[str]:
+    """The total line, and the unknown-cost warning when there is one."""
+    totals = summary["totals"]
+    total_cost = _money(totals["cost"]) if totals["cost"] is not None else "unknown"
+    currency = f" {summary['currency']}" if summary["currency"] else ""
+    lines = [f"total: {totals['calls']} calls, {totals['errors']} errors, cost {total_cost}{currency}"]
     if totals["unknown_cost_calls"]:
         lines.append(f"       {totals['unknown_cost_calls']} call(s) with unknown cost are not included in the total")
-    return "\n".join(lines)
+    return lines
+
+
+def costs_report(
+    cfg: EngineConfig,
+    root: str | Path,
+    run_id: str | None = None,
+    as_json: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> str:
+    """The summary as text (the table at its natural width, then the totals) or as JSON."""
+    summary = costs_summary(cfg, root, run_id, env)
+    if as_json:
+        return json.dumps({k: summary[k] for k in ("run_id", "rows", "totals")}, indent=2, sort_keys=True)
+    if not summary["rows"]:
+        return "no usage recorded" + (f" for run {run_id}" if run_id else "")
+    console = Console(file=io.StringIO(), width=10_000, highlight=False, color_system=None)
+    console.print(costs_table(summary))
+    text = "\n".join(line.rstrip() for line in console.file.getvalue().splitlines())  # type: ignore[attr-defined]
+    return "\n".join([text, "", *costs_totals(summary)])

@@ -26,6 +26,7 @@ from rag_engine.errors import (
     ProviderResponseInvalid,
     ProviderTimeout,
 )
+from rag_engine.providers.pricing import local_compute
 from rag_engine.providers.ratelimit import RateLimiter, estimate_tokens
 from rag_engine.providers.registry import ModelSpec
 from rag_engine.providers.results import Completion, Embeddings, TokenUsage
@@ -266,7 +267,7 @@ class OpenAIBackend:
                 reported_model=getattr(response, "model", None) or None,
                 usage=_usage(getattr(response, "usage", None)),
                 provider=self.name,
-                priced=self._spec.provider.hosted,  # a local embedding server is local compute: cost 0
+                priced=not local_compute(self._spec.provider, self._spec.model),
             )
         except (ValidationError, TypeError, ValueError):
             raise self._invalid("embedding response is malformed") from None

@@ -15,10 +15,17 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from rag_engine import yaml_safe
-from rag_engine.config import EngineConfig, under_root
+from rag_engine.config import EngineConfig, ModelConfig, ProviderConfig, under_root
 from rag_engine.errors import ConfigError
 
 _MILLION = Decimal(1_000_000)
+
+
+def local_compute(provider: ProviderConfig, model: ModelConfig) -> bool:
+    """Embeddings from a provider that is not hosted run on our own cores: every call costs 0,
+    answered or failed, whatever the pricing file holds. (Generation on a local server is not
+    assumed free: its cost model is the pricing file's.)"""
+    return model.role == "embedding" and not provider.hosted and provider.kind != "replay"
 
 
 def _exact_decimal(value: Any) -> Any:

@@ -307,7 +307,7 @@ def _capability_losses(role: str, current: Identity, candidate: Identity) -> lis
 
 
 def _pricing(cfg: EngineConfig, ident: Identity, root: Path) -> tuple[Pricing, Any]:
-    from rag_engine.providers.pricing import load_pricing, price_key
+    from rag_engine.providers.pricing import ModelPrice, load_pricing, local_compute, price_key
 
     if ident.model is None:
         return Pricing(price_key=None, pricing_version=None, known=False, gap="role off: no model, no cost"), None
@@ -322,6 +322,10 @@ def _pricing(cfg: EngineConfig, ident: Identity, root: Path) -> tuple[Pricing, A
         return Pricing(
             price_key=key, pricing_version=None, known=False, gap=f"cost unknown: pricing file unreadable ({exc})"
         ), None
+    provider = cfg.provider(model.provider)
+    if provider is not None and local_compute(provider, model):
+        free = ModelPrice(input_per_million=Decimal(0), output_per_million=Decimal(0))
+        table = table.model_copy(update={"models": {**table.models, key: free}})
     price = table.models.get(key)
     if price is None:
         why = (
@@ -740,7 +744,7 @@ def dry_run(
     config/engine.yaml), for the rollback. ``sample``: embed a few chunks through a candidate embedder
     to measure its rate. Raises ConfigError for bad input (unknown role or model, unreadable file).
     """
-    from rag_engine.engine import DEFAULT_CONFIG
+    from rag_engine import DEFAULT_CONFIG
 
     if not _is_role(role):
         raise ConfigError(f"unknown role {role!r}; roles: {list(ROLES)}")

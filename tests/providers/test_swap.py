@@ -165,7 +165,9 @@ def test_local_embedding_swap(ingested, variant, tmp_path, fake):
     (c,) = report.consequences
     assert c.kind == "reindex" and c.chunks == _active(eng) and c.chunks > 0
     assert c.rate_source.startswith("measured") and c.estimated_seconds is not None
-    assert c.estimated_cost_usd is None and "cost unknown" in c.cost_note
+    # an embedder on our own cores is local compute: known to cost 0, as `rag costs` records it
+    assert report.pricing_candidate.known and report.pricing_candidate.input_per_million == "0"
+    assert c.estimated_cost_usd == "0.000000" and "at the candidate's rate" in c.cost_note
     assert "dimension" not in c.summary  # 384 -> 384: same dimension, another vector space
     assert "rag reindex --keep-old" in text
 
