@@ -14,10 +14,11 @@ export RAG_EMBED_ENDPOINT ?= http://127.0.0.1:$(EMBED_LOCAL_PORT)/v1
 
 .PHONY: setup lint demo test dev neo4j-start neo4j-stop postgres-start postgres-stop embed-start embed-stop bench eval eval-gate eval-gate-dagster baseline clean
 
+# PYTHONWARNINGS=ignore: setuptools' editable-install warning block is not for a newcomer
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	PYTHONWARNINGS=ignore $(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
 $(DAGSTER_HOME)/dagster.yaml: config/dagster.yaml
