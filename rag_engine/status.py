@@ -211,8 +211,8 @@ DEFAULT_DAGSTER_HOME = Path("var") / "dagster_home"
 the project root: `rag status` reads it when DAGSTER_HOME is not set in the caller's shell."""
 
 ON = ("RUNNING", "DECLARED_IN_CODE", "AUTOMATICALLY_RUNNING")
-"""Instigator states that mean "on". Dagster stores DECLARED_IN_CODE (AUTOMATICALLY_RUNNING
-before 1.5) for a sensor or schedule whose code declares it running and nobody toggled; one
+"""Instigator states that mean "on". Dagster stores DECLARED_IN_CODE (its older name:
+AUTOMATICALLY_RUNNING) for a sensor or schedule whose code declares it running and nobody toggled; one
 stopped by hand is STOPPED, one started by hand RUNNING."""
 
 
