@@ -63,3 +63,32 @@ def test_a_run_does_not_bring_back_what_a_concurrent_run_withdrew(base_config, u
     finally:
         first.close()
         second.close()
+
+
+class DeleteAtChunks(IngestObserver):
+    """Deletes files once the run is past its opening withdrawal (at the chunks step)."""
+
+    def __init__(self, corpus, names):
+        self.corpus, self.names = corpus, names
+
+    def step_started(self, pack: str, step: str, total: int, unchanged: int) -> None:
+        if step == "chunks":
+            for name in self.names:
+                (self.corpus / name).unlink(missing_ok=True)
+
+
+def test_a_file_removed_while_the_run_is_in_progress_is_withdrawn_when_it_ends(
+    base_config, unique, tmp_path, neo4j_driver
+):
+    """The run had no work for the removed (unchanged) document, so no step check sees it: only
+    the withdrawal at the end of the run stops it being served before the next run."""
+    corpus = tmp_path / "corpus"
+    engine = make_engine(base_config, tmp_path)
+    try:
+        pack = temp_pack(engine, unique, corpus, {f"note{i}.md": _doc(i) for i in range(3)})
+        ingest_pack(engine, pack, extract=False)
+        (corpus / "note0.md").write_text(_doc(0) + "\nRevised.\n")  # work for the run: note0 only
+        ingest_pack(engine, pack, extract=False, observer=DeleteAtChunks(corpus, ["note2.md"]))
+        assert _active_docs(engine, unique) == {"note0", "note1"}
+    finally:
+        engine.close()
