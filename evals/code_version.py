@@ -16,8 +16,8 @@ from rag_engine.engine import Engine
 
 def answer_prompt_hash() -> str:
     """sha256 (16 hex) of the answer's system prompt, instructions and structured answer schema."""
-    from rag_engine.query import SYSTEM_PROMPT
     from rag_engine.retrieval.answer import INSTRUCTIONS, AnswerDraft
+    from rag_engine.retrieval.query import SYSTEM_PROMPT
 
     payload = SYSTEM_PROMPT + INSTRUCTIONS + repr(sorted(AnswerDraft.model_json_schema().items()))
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]

@@ -79,9 +79,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from evals.report import METRIC_NAMES, SCHEMA, EvalReport, GenerationInfo, load_report, report_sha256
 from rag_engine import yaml_safe
-from rag_engine.approvals import ACCEPT_GATE_REGRESSION, Approval, inputs_hash, require
 from rag_engine.config import EvalsConfig, load_config
 from rag_engine.errors import ApprovalError, EvalInputError, IncomparableReports, RagError
+from rag_engine.governance.approvals import ACCEPT_GATE_REGRESSION, Approval, inputs_hash, require
 
 GATE_SCHEMA: Final = "rag-eval-gate/2"
 Status = Literal["pass", "regression", "accepted", "incomparable"]
@@ -994,7 +994,7 @@ def _audit_acceptance(
         return
     import os
 
-    from rag_engine.audit import AuditTrail
+    from rag_engine.governance.audit import AuditTrail
     from rag_engine.providers.ledger import ledger_url
 
     try:

@@ -28,6 +28,9 @@ Ablations are one flag away: ``--legs lexical,dense`` keeps the listed legs (``e
 ``lexical``, ``dense``, ``live``) at their configured weight and sets the others to 0; ``--weights
 lexical=1,dense=0.5`` sets the listed legs' weights (applied after ``--legs``; unlisted legs keep
 theirs). Only the engine changes; the baselines are the same in every run.
+
+Longer than 500 lines because the golden-set run, its baselines and the report it writes are one
+command, read top-down.
 """
 
 from __future__ import annotations
@@ -62,9 +65,9 @@ from rag_engine import DEFAULT_CONFIG, yaml_safe
 from rag_engine.config import LEGS, config_hash
 from rag_engine.engine import Engine
 from rag_engine.errors import EvalInputError
-from rag_engine.query import run_query
+from rag_engine.governance.policy import gate
 from rag_engine.retrieval.answer import Answer
-from rag_engine.retrieval.policy import gate
+from rag_engine.retrieval.query import run_query
 from rag_engine.retrieval.retriever import retrieve
 from rag_engine.store import reads
 from rag_engine.store.session import read_transaction

@@ -32,12 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from rag_engine.config import ModelConfig, ProviderConfig
-from rag_engine.documents import discover, load_document
 from rag_engine.engine import Engine
 from rag_engine.errors import ConfigError
 from rag_engine.graph.extraction import build_messages
 from rag_engine.graph.models import RawExtraction
-from rag_engine.ingest import ingest_pack
+from rag_engine.ingest.documents import discover, load_document
+from rag_engine.ingest.pipeline import ingest_pack
 from rag_engine.packs import DomainPack, load_pack
 from rag_engine.providers.replay import Cassette
 from rag_engine.retrieval.retriever import retrieve

@@ -16,7 +16,7 @@
   approves by materializing the asset with an approval in its run config (``approved_by``,
   ``reason``, optionally the ``inputs_hash`` of the estimate it saw; the UI's Materialize with
   config, or ``dg launch --assets <pack>/llm_extraction --partition-range A...B --config-json
-  ...``): ``rag_engine.approvals`` binds it to the asset, partitions and estimate, and a run above
+  ...``): ``rag_engine.governance.approvals`` binds it to the asset, partitions and estimate, and a run above
   the limit without one fails with ``ApprovalRequired`` before any model call; both are audit
   records. The free dependents then follow by themselves.
 
@@ -68,7 +68,7 @@ def _price(engine: Engine, model_name: str, input_tokens: int, output_tokens: in
 
 
 def _chunk_texts(engine: Engine, pack: DomainPack, key: str) -> list[str]:
-    from rag_engine.documents import load_document
+    from rag_engine.ingest.documents import load_document
 
     if engine.artifacts.exists(pack.name, key, "chunks"):
         data = engine.artifacts.read(pack.name, key, "chunks")
@@ -147,8 +147,8 @@ def require_paid_approval(
 ) -> None:
     """Before any model call: nothing to approve under the limit; above it, the approval in the run
     config must bind this asset, its partitions and the estimate (``paid_automation``)."""
-    from rag_engine.approvals import PAID_AUTOMATION, Approval, inputs_hash, require
-    from rag_engine.audit import audit_trail
+    from rag_engine.governance.approvals import PAID_AUTOMATION, Approval, inputs_hash, require
+    from rag_engine.governance.audit import audit_trail
 
     if within_limit(engine, estimate):
         return

@@ -18,8 +18,8 @@ import dagster as dg
 from rag_assets.definitions import build_definitions
 from rag_assets.partitions import document_versions, partitions_name
 from rag_assets.sensors import plan_partitions
-from rag_engine.documents import discover
 from rag_engine.engine import Engine
+from rag_engine.ingest.documents import discover
 from rag_engine.packs import DomainPack
 
 RANGE_START = "dagster/asset_partition_range_start"
@@ -111,7 +111,7 @@ def answer(engine: Engine, started_all: float) -> int:
     from rich.console import Console
 
     from rag_engine.cli import render
-    from rag_engine.query import run_query
+    from rag_engine.retrieval.query import run_query
 
     print(f"\n[demo] rag query {QUESTION!r} --role {ROLE}\n", flush=True)
     outcome = run_query(engine, QUESTION, ROLE)

@@ -7,9 +7,9 @@ import dagster as dg
 
 from rag_assets.partitions import document_versions, partitions_name
 from rag_assets.resources import EngineResource
-from rag_engine.documents import discover
-from rag_engine.ingest import withdraw_missing_documents
-from rag_engine.llm_extraction import budget_skipped_partitions
+from rag_engine.ingest.documents import discover
+from rag_engine.ingest.extraction_step import budget_skipped_partitions
+from rag_engine.ingest.steps import withdraw_missing_documents
 
 if TYPE_CHECKING:  # define_asset_job's return type, which dagster does not export
     from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition

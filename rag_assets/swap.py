@@ -30,11 +30,11 @@ def swap_dry_run(context: dg.OpExecutionContext, config: SwapConfig, rag: Engine
     if not (config.candidate or config.candidate_config):
         raise dg.Failure(description="name a candidate: set candidate (a model name) or candidate_config (a file)")
     try:
-        from rag_engine.providers import swap  # issue 14, engine side
+        from rag_engine.ops import swap  # issue 14, engine side
     except ImportError:
-        # TODO(issue 14): rag_engine/providers/swap.py has not landed; this job calls it once it does.
+        # TODO(issue 14): rag_engine/ops/swap.py has not landed; this job calls it once it does.
         raise dg.Failure(
-            description="the provider swap dry run (rag_engine.providers.swap) is not available in this build yet"
+            description="the provider swap dry run (rag_engine.ops.swap) is not available in this build yet"
         ) from None
     report = swap.dry_run(
         rag.engine(),

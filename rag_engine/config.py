@@ -3,6 +3,9 @@
 Config is data and code is generic: every knob the engine reads lives here, validated once at
 load time. Errors name the offending key and its line in the file, because a bad deploy is
 usually one typo. The config never holds secrets, only the *names* of environment variables.
+
+Longer than 500 lines because the whole schema of ``config/engine.yaml`` is here, read top-down
+as its reference.
 """
 
 from __future__ import annotations
@@ -407,7 +410,7 @@ class AutomationConfig(Frozen):
 
 
 class AuditConfig(Frozen):
-    """The append-only audit trail (rag_engine/audit.py), kept in the usage ledger's database."""
+    """The append-only audit trail (rag_engine/governance/audit.py), kept in the usage ledger's database."""
 
     enabled: bool = True
     retention_days: int = Field(365, ge=1)

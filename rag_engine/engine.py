@@ -14,20 +14,20 @@ from typing import TYPE_CHECKING
 import neo4j
 
 from rag_engine import DEFAULT_CONFIG
-from rag_engine.artifacts import ArtifactStore
-from rag_engine.config import EngineConfig, load_config, under_root
+from rag_engine.config import LEGS, EngineConfig, load_config, under_root
 from rag_engine.errors import ConfigError, PackError
-from rag_engine.graph.connection import Neo4jTarget, neo4j_target, open_driver
 from rag_engine.packs import DomainPack, load_packs
 from rag_engine.providers.embedders import HashEmbedder
-from rag_engine.providers.registry import ProviderRegistry
+from rag_engine.providers.registry import QUERY_PURPOSE, ModelSpec, ProviderRegistry
+from rag_engine.store.artifacts import ArtifactStore
+from rag_engine.store.connection import Neo4jTarget, neo4j_target, open_driver
 
 if TYPE_CHECKING:
     from rag_engine.providers.clients import ModelClient
     from rag_engine.providers.embedding_cache import EmbeddingCache
     from rag_engine.providers.ledger import UsageLedger
     from rag_engine.providers.pricing import PriceTable
-    from rag_engine.retrieval.live_source import LiveSources
+    from rag_engine.store.live_sql import LiveSources
 
 
 def project_root() -> Path:
@@ -157,7 +157,6 @@ class Engine:
         if isinstance(emb, HashEmbedder) or spec.name in self.__dict__.get("_given_clients", ()):
             return emb
         from rag_engine.providers.clients import build_client
-        from rag_engine.providers.registry import ModelSpec
 
         r = self.cfg.retrieval
         provider = spec.provider.model_copy(
@@ -189,9 +188,7 @@ class Engine:
     def embed_texts(self, texts: list[str], *, purpose: str, run_id: str | None = None) -> list[list[float]]:
         """Embed through the active embedder; ``purpose`` "query" selects the query mode of an
         asymmetric embedder, any other purpose the index mode, and the question's deadline
-        (``query_embedder``). Not cached (see ingest.index_step)."""
-        from rag_engine.providers.registry import QUERY_PURPOSE
-
+        (``query_embedder``). Not cached (see ingest.steps.index_step)."""
         emb = self.query_embedder if purpose == QUERY_PURPOSE else self.embedder
         if isinstance(emb, HashEmbedder):
             return emb.embed(texts)
@@ -201,8 +198,6 @@ class Engine:
     def leg_weights(self) -> dict[str, float]:
         """Fusion weight per retrieval leg: configured ones, else 1.0; the dense leg's default is
         the active embedding model's ``dense_weight``."""
-        from rag_engine.config import LEGS
-
         dense = self.registry.embedding.model.dense_weight
         return {
             **dict.fromkeys(LEGS, 1.0),
@@ -213,7 +208,7 @@ class Engine:
     @cached_property
     def live_sources(self) -> LiveSources:
         """Connections to the packs' live SQL sources (``packs[].live_sources``), opened on first use."""
-        from rag_engine.retrieval.live_source import LiveSources
+        from rag_engine.store.live_sql import LiveSources
 
         return LiveSources(self.env)
 

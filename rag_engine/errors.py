@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from rag_engine.providers.ledger import UsageRecord
+    from rag_engine.usage import UsageRecord
 
 
 class RagError(Exception):

@@ -77,7 +77,7 @@ def engine(base_config: EngineConfig, tmp_path: Path, neo4j_driver) -> Engine:
 @pytest.fixture(scope="session")
 def ingested_engine(base_config: EngineConfig, tmp_path_factory, neo4j_driver) -> Engine:
     """Both shipped packs ingested once per session through the engine's own pipeline."""
-    from rag_engine.ingest import ingest_pack
+    from rag_engine.ingest.pipeline import ingest_pack
 
     base = tmp_path_factory.mktemp("ingested")
     env = {"NEO4J_URI": _neo4j_uri(), "RAG_LEDGER_URL": f"sqlite:///{base / 'ledger.sqlite'}", **_embed_env()}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rag_engine.artifacts import ArtifactStore
+from rag_engine.store.artifacts import ArtifactStore
 
 
 def test_remembering_serves_reads_from_memory_and_still_writes_the_file(tmp_path: Path) -> None:

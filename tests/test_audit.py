@@ -10,10 +10,17 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy
 
-from rag_engine.approvals import DELETE_AUDIT_RECORDS, GRAPH_CLEANUP, Approval, canonical, inputs_hash, require
-from rag_engine.audit import AuditRecord, AuditTrail, audit_trail, parse_since
 from rag_engine.engine import Engine
 from rag_engine.errors import ApprovalMismatch, ApprovalRequired, AuditError
+from rag_engine.governance.approvals import (
+    DELETE_AUDIT_RECORDS,
+    GRAPH_CLEANUP,
+    Approval,
+    canonical,
+    inputs_hash,
+    require,
+)
+from rag_engine.governance.audit import AuditRecord, AuditTrail, audit_trail, parse_since
 from tests.conftest import ROOT, SENTINEL, with_artifacts
 from tests.support.packs import POLICY, RUNBOOK, temp_pack
 
@@ -129,7 +136,7 @@ def test_parse_since():
 @pytest.fixture
 def kb_engine(base_config, tmp_path, unique, neo4j_driver):
     """A throwaway KB pack (four chunks), its own ledger: the query path end to end."""
-    from rag_engine.ingest import ingest_pack
+    from rag_engine.ingest.pipeline import ingest_pack
     from tests.conftest import _embed_env, _neo4j_uri
 
     cfg = with_artifacts(base_config, tmp_path / "artifacts")
@@ -152,7 +159,7 @@ def kb_engine(base_config, tmp_path, unique, neo4j_driver):
 
 
 def test_query_session_blocked_collection_and_fallback_are_audited(kb_engine):
-    from rag_engine.query import run_query
+    from rag_engine.retrieval.query import run_query
 
     session = "sess-" + uuid.uuid4().hex[:6]
     out = run_query(
@@ -225,7 +232,7 @@ def test_graph_cleanup_refuses_missing_and_mismatched_approval_before_any_change
 
 
 def test_cli_audit_lists_and_filters(kb_engine, monkeypatch, tmp_path):
-    from rag_engine.query import run_query
+    from rag_engine.retrieval.query import run_query
     from tests.support.cli import rag
 
     session = "cli-" + uuid.uuid4().hex[:6]

@@ -11,7 +11,7 @@ import pytest
 import typer
 
 from rag_engine.cli import app
-from rag_engine.ingest import ingest_pack
+from rag_engine.ingest.pipeline import ingest_pack
 from tests.support.cli import rag
 from tests.support.packs import POLICY, RUNBOOK, temp_pack
 
@@ -209,8 +209,8 @@ def test_status_spend_is_unknown_when_a_call_has_no_known_cost(engine):
     from decimal import Decimal
 
     from rag_engine.cli.render import _cost
-    from rag_engine.providers.ledger import UsageRecord
-    from rag_engine.status import _spend
+    from rag_engine.ops.status import _spend
+    from rag_engine.usage import UsageRecord
 
     def call(model: str, cost: str | None) -> UsageRecord:
         return UsageRecord(

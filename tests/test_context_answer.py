@@ -21,8 +21,8 @@ from rag_engine.providers.pricing import load_pricing
 from rag_engine.providers.ratelimit import RateLimiter
 from rag_engine.providers.registry import ModelSpec
 from rag_engine.retrieval.answer import INSUFFICIENT, answer_question, extractive_answer
+from rag_engine.retrieval.candidates import Candidate
 from rag_engine.retrieval.context import AssembledContext, approx_tokens, assemble_context, render_document
-from rag_engine.retrieval.retriever import Candidate
 from tests.support.fake_openai import FakeOpenAI, ok, server_error, usage
 
 PRICING = """\

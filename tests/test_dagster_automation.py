@@ -99,7 +99,7 @@ def _ingest_new_documents(auto: Automation, defs: dg.Definitions) -> list[str]:
     """New document versions flow through: the first tick knows no partition; the sensor adds
     them; the next tick requests the whole chain."""
     assert auto.tick(defs) == ([], False)
-    from rag_engine.documents import discover
+    from rag_engine.ingest.documents import discover
 
     pack = defs.resources["rag"].engine().pack(auto.pack)
     auto.instance.add_dynamic_partitions(auto.parts, [r.partition_key for r in discover(pack, include_rejected=True)])
@@ -176,7 +176,7 @@ def test_paid_work_waits_for_approval_above_the_cost_limit(variant, unique, capl
 
 def _ingest_new_documents_paid(auto: Automation, defs: dg.Definitions) -> list[str]:
     assert auto.tick(defs) == ([], False)
-    from rag_engine.documents import discover
+    from rag_engine.ingest.documents import discover
 
     pack = defs.resources["rag"].engine().pack(auto.pack)
     auto.instance.add_dynamic_partitions(auto.parts, [r.partition_key for r in discover(pack, include_rejected=True)])
@@ -189,7 +189,7 @@ def _ingest_new_documents_paid(auto: Automation, defs: dg.Definitions) -> list[s
 def test_materializing_paid_work_above_the_limit_needs_an_approval(variant, unique):
     """The operator's approval of paid work is the one approval path: a run above the limit without
     approved_by/reason fails before any model call; with them it runs; both are audit records."""
-    from rag_engine.audit import audit_trail
+    from rag_engine.governance.audit import audit_trail
 
     priced = build_definitions(variant("priced-approval", edit=_priced_chat))
     auto = Automation(unique)

@@ -50,7 +50,7 @@ def test_engine_logs_reach_the_run_event_log(variant, unique, tmp_path):
     assert len(embedded) == 2, [r.user_message for r in records if r.dagster_event is None]
     assert {r.step_key for r in embedded} == {f"{unique}__chunk_index"}
     assert {r.level for r in embedded} == {logging.INFO}
-    # no cassette entry: rag_engine.llm_extraction warns per failed call, from the extraction's
+    # no cassette entry: rag_engine.ingest.extraction_step warns per failed call, from the extraction's
     # worker threads (3 chunks)
     failed = [r for r in records if r.dagster_event is None and r.user_message.startswith("extraction failed for")]
     assert len(failed) == 3 and all(r.user_message.endswith(": ReplayMiss") for r in failed), failed

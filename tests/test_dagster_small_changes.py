@@ -9,7 +9,7 @@ from collections import Counter
 import dagster as dg
 
 from rag_assets.definitions import build_definitions
-from rag_engine.ingest import ingest_pack
+from rag_engine.ingest.pipeline import ingest_pack
 from tests.support.packs import RUNBOOK
 
 RANGE = ("dagster/asset_partition_range_start", "dagster/asset_partition_range_end")
@@ -152,10 +152,10 @@ def test_dagster_and_rag_ingest_share_step_stamps(variant, unique, tmp_path):
 
 def test_automation_cost_estimate_is_the_swap_dry_runs_token_estimator(variant, unique):
     from rag_assets.automation import extraction_estimate
-    from rag_engine.documents import discover
     from rag_engine.graph.writer import write_extraction_run
+    from rag_engine.ingest.documents import discover
     from rag_engine.providers.estimates import extraction_tokens
-    from rag_engine.providers.ledger import UsageRecord
+    from rag_engine.usage import UsageRecord
 
     engine = build_definitions(variant("base")).resources["rag"].engine()
     keys = [r.partition_key for r in discover(engine.pack(unique))]

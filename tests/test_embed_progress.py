@@ -1,4 +1,4 @@
-"""The run-level embedding progress lines (rag_engine/embed_progress.py): chunks done of total
+"""The run-level embedding progress lines (rag_engine/ingest/embed_progress.py): chunks done of total
 over all partitions, the rate of what was really embedded, an ETA, and a line at least every
 ``every_s`` seconds even while one batch is in flight."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import time
 
-from rag_engine.embed_progress import EmbedTracker
+from rag_engine.ingest.embed_progress import EmbedTracker
 from rag_engine.providers.embedding_cache import EmbedProgress
 
 

@@ -17,7 +17,7 @@ from evals.runner import default_role, load_golden, run_eval
 from rag_assets.definitions import build_definitions
 from rag_engine.config import load_config
 from rag_engine.engine import Engine
-from rag_engine.retrieval.policy import gate
+from rag_engine.governance.policy import gate
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_FLOOR = re.compile(r"^  bm25_margin: .*$", re.M)

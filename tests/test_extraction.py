@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from rag_engine.documents import discover, load_document
 from rag_engine.engine import Engine
-from rag_engine.ingest import ingest_pack
+from rag_engine.ingest.documents import discover, load_document
+from rag_engine.ingest.pipeline import ingest_pack
 from tests.conftest import ROOT, _embed_env, _neo4j_uri, with_artifacts
 from tests.support.fake_openai import FakeOpenAI, ok, usage
 from tests.support.packs import temp_pack

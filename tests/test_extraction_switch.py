@@ -4,7 +4,7 @@ no model call, and inferred records written while extraction was on are removed.
 from __future__ import annotations
 
 from rag_engine.graph import writer
-from rag_engine.ingest import ingest_pack
+from rag_engine.ingest.pipeline import ingest_pack
 from rag_engine.packs import load_pack
 from tests.support.packs import POLICY, RUNBOOK, temp_pack
 

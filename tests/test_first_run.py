@@ -18,11 +18,12 @@ from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 
 from rag_engine.config import DefaultsConfig, EngineConfig, LedgerConfig, ModelConfig, ProviderConfig, StorageConfig
 from rag_engine.errors import ProviderError
-from rag_engine.graph.connection import neo4j_target, open_driver
+from rag_engine.ops.status import _automation
 from rag_engine.providers.clients import build_client
-from rag_engine.providers.ledger import UsageLedger, UsageRecord
+from rag_engine.providers.ledger import UsageLedger
 from rag_engine.providers.registry import ModelSpec
-from rag_engine.status import _automation
+from rag_engine.store.connection import neo4j_target, open_driver
+from rag_engine.usage import UsageRecord
 from tests.conftest import ROOT
 from tests.support.cli import rag
 from tests.support.fake_openai import FakeOpenAI, server_error

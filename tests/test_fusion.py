@@ -8,7 +8,8 @@ import pytest
 
 from rag_engine.config import RetrievalConfig
 from rag_engine.errors import QueryInputError
-from rag_engine.retrieval.retriever import check_question, exact_hits, fuse
+from rag_engine.retrieval.fusion import fuse
+from rag_engine.retrieval.retriever import check_question, exact_hits
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from rag_engine.documents import discover
 from rag_engine.errors import DocumentError
-from rag_engine.ingest import ingest_pack
+from rag_engine.ingest.documents import discover
+from rag_engine.ingest.pipeline import ingest_pack
 from tests.support.packs import POLICY, RUNBOOK, graph_counts, temp_pack
 
 
@@ -83,7 +83,7 @@ def test_bad_documents_fail_alone_with_clear_reasons(engine, unique, tmp_path):
 
 
 def test_partition_key_for_a_vanished_version_is_refused(engine, unique, tmp_path):
-    from rag_engine.documents import load_document
+    from rag_engine.ingest.documents import load_document
 
     corpus = tmp_path / "corpus"
     pack = temp_pack(engine, unique, corpus, {"policy.md": POLICY})
@@ -189,7 +189,7 @@ def test_changed_rules_on_the_same_chunk_drop_old_reference_keys(engine, unique)
 def test_an_unexpected_failure_of_one_partition_keeps_the_others(engine, unique, tmp_path):
     pack = temp_pack(engine, unique, tmp_path / "corpus", {"policy.md": POLICY, "runbook.md": RUNBOOK})
     keys = [r.partition_key for r in discover(pack)]
-    from rag_engine.ingest import run_step
+    from rag_engine.ingest.runner import run_step
 
     def step(key):
         if key.startswith("policy--"):
@@ -207,7 +207,7 @@ def test_two_files_with_one_document_id_do_not_stop_the_pack(engine, unique, tmp
 
 
 def test_old_version_keeps_answering_until_the_new_one_is_indexed(engine, unique, tmp_path):
-    from rag_engine.ingest import chunks_step, index_step, source_step
+    from rag_engine.ingest.steps import chunks_step, index_step, source_step
 
     corpus = tmp_path / "corpus"
     pack = temp_pack(engine, unique, corpus, {"policy.md": POLICY})

@@ -16,14 +16,15 @@ from pydantic import ValidationError
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import make_url
 
-from rag_engine.audit import audit_trail
 from rag_engine.config import EngineConfig, LiveSourceConfig, PackEntry
 from rag_engine.engine import Engine
-from rag_engine.ingest import ingest_pack
+from rag_engine.governance.audit import audit_trail
+from rag_engine.ingest.pipeline import ingest_pack
 from rag_engine.packs import load_pack
-from rag_engine.query import QueryOutcome, run_query
 from rag_engine.retrieval.context import render_document
 from rag_engine.retrieval.live_source import statement
+from rag_engine.retrieval.outcome import QueryOutcome
+from rag_engine.retrieval.query import run_query
 from tests.conftest import ROOT, _embed_env, _neo4j_uri, with_artifacts
 from tests.support.packs import POLICY, RUNBOOK
 

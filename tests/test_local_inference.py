@@ -17,8 +17,8 @@ from rag_engine.providers.clients import ModelClient, build_client
 from rag_engine.providers.ledger import UsageLedger
 from rag_engine.providers.ratelimit import RateLimiter
 from rag_engine.providers.registry import ModelSpec
+from rag_engine.retrieval.candidates import Candidate
 from rag_engine.retrieval.local_inference import expand_query, rerank
-from rag_engine.retrieval.retriever import Candidate
 from tests.support.fake_openai import FakeOpenAI, Reply, invalid_json, ok, server_error
 
 LOCAL_CAPS = ("generation", "structured_output", "query_expansion", "rerank")

@@ -11,7 +11,7 @@ import pytest
 from rag_engine.config import EngineConfig, PackEntry
 from rag_engine.engine import Engine
 from rag_engine.errors import PackError
-from rag_engine.pack_lint import LintReport, lint_packs, render_text
+from rag_engine.ops.pack_lint import LintReport, lint_packs, render_text
 from tests.support.cli import rag
 from tests.support.packs import POLICY, RUNBOOK, temp_pack
 

@@ -10,7 +10,7 @@ from rag_engine.graph import writer
 from rag_engine.graph.entity_resolution import EntityResolver
 from rag_engine.graph.planner import match_entities, plan
 from rag_engine.graph.traversal import candidate_chunks, score_path, traverse
-from rag_engine.ingest import ingest_pack
+from rag_engine.ingest.pipeline import ingest_pack
 from rag_engine.retrieval.retriever import retrieve
 from rag_engine.store.session import read_transaction
 from tests.support.packs import temp_pack

@@ -16,10 +16,11 @@ import pytest
 import sqlalchemy
 import yaml
 
-from rag_engine.audit import AuditRecord, AuditTrail
 from rag_engine.config import load_config
-from rag_engine.providers.ledger import UsageLedger, UsageRecord
-from rag_engine.quality_per_dollar import by_model, render
+from rag_engine.governance.audit import AuditRecord, AuditTrail
+from rag_engine.ops.quality_per_dollar import by_model, render
+from rag_engine.providers.ledger import UsageLedger
+from rag_engine.usage import UsageRecord
 from tests.conftest import ROOT
 from tests.support.cli import rag
 
@@ -244,7 +245,7 @@ def test_audit_daily_summary_asset(backend, setup, tmp_path, monkeypatch, reques
 
 
 def test_swap_dry_run_shows_both_rows_when_both_have_reports(variant, tmp_path):
-    from rag_engine.providers.swap import dry_run, render_text
+    from rag_engine.ops.swap import dry_run, render_text
     from tests.providers.test_swap import FAKE_DIM, _endpoints, _engine
     from tests.support.fake_openai import FakeOpenAI
 
@@ -280,7 +281,7 @@ def test_swap_dry_run_shows_both_rows_when_both_have_reports(variant, tmp_path):
 def test_a_report_with_failed_model_calls_does_not_set_the_quality(tmp_path):
     """Answers the extractive fallback gave (e.g. ReplayMiss) do not measure the model: the gate
     refuses such a report (generation_failed) and the quality column skips it for an older clean one."""
-    from rag_engine.quality_per_dollar import latest_reports
+    from rag_engine.ops.quality_per_dollar import latest_reports
 
     reports = tmp_path / "reports"
     reports.mkdir()

@@ -7,7 +7,7 @@ import json
 
 from rag_engine.engine import Engine
 from rag_engine.graph.feedback import encode_path_id, record_feedback
-from rag_engine.query import run_query
+from rag_engine.retrieval.query import run_query
 from tests.support.cli import rag
 
 RELATIONAL = "Which supervisory authority supervises the controller?"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rag_engine.engine import Engine
-from rag_engine.query import run_query
+from rag_engine.retrieval.query import run_query
 from rag_engine.retrieval.rerank import FEATURES
 from rag_engine.retrieval.retriever import retrieve
 

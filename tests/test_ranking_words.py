@@ -10,10 +10,11 @@ import pytest
 
 from rag_engine.errors import ConfigError
 from rag_engine.graph.planner import Seed, asks_relationship, distinct_entities
+from rag_engine.retrieval.candidates import Candidate
 from rag_engine.retrieval.context import DocumentItem
 from rag_engine.retrieval.evidence import AliasGroups, evidence_coverage
 from rag_engine.retrieval.rerank import FEATURES, load_model, text_features
-from rag_engine.retrieval.retriever import Candidate, protect_exact
+from rag_engine.retrieval.retriever import protect_exact
 from rag_engine.text.terms import content_stems, content_words
 
 GDPR_RELATIONS = frozenset({"oblig", "grant", "restrict", "supervis", "refer", "exempt", "appli", "relat", "between"})

@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 
 from evals.runner import reindex_info
-from rag_engine.approvals import REINDEX_CUTOVER, Approval
-from rag_engine.audit import audit_trail
 from rag_engine.config import EngineConfig, ModelConfig
 from rag_engine.engine import Engine
 from rag_engine.errors import ApprovalMismatch, ApprovalRequired, EmbedderMismatch
+from rag_engine.governance.approvals import REINDEX_CUTOVER, Approval
+from rag_engine.governance.audit import audit_trail
 from rag_engine.graph import schema
-from rag_engine.ingest import ingest_pack
-from rag_engine.reindex import ReindexProgress, cutover_plan, render_text, run_reindex
+from rag_engine.ingest.pipeline import ingest_pack
+from rag_engine.ingest.reindex import ReindexProgress, cutover_plan, render_text, run_reindex
 from rag_engine.retrieval.retriever import retrieve
 from tests.conftest import ROOT, _embed_env, _neo4j_uri, with_artifacts
 from tests.support.packs import POLICY, RUNBOOK, temp_pack

@@ -8,7 +8,7 @@ import dagster as dg
 
 from rag_assets.definitions import build_definitions
 from rag_assets.sensors import plan_partitions
-from rag_engine.providers.ledger import UsageRecord
+from rag_engine.usage import UsageRecord
 from tests.support.packs import POLICY
 
 

@@ -191,7 +191,7 @@ def run(repeat: int, doc: str, profile: str | None, postgres: bool = False) -> d
 
     from rag_assets.definitions import build_definitions
     from rag_assets.resources import engine_for
-    from rag_engine.ingest import ingest_pack
+    from rag_engine.ingest.pipeline import ingest_pack
 
     tag = uuid.uuid4().hex[:6]
     cli_pack, dag_pack = f"bench_cli_{tag}", f"bench_dag_{tag}"

@@ -29,8 +29,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from rag_engine.documents import discover, load_document
 from rag_engine.engine import Engine
+from rag_engine.ingest.documents import discover, load_document
 
 
 def _load() -> float:

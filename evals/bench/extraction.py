@@ -18,9 +18,9 @@ import json
 import statistics
 
 from evals.cassettes.heuristic_extractor import heuristic_extraction
-from rag_engine.documents import discover, load_document
 from rag_engine.engine import Engine
 from rag_engine.graph.extraction import build_messages
+from rag_engine.ingest.documents import discover, load_document
 from rag_engine.providers.ratelimit import estimate_tokens
 
 MINIMAL_INSTRUCTION = "Extract the entities and relationships this chunk states, as JSON."

@@ -19,8 +19,8 @@ import statistics
 
 from evals.runner import default_role, load_golden
 from rag_engine.engine import Engine
-from rag_engine.retrieval.policy import gate
-from rag_engine.retrieval.retriever import fuse
+from rag_engine.governance.policy import gate
+from rag_engine.retrieval.fusion import fuse
 from rag_engine.store import reads
 from rag_engine.store.epochs import active_index
 from rag_engine.store.session import Reads, read_transaction

@@ -4,7 +4,7 @@ For each pack (default: GDPR, KB, ADGM) and round, on fresh pack names so every 
 
 - ``raw``: the chunks already parsed and their vectors already computed, written with the
   pipeline's batched writers (``write_document_version`` then ``write_embeddings``), nothing else;
-- ``raw_chunks``: the chunk writes alone (the denominator of the first measurements, #17);
+- ``raw_chunks``: the chunk writes alone (the denominator of the first measurements);
 - ``pipeline``: ``ingest_pack(extract=False)`` end to end: discovery, every step, artifacts,
   reference resolution, activation, stamps.
 
@@ -40,12 +40,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from rag_engine.artifacts import ArtifactStore
-from rag_engine.documents import discover, load_document
 from rag_engine.engine import Engine
 from rag_engine.graph import schema, writer
-from rag_engine.ingest import ingest_pack
+from rag_engine.ingest.documents import discover, load_document
+from rag_engine.ingest.pipeline import ingest_pack
 from rag_engine.packs import DomainPack
+from rag_engine.store.artifacts import ArtifactStore
 
 HASH_EMBEDDER = "hash-embed-384"
 PACKS = "legal_regulatory,company_x_kb,adgm_rulebooks"

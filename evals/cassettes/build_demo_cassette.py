@@ -28,11 +28,11 @@ from typing import Any
 from evals.cassettes.grounded_answerer import ANSWER_SOURCE, GroundedFixtureBackend
 from evals.cassettes.heuristic_extractor import FIXTURE_SOURCE, heuristic_extraction
 from rag_engine.config import under_root
-from rag_engine.documents import discover, load_document
 from rag_engine.engine import Engine
 from rag_engine.errors import ConfigError
 from rag_engine.graph.extraction import build_messages
 from rag_engine.graph.models import RawExtraction
+from rag_engine.ingest.documents import discover, load_document
 from rag_engine.packs import ChunkRecord, DomainPack
 from rag_engine.providers.clients import ModelClient, build_client
 from rag_engine.providers.registry import ModelSpec
@@ -126,7 +126,7 @@ def build_demo_answer(engine: Engine) -> dict[str, Any]:
     """Record the answer to the `make demo` question (rag_assets/demo.py) on the store ``engine``
     reads: run it after `make demo` ingested the demo packs. Replaces an earlier demo answer."""
     from rag_assets.demo import QUESTION, ROLE
-    from rag_engine.query import run_query
+    from rag_engine.retrieval.query import run_query
 
     spec = generation_spec(engine)
     path = under_root(engine.root, spec.provider.cassette or "")

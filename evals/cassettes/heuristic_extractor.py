@@ -13,6 +13,9 @@ Guarantees, checked by tests/test_demo_cassette.py:
 
 Plain co-occurrence in one sentence yields a weak relationship at WEAK_CONFIDENCE (0.3), on
 purpose below the 0.5 retrieval floor: such records are stored but never retrieval-eligible.
+
+Longer than 500 lines because the fixture generator's rules (entity patterns per pack, sentence
+co-occurrence, confidence) are one deterministic function, read top-down.
 """
 
 from __future__ import annotations

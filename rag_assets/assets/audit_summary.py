@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import dagster as dg
 
 from rag_assets.resources import EngineResource
-from rag_engine.audit import SUMMARY_EVENTS, audit_trail
+from rag_engine.governance.audit import SUMMARY_EVENTS, audit_trail
 
 DAYS = 30
 """Days the table covers (today included)."""

@@ -2,7 +2,7 @@
 the schedule of the checks job for instances without the automation sensor).
 
 Orphans, dangling edges, missing provenance and key conflicts are blocking ERROR checks (the
-same set as ``rag quality``, ``rag_engine.status.BLOCKING_CHECKS``): the checks job fails
+same set as ``rag quality``, ``rag_engine.ops.status.BLOCKING_CHECKS``): the checks job fails
 when one fails. Stale versions and an incomplete latest extraction run warn. Low-confidence
 counts, graph sizes and the cleanup status are reported as metadata and always pass.
 """
@@ -15,7 +15,7 @@ import dagster as dg
 from rag_assets.automation import nightly
 from rag_assets.resources import EngineResource
 from rag_engine.graph.quality import quality_report
-from rag_engine.status import BLOCKING_CHECKS, WARNING_CHECKS
+from rag_engine.ops.status import BLOCKING_CHECKS, WARNING_CHECKS
 
 KEY = dg.AssetKey("graph_quality")
 BLOCKING = BLOCKING_CHECKS

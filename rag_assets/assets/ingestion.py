@@ -1,7 +1,7 @@
 """Per-pack ingestion assets: source_documents -> chunks -> references / chunk_index -> graph_writes.
 
 Every asset is partitioned by document version and runs many partitions in one run
-(BackfillPolicy.single_run). The work is in rag_engine.ingest; here we only loop over the
+(BackfillPolicy.single_run). The work is in rag_engine.ingest (steps, runner); here we only loop over the
 run's partitions, report progress and turn the step report into metadata.
 """
 
@@ -16,13 +16,13 @@ from rag_assets import automation
 from rag_assets.code_versions import code_versions
 from rag_assets.partitions import document_versions
 from rag_assets.resources import EngineResource
-from rag_engine import ingest
-from rag_engine.embed_progress import EmbedTracker
 from rag_engine.engine import Engine
 from rag_engine.errors import EmbedderMismatch, RagError, StoreUnavailable
-from rag_engine.llm_extraction import extraction_step, finish_run, new_budget
+from rag_engine.ingest import pipeline, runner, steps
+from rag_engine.ingest.embed_progress import EmbedTracker
+from rag_engine.ingest.extraction_step import extraction_step, finish_run, new_budget
+from rag_engine.ingest.stamps import read_stamps, record_step
 from rag_engine.packs import DomainPack
-from rag_engine.step_stamps import read_stamps, record_step
 
 StepFn = Callable[[Engine, DomainPack, str], dict[str, Any]]
 
@@ -67,7 +67,7 @@ def partition_metadata(step: str, outcome: str, figures: dict[str, Any], seconds
     return meta
 
 
-def _run_summary(report: ingest.StepReport, totals: tuple[str, ...]) -> str:
+def _run_summary(report: runner.StepReport, totals: tuple[str, ...]) -> str:
     figures = ", ".join(f"{k} {report.total(k)}" for k in totals)
     return (
         f"{report.step}: {len(report.done)} done, {len(report.unchanged)} unchanged, {len(report.rejected)} "
@@ -76,7 +76,7 @@ def _run_summary(report: ingest.StepReport, totals: tuple[str, ...]) -> str:
     )
 
 
-def _failure_metadata(report: ingest.StepReport, totals: tuple[str, ...]) -> dict[str, Any]:
+def _failure_metadata(report: runner.StepReport, totals: tuple[str, ...]) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "partitions_done": len(report.done),
         "partitions_failed": len(report.failed),
@@ -108,12 +108,12 @@ def _run(
     every partition the step completes is stamped (its downstream stamps dropped)."""
     engine = engine_res.engine()
     pack = engine.pack(pack_name)
-    keys = ingest.claim_order(list(context.partition_keys)) if step == "chunks" else list(context.partition_keys)
+    keys = steps.claim_order(list(context.partition_keys)) if step == "chunks" else list(context.partition_keys)
     version = context.assets_def.code_versions_by_key[context.asset_key]
     if version is None:  # every ingestion asset is built with its code version
         raise dg.Failure(description=f"{step}: asset without a code version")
     old = read_stamps(engine.driver, engine.database, pack_name)
-    unchanged = {k for k in keys if ingest.stamp_holds(engine, pack, k, step, old.get(k, {}), version)}
+    unchanged = {k for k in keys if pipeline.stamp_holds(engine, pack, k, step, old.get(k, {}), version)}
     seconds: dict[str, float] = {}
     added: dict[str, dict[str, Any]] = {}
 
@@ -127,11 +127,11 @@ def _run(
                 added[key] = extra(key)
 
     try:
-        report = ingest.run_step(step, [k for k in keys if k not in unchanged], timed, progress=context.log.info)
+        report = runner.run_step(step, [k for k in keys if k not in unchanged], timed, progress=context.log.info)
     except StoreUnavailable as exc:  # the store stopped: one line for the operator, not a traceback per partition
         raise dg.Failure(description=f"{step}: {exc}") from None
     report.unchanged = [k for k in keys if k in unchanged]
-    _stamp(engine, pack_name, step, version, [k for k, figures in report.done.items() if ingest.complete(figures)])
+    _stamp(engine, pack_name, step, version, [k for k, figures in report.done.items() if pipeline.complete(figures)])
     for key, reason in {**report.rejected, **report.failed}.items():
         context.log.error("%s: %s", key, reason)
     summary = _run_summary(report, totals)
@@ -212,7 +212,7 @@ def _chunks_to_embed(context: dg.AssetExecutionContext, engine: Engine, pack_nam
     old = read_stamps(engine.driver, engine.database, pack_name)
     total = 0
     for key in context.partition_keys:
-        if ingest.stamp_holds(engine, pack, key, "chunk_index", old.get(key, {}), version):
+        if pipeline.stamp_holds(engine, pack, key, "chunk_index", old.get(key, {}), version):
             continue
         try:
             chunks = engine.artifacts.read(pack_name, key, "chunks")
@@ -229,15 +229,15 @@ def _reindex_then_index(
     key: str,
     progress: Callable[[Any], None] | None = None,
 ) -> dict[str, Any]:
-    """chunk_index under a new embedder identity: the blue/green re-index (rag_engine.reindex)
+    """chunk_index under a new embedder identity: the blue/green re-index (rag_engine.ingest.reindex)
     moves every current chunk to the new index while the old one keeps serving, then this
     partition is indexed under the new identity. The switch needs a passed eval gate for the new
     embedder or an approval: without either the new index is built and the run fails with
     ApprovalRequired (approve with `rag reindex --dry-run`, then `rag reindex --approved-by ...`)."""
     try:
-        return ingest.index_step(engine, pack, key, run_id=context.run.run_id, progress=progress)
+        return steps.index_step(engine, pack, key, run_id=context.run.run_id, progress=progress)
     except EmbedderMismatch as exc:
-        from rag_engine.reindex import run_reindex
+        from rag_engine.ingest.reindex import run_reindex
 
         context.log.warning("embedder identity changed (%s); running the blue/green re-index", exc)
         report = run_reindex(
@@ -255,7 +255,7 @@ def _reindex_then_index(
         )
         if report.status not in ("switched", "already_active"):
             raise
-        out = ingest.index_step(engine, pack, key, run_id=context.run.run_id, progress=progress)
+        out = steps.index_step(engine, pack, key, run_id=context.run.run_id, progress=progress)
         return {**out, "reindexed_from": report.previous_identity or "", "reindex_status": report.status}
 
 
@@ -295,7 +295,7 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
         **common,
     )
     def source_documents(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
-        return _run(context, rag, name, "source_documents", ingest.source_step, ("chars",), check="documents_valid")
+        return _run(context, rag, name, "source_documents", steps.source_step, ("chars",), check="documents_valid")
 
     @dg.asset(
         key=key("chunks"),
@@ -314,7 +314,7 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
     )
     def chunks(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
         # a document the pack refuses (e.g. a second title) is rejected here and skipped downstream
-        return _run(context, rag, name, "chunks", ingest.chunks_step, ("chunks",), check="chunks_valid")
+        return _run(context, rag, name, "chunks", steps.chunks_step, ("chunks",), check="chunks_valid")
 
     @dg.asset(
         key=key("references"),
@@ -324,7 +324,7 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
         **{**common, "kinds": {"python", "neo4j"}},
     )
     def references(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
-        return _run(context, rag, name, "references", ingest.references_step, ("references",))
+        return _run(context, rag, name, "references", steps.references_step, ("references",))
 
     @dg.asset(
         key=key("chunk_index"),
@@ -454,7 +454,7 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
             rag,
             name,
             "graph_writes",
-            ingest.graph_step,
+            steps.graph_step,
             ("resolved", "unresolved", "entities", "relationships", "eligible"),
         )
 

@@ -8,7 +8,7 @@ import dagster as dg
 
 from rag_assets.automation import since_last_handled
 from rag_assets.resources import EngineResource
-from rag_engine.pack_report import pack_summary
+from rag_engine.ops.pack_report import pack_summary
 
 KEY = dg.AssetKey("domain_packs")
 

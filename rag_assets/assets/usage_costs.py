@@ -1,5 +1,5 @@
 """usage_costs: the usage ledger summarised by provider, model and run (pandas), and quality per
-dollar by generation model (rag_engine.quality_per_dollar)."""
+dollar by generation model (rag_engine.ops.quality_per_dollar)."""
 
 from decimal import Decimal
 from typing import Any
@@ -7,8 +7,8 @@ from typing import Any
 import dagster as dg
 
 from rag_assets.resources import EngineResource
+from rag_engine.ops.quality_per_dollar import ModelRow, by_model
 from rag_engine.providers.ledger import ledger_url
-from rag_engine.quality_per_dollar import ModelRow, by_model
 
 
 @dg.asset(

@@ -59,7 +59,7 @@ def audit_list(
     """List audit records (read-only; needs no approval)."""
     if ctx.invoked_subcommand is not None:
         return
-    from rag_engine.audit import audit_trail, parse_since
+    from rag_engine.governance.audit import audit_trail, parse_since
 
     use_json(ctx, json)
     eng = engine(ctx)
@@ -106,9 +106,9 @@ def audit_purge(
     json: JsonOpt = False,
 ) -> None:
     """Delete records older than audit.retention_days: an approved action (refused, nothing deleted, without one)."""
-    from rag_engine.approvals import DELETE_AUDIT_RECORDS, Approval
-    from rag_engine.approvals import inputs_hash as hash_of
-    from rag_engine.audit import audit_trail
+    from rag_engine.governance.approvals import DELETE_AUDIT_RECORDS, Approval
+    from rag_engine.governance.approvals import inputs_hash as hash_of
+    from rag_engine.governance.audit import audit_trail
 
     use_json(ctx, json)
     eng = engine(ctx)

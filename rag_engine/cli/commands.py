@@ -1,4 +1,8 @@
-"""The commands: each parses options, calls the engine, then renders (render.py) or emits JSON."""
+"""The commands: each parses options, calls the engine, then renders (render.py) or emits JSON.
+
+Longer than 500 lines because each command is one thin function over the engine and they read
+best together; the swap and audit commands live apart.
+"""
 
 from __future__ import annotations
 
@@ -74,7 +78,7 @@ def config_check(ctx: typer.Context, json: JsonOpt = False) -> None:
 def packs_smoke(ctx: typer.Context, json: JsonOpt = False) -> None:
     """Load every enabled pack and summarize: count, domains, versions, documents, collections.
     Exit 1 when an enabled pack failed to load (the others are still summarized)."""
-    from rag_engine.pack_report import pack_summary
+    from rag_engine.ops.pack_report import pack_summary
 
     use_json(ctx, json)
     summary = pack_summary(engine(ctx))
@@ -100,7 +104,7 @@ def packs_lint(
     from rag_engine.cli.common import state
     from rag_engine.config import load_config, under_root
     from rag_engine.engine import project_root
-    from rag_engine.pack_lint import lint_packs, render_text
+    from rag_engine.ops.pack_lint import lint_packs, render_text
 
     use_json(ctx, json)
     root = project_root()
@@ -172,9 +176,9 @@ def query(
     json: JsonOpt = False,
 ) -> None:
     """Retrieve ranked, cited chunks for a question and answer it; shows plan, candidates, expansions, answer."""
-    from rag_engine.audit import check_session_id
-    from rag_engine.query import run_query
-    from rag_engine.retrieval.policy import gate
+    from rag_engine.governance.audit import check_session_id
+    from rag_engine.governance.policy import gate
+    from rag_engine.retrieval.query import run_query
 
     use_json(ctx, json)
     check_session_id(session)  # bad input before any store or model is touched
@@ -232,7 +236,7 @@ def ingest(
     from dataclasses import asdict
 
     from rag_engine.cli.progress import RichIngestProgress
-    from rag_engine.ingest import ingest_pack
+    from rag_engine.ingest.pipeline import ingest_pack
 
     use_json(ctx, json)
     eng = engine(ctx, store=True)
@@ -282,7 +286,7 @@ def quality(ctx: typer.Context, json: JsonOpt = False) -> None:
     Blocking: orphan entities, dangling edges, missing provenance, key conflicts (a document's own
     key, e.g. a KB id, answered by another document; examples listed)."""
     from rag_engine.graph.quality import quality_report
-    from rag_engine.status import blocking_failures, quality_checks
+    from rag_engine.ops.status import blocking_failures, quality_checks
 
     use_json(ctx, json)
     eng = engine(ctx, store=True)
@@ -323,9 +327,9 @@ def cleanup(
     json: JsonOpt = False,
 ) -> None:
     """Remove stale graph paths (orphans, dangling edges, superseded chunks): needs --approved-by and --reason."""
-    from rag_engine.approvals import GRAPH_CLEANUP, Approval
-    from rag_engine.approvals import inputs_hash as hash_of
-    from rag_engine.audit import audit_trail
+    from rag_engine.governance.approvals import GRAPH_CLEANUP, Approval
+    from rag_engine.governance.approvals import inputs_hash as hash_of
+    from rag_engine.governance.audit import audit_trail
     from rag_engine.graph.cleanup import cleanup_inputs, run_cleanup
 
     use_json(ctx, json)
@@ -375,8 +379,8 @@ def feedback(
     json: JsonOpt = False,
 ) -> None:
     """Record diagnostic feedback on a graph path as an (:Observation); never changes facts."""
+    from rag_engine.governance.policy import gate
     from rag_engine.graph.feedback import decode_path_id, record_feedback
-    from rag_engine.retrieval.policy import gate
 
     use_json(ctx, json)
     eng = engine(ctx, store=True)
@@ -422,9 +426,9 @@ def costs(
     use_json(ctx, json)
     eng = engine(ctx)
     if by_model:
+        from rag_engine.ops.quality_per_dollar import as_json, render
+        from rag_engine.ops.quality_per_dollar import by_model as table_by_model
         from rag_engine.providers.ledger import ledger_url
-        from rag_engine.quality_per_dollar import as_json, render
-        from rag_engine.quality_per_dollar import by_model as table_by_model
 
         if run_id is not None:
             raise typer.BadParameter("--by-model reads the whole ledger; leave out --run-id", param_hint="--run-id")
@@ -435,7 +439,7 @@ def costs(
             for part in render(table):
                 out().print(part, markup=False)
         return
-    from rag_engine.providers.costs_cli import costs_summary, costs_table, costs_totals
+    from rag_engine.ops.costs import costs_summary, costs_table, costs_totals
 
     summary = costs_summary(eng.cfg, eng.root, run_id=run_id)
     if json:
@@ -456,7 +460,7 @@ def status(ctx: typer.Context, json: JsonOpt = False) -> None:
     Config hash, embedder and index state, packs with document/chunk counts, graph quality
     (blocking checks first), the latest eval gate, spend by model (24 h, all time) and the
     automation state when DAGSTER_HOME is set."""
-    from rag_engine.status import collect_status
+    from rag_engine.ops.status import collect_status
 
     use_json(ctx, json)
     data = collect_status(engine(ctx, store=True))
@@ -490,9 +494,9 @@ def reindex(
 
     The switch is an approved action (--approved-by, --reason) unless an eval gate passed for the
     new embedder; without either the new index is built and the switch refused (ApprovalRequired)."""
-    from rag_engine.approvals import REINDEX_CUTOVER, Approval
-    from rag_engine.approvals import inputs_hash as hash_of
-    from rag_engine.reindex import GATE_PASSED, cutover_plan, render_text, run_reindex
+    from rag_engine.governance.approvals import REINDEX_CUTOVER, Approval
+    from rag_engine.governance.approvals import inputs_hash as hash_of
+    from rag_engine.ingest.reindex import GATE_PASSED, cutover_plan, render_text, run_reindex
 
     use_json(ctx, json)
     eng = engine(ctx, store=True)

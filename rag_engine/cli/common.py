@@ -100,7 +100,7 @@ def warn_broken_packs(eng: Engine) -> None:
 
 
 def engine_store_check(ctx: typer.Context, eng: Engine) -> None:
-    from rag_engine.graph.connection import check_reachable
+    from rag_engine.store.connection import check_reachable
 
     check_reachable(eng.driver, eng.neo4j_target)
 

@@ -18,7 +18,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from rag_engine.ingest import IngestObserver, StepReport
+from rag_engine.ingest.pipeline import IngestObserver
+from rag_engine.ingest.runner import StepReport
 
 
 class RichIngestProgress(IngestObserver):

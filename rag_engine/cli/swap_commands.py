@@ -1,4 +1,4 @@
-"""`rag providers swap`: the provider replacement dry run (rag_engine.providers.swap).
+"""`rag providers swap`: the provider replacement dry run (rag_engine.ops.swap).
 
 Mounted by ``app._mount_optional``. Exit codes: 0 the swap is possible (status ok), 1 it is blocked
 (missing credential, unreachable local endpoint, capability loss, the candidate config does not
@@ -47,7 +47,7 @@ def swap(
     pricing gaps, rollback, re-index / re-extraction / eval consequences; changes nothing.
 
     Exit 0 when the swap is possible, 1 when it is blocked, 2 on bad input."""
-    from rag_engine.providers.swap import dry_run, render_text
+    from rag_engine.ops.swap import dry_run, render_text
 
     use_json(ctx, json)
     eng = engine(ctx, store=role in ("embedding", "extraction"))  # their figures come from Neo4j

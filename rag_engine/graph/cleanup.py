@@ -1,7 +1,7 @@
 """Stale-path cleanup: remove what the quality report calls dangling, orphaned or stale.
 
 Deleting graph data is an action a person answers for, so it requires an approval
-(``rag_engine.approvals``: who, why, and the sha256 of the cleanup plan it approves); without
+(``rag_engine.governance.approvals``: who, why, and the sha256 of the cleanup plan it approves); without
 one, or with one bound to another plan, nothing is deleted. ``plan_cleanup`` counts what would go (a dry run). Current
 data is never touched: only edges whose evidence is not current, entities no current chunk
 mentions, and the chunk nodes of superseded versions (the DocumentVersion node stays, with its
@@ -15,9 +15,9 @@ from typing import Any
 import neo4j
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from rag_engine import approvals
 from rag_engine.errors import ApprovalMismatch, ApprovalRequired
-from rag_engine.graph.connection import single_record
+from rag_engine.governance import approvals
+from rag_engine.store.connection import single_record
 from rag_engine.store.session import read
 
 
@@ -27,7 +27,7 @@ class CleanupNotApproved(ApprovalRequired):
 
 class CleanupApproval(BaseModel):
     """Legacy approval (who, why) not bound to a plan: ``run_cleanup`` binds it to the plan it
-    reads itself. Prefer ``rag_engine.approvals.Approval`` bound with ``cleanup_inputs``."""
+    reads itself. Prefer ``rag_engine.governance.approvals.Approval`` bound with ``cleanup_inputs``."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -42,7 +42,7 @@ class CleanupApproval(BaseModel):
         return v.strip()
 
 
-Approval = CleanupApproval  # the old name, still imported by callers that predate rag_engine.approvals
+Approval = CleanupApproval  # the old name, still imported by callers that predate rag_engine.governance.approvals
 
 
 # What counts as stale, once: each entry selects the stale records as `x` and says how to remove

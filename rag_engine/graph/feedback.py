@@ -32,7 +32,7 @@ import neo4j
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from rag_engine.errors import FeedbackError
-from rag_engine.graph.connection import single_record
+from rag_engine.store.connection import single_record
 
 Verdict = Literal["useful", "harmful"]
 VERDICTS: tuple[str, ...] = ("useful", "harmful")

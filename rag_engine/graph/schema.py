@@ -4,7 +4,7 @@ The vector index is created with the active embedder's dimension and its identit
 on an (:IndexMeta) node; a query or write with another identity is refused until a full
 re-index is done, because mixing embedding spaces silently ruins recall.
 
-Blue/green re-index (``rag_engine.reindex``): every embedder identity gets its own vector index
+Blue/green re-index (``rag_engine.ingest.reindex``): every embedder identity gets its own vector index
 and chunk property, named by the identity (``index_names``); the (:IndexMeta) node points at the
 active pair (``index``, ``property``). The first index of a database keeps the original names
 (``chunk_embedding`` on ``embedding``), which is also what an IndexMeta without those fields

@@ -11,6 +11,9 @@ written (``KeyConflict``), checked in the same transaction as the write.
 Writes that can change which inferred edges a question may traverse (chunks written, activated
 or withdrawn, inferred records replaced) bump the graph epoch last in their transaction
 (``store.epochs``), so no process keeps a cached graph fact past them.
+
+Longer than 500 lines because every Cypher write of the store is here, so the transaction shape
+and batching of each write can be reviewed side by side.
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ from typing import Any
 import neo4j
 
 from rag_engine.errors import EmbedderMismatch, KeyConflict
-from rag_engine.graph.connection import single_record
 from rag_engine.packs import ChunkRecord, ReferenceRecord
+from rag_engine.store.connection import single_record
 from rag_engine.store.epochs import bump_graph_epoch
 from rag_engine.store.names import VECTOR_INDEX
 

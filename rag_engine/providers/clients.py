@@ -27,7 +27,7 @@ from rag_engine.errors import (
     ProviderError,
     ProviderResponseInvalid,
 )
-from rag_engine.providers.ledger import UsageLedger, UsageRecord
+from rag_engine.providers.ledger import UsageLedger
 from rag_engine.providers.pricing import PriceTable, local_compute
 from rag_engine.providers.ratelimit import RateLimiter, limiter_for
 from rag_engine.providers.registry import ModelSpec, resolve_endpoint
@@ -40,6 +40,7 @@ from rag_engine.providers.results import (
     TokenUsage,
 )
 from rag_engine.providers.vectors import check_vectors
+from rag_engine.usage import UsageRecord
 
 log = logging.getLogger(__name__)
 

@@ -12,12 +12,11 @@ decimal type and would round-trip through binary floats.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from datetime import UTC, datetime
+from datetime import UTC
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import (
     Column,
     DateTime,
@@ -40,34 +39,12 @@ from sqlalchemy.pool import StaticPool
 from sqlalchemy.types import TypeDecorator
 
 from rag_engine.config import EngineConfig
+from rag_engine.usage import UsageRecord
 
 if TYPE_CHECKING:  # pandas is imported only by the summary: writers in worker processes start faster
     import pandas as pd
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
-
-
-class UsageRecord(BaseModel):
-    """One model call as the ledger stores it. ``None`` means "not reported" / "unknown", never 0."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    id: int | None = None
-    created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
-    run_id: str | None = None
-    purpose: str
-    provider: str
-    requested_model: str
-    reported_model: str | None = None
-    input_tokens: int = Field(0, ge=0)
-    cached_input_tokens: int | None = Field(None, ge=0)
-    output_tokens: int = Field(0, ge=0)
-    reasoning_tokens: int | None = Field(None, ge=0)
-    latency_ms: int = Field(0, ge=0)
-    status: Literal["ok", "error"] = "ok"
-    error_type: str | None = None
-    pricing_version: str | None = None
-    cost: Decimal | None = None
 
 
 class _DecimalText(TypeDecorator[Decimal]):

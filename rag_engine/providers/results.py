@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rag_engine.providers.ledger import UsageRecord
+from rag_engine.usage import UsageRecord
 
 
 class _Frozen(BaseModel):

@@ -28,8 +28,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, computed_field
 
 from rag_engine.config import ContextBudgetsConfig
+from rag_engine.retrieval.candidates import Candidate
 from rag_engine.retrieval.live_source import LiveProvenance
-from rag_engine.retrieval.retriever import Candidate
 
 Category = Literal["system", "documents", "conversation", "tools"]
 OverflowReason = Literal["over_budget", "duplicate_chunk", "older_than_dropped_turn"]

@@ -19,10 +19,8 @@ legs. Nothing here raises on lag or on an outage.
 
 from __future__ import annotations
 
-import math
-import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from concurrent.futures import Executor, Future
 from datetime import UTC, date, datetime
 from functools import reduce
@@ -30,14 +28,13 @@ from itertools import zip_longest
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import ColumnElement, Select, case, cast, column, create_engine, func, literal, or_, select, table
-from sqlalchemy import Engine as SqlEngine
+from sqlalchemy import ColumnElement, Select, case, cast, column, func, literal, or_, select, table
 from sqlalchemy.dialects.postgresql import REGCONFIG
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from rag_engine.config import LiveSourceConfig
 from rag_engine.graph.planner import content_terms
+from rag_engine.store.live_sql import LiveSources, SourceUnavailable
 
 if TYPE_CHECKING:
     from rag_engine.engine import Engine
@@ -46,8 +43,6 @@ MAX_TERMS = 32
 """At most this many distinct content words of the question are sent (each one bind parameter)."""
 QUERY_CANCELED = "57014"
 """SQLSTATE of a statement cancelled by ``statement_timeout``."""
-DRIVERS = ("psycopg2", "psycopg")
-"""libpq drivers: they take the session options (read-only, statement timeout) at connect time."""
 
 
 class LiveProvenance(BaseModel):
@@ -70,58 +65,6 @@ class LiveLeg(BaseModel):
     rows: list[dict[str, Any]] = Field(default_factory=list)
     events: list[dict[str, Any]] = Field(default_factory=list)
     trace: dict[str, Any] = Field(default_factory=dict)
-
-
-class SourceUnavailable(Exception):
-    """Internal: one source cannot be used now; becomes a ``live_source_unavailable`` event."""
-
-    def __init__(self, reason: str, error_type: str | None = None):
-        super().__init__(reason)
-        self.reason = reason
-        self.error_type = error_type
-
-
-class LiveSources:
-    """One pooled SQLAlchemy engine per live source, built on first use (one set per rag Engine)."""
-
-    def __init__(self, env: Mapping[str, str]):
-        self.env = env
-        self._engines: dict[tuple[str, str], SqlEngine] = {}
-        self._lock = threading.Lock()
-
-    def sql_engine(self, source: LiveSourceConfig) -> SqlEngine:
-        raw = self.env.get(source.url_env)
-        if not raw:
-            raise SourceUnavailable("url_env_not_set")
-        with self._lock:
-            cached = self._engines.get((source.name, raw))
-            if cached is not None:
-                return cached
-            try:
-                url = make_url(raw)
-                if url.get_backend_name() != "postgresql" or url.get_driver_name() not in DRIVERS:
-                    raise SourceUnavailable("unsupported_url")
-                sql_engine = create_engine(
-                    url,
-                    pool_pre_ping=True,  # a restarted server costs one reconnect, not an event
-                    pool_size=2,
-                    max_overflow=2,
-                    connect_args={
-                        "connect_timeout": max(2, math.ceil(source.timeout_ms / 1000)),
-                        "options": f"-c default_transaction_read_only=on -c statement_timeout={source.timeout_ms}",
-                        "application_name": f"rag-live-{source.name}",
-                    },
-                )
-            except (ArgumentError, ImportError) as exc:
-                raise SourceUnavailable("unsupported_url", type(exc).__name__) from None
-            self._engines[(source.name, raw)] = sql_engine
-            return sql_engine
-
-    def dispose(self) -> None:
-        with self._lock:
-            for sql_engine in self._engines.values():
-                sql_engine.dispose()
-            self._engines.clear()
 
 
 def statement(source: LiveSourceConfig, terms: list[str]) -> Select[Any]:

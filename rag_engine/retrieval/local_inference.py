@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from rag_engine.config import Capability
 from rag_engine.errors import ProviderError, ProviderResponseInvalid
 from rag_engine.providers.clients import ModelClient
-from rag_engine.retrieval.retriever import Candidate
+from rag_engine.retrieval.candidates import Candidate
 
 MAX_EXPANSIONS = 4
 RERANK_TEXT_CHARS = 600  # per candidate, prompt economy only: candidates themselves are untouched

@@ -4,7 +4,12 @@ scope boosts -> deterministic reference expansion (reported apart). Every step a
 
 All of a question's store reads run in one read transaction (``store.session.read_transaction``);
 the question's embedding (a model call) runs beside it in a thread while the store answers the
-exact-reference and fulltext legs."""
+exact-reference and fulltext legs.
+
+Longer than 500 lines because ``retrieve``, its legs and the ordering of the pool share one read
+transaction, one trace and one title cache; the candidate types and fusion live apart
+(``candidates``, ``fusion``).
+"""
 
 from __future__ import annotations
 
@@ -17,65 +22,20 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from rag_engine.config import RetrievalConfig
 from rag_engine.engine import Engine
 from rag_engine.errors import ProviderTimeout, QueryInputError, RagError
+from rag_engine.governance.policy import PolicyDecision, gate
 from rag_engine.graph.planner import content_terms, plan
 from rag_engine.graph.traversal import candidate_chunks, traverse
 from rag_engine.packs import DomainPack
-from rag_engine.retrieval.live_source import LiveLeg, LiveProvenance, start_live_leg
-from rag_engine.retrieval.policy import PolicyDecision, gate
+from rag_engine.retrieval.candidates import Candidate, RetrievalResult
+from rag_engine.retrieval.fusion import Fused, fuse, rank_key
+from rag_engine.retrieval.live_source import LiveLeg, start_live_leg
 from rag_engine.retrieval.rerank import question_stems, rerank_model, text_features
 from rag_engine.store import reads
 from rag_engine.store.epochs import active_index
 from rag_engine.store.session import Reads, read_transaction
-
-
-class Candidate(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    chunk_id: str
-    anchor: str
-    doc_id: str
-    heading: str
-    text: str
-    collection: str
-    score: float
-    """The fused score (weighted RRF plus bounded boosts) the ranking is by; a graph
-    candidate's own path score is ``path_score``."""
-    sources: tuple[str, ...]
-    exact: bool = False
-    doc_title: str = ""
-    """The title of the chunk's document (set on the final candidates and expansions)."""
-    via: str | None = None
-    """For expansion candidates: the reference text that led here."""
-    path_score: float | None = None
-    path: tuple[dict[str, Any], ...] | None = None
-    """For graph candidates: the hops (entities, relationship type, confidence, evidence chunk)."""
-    provenance: LiveProvenance | None = None
-    """For live candidates (rag_engine/retrieval/live_source.py): source, key, committed-at,
-    retrieved-at, stale."""
-    retrieved_at: datetime | None = None
-    """When the store (or source) answered: set by ``retrieve`` on every candidate and expansion."""
-    features: dict[str, float] | None = None
-    """The reranker's features (``rerank.FEATURES``), for the top N when the reranker ran."""
-    session_id: str | None = None
-    """The caller's session (``run_query(session_id=...)``, ``rag query --session``), for the audit trail."""
-
-
-class RetrievalResult(BaseModel):
-    query: str
-    role: str
-    collections: tuple[str, ...]
-    candidates: list[Candidate]
-    trace: list[dict[str, Any]] = Field(default_factory=list)
-    events: list[dict[str, Any]] = Field(default_factory=list)
-    plan: dict[str, Any] | None = None
-    expansions: list[Candidate] = Field(default_factory=list)
-    """Chunks the top k cite (deterministic reference expansion): context for an answer, reported
-    apart so they never push a fused candidate out of the top k."""
 
 
 class Trace:
@@ -173,58 +133,6 @@ def _candidate(row: dict[str, Any], score: float, sources: tuple[str, ...], **ex
         provenance=row.get("provenance"),
         **extra,
     )
-
-
-class Fused(BaseModel):
-    """One chunk after weighted RRF, with what the tie-break needs."""
-
-    model_config = ConfigDict(frozen=True)
-
-    row: dict[str, Any]
-    score: float
-    sources: tuple[str, ...]
-    best_rank: int
-    lexical_score: float | None
-
-
-def fuse(lists: dict[str, list[dict[str, Any]]], rrf_k: int, weights: dict[str, float] | None = None) -> list[Fused]:
-    """Weighted reciprocal rank fusion: ``sum(weight_leg / (rrf_k + rank_leg))``, robust to
-    incomparable score scales (BM25 vs cosine). A leg of weight 0 contributes nothing.
-
-    Ties (a chunk at rank r in one list against a chunk at rank r in another) are broken by the
-    best single-leg rank, then by the lexical score: evidence, never the chunk id (which sorts
-    by file name). The id is only the last resort that keeps equal evidence deterministic.
-    """
-    weights = weights or {}
-    scores: dict[str, float] = {}
-    rows: dict[str, dict[str, Any]] = {}
-    sources: dict[str, list[str]] = {}
-    best: dict[str, int] = {}
-    lexical: dict[str, float] = {}
-    for name, hits in lists.items():
-        weight = weights.get(name, 1.0)
-        if weight <= 0:
-            continue
-        for rank, row in enumerate(hits, 1):
-            cid = row["chunk_id"]
-            scores[cid] = scores.get(cid, 0.0) + weight / (rrf_k + rank)
-            rows.setdefault(cid, row)
-            sources.setdefault(cid, []).append(name)
-            best[cid] = min(best.get(cid, rank), rank)
-            if name == "lexical":
-                lexical[cid] = float(row.get("score") or 0.0)
-    fused = [
-        Fused(row=rows[c], score=scores[c], sources=tuple(sources[c]), best_rank=best[c], lexical_score=lexical.get(c))
-        for c in scores
-    ]
-    return sorted(fused, key=lambda f: rank_key(f, f.score))
-
-
-def rank_key(f: Fused, score: float) -> tuple[float, int, float, str]:
-    """Higher score first; ties to the best single-leg rank, then the lexical score; the chunk id
-    only keeps fully equal evidence deterministic."""
-    lexical = f.lexical_score if f.lexical_score is not None else float("-inf")
-    return (-round(score, 12), f.best_rank, -lexical, f.row["chunk_id"])
 
 
 def _is_zero(vector: list[float]) -> bool:

@@ -13,7 +13,7 @@ import re
 
 import dagster as dg
 
-from rag_engine.ingest import ingest_pack
+from rag_engine.ingest.pipeline import ingest_pack
 from tests.support.packs import POLICY, RUNBOOK, temp_pack
 
 TWO_TITLES = """---

@@ -9,8 +9,8 @@ must hold when it ends.
 
 from __future__ import annotations
 
-from rag_engine.ingest import IngestObserver, ingest_pack
-from rag_engine.query import run_query
+from rag_engine.ingest.pipeline import IngestObserver, ingest_pack
+from rag_engine.retrieval.query import run_query
 from tests.faults.conftest import make_engine
 from tests.support.packs import temp_pack
 

@@ -17,7 +17,7 @@ import neo4j
 import pytest
 
 from rag_engine.engine import Engine
-from rag_engine.ingest import ingest_pack
+from rag_engine.ingest.pipeline import ingest_pack
 from tests.conftest import ROOT, with_artifacts
 from tests.faults.conftest import pick_embedder
 from tests.support.packs import POLICY, RUNBOOK, temp_pack

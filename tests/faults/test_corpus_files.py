@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rag_engine.documents import discover, doc_id_for
-from rag_engine.ingest import ingest_pack
+from rag_engine.ingest.documents import discover, doc_id_for
+from rag_engine.ingest.pipeline import ingest_pack
 from tests.support.packs import RUNBOOK, temp_pack
 
 

@@ -8,7 +8,7 @@ whatever order the citations are written or read in, and a forced re-run writes 
 
 from __future__ import annotations
 
-from rag_engine.ingest import ingest_pack
+from rag_engine.ingest.pipeline import ingest_pack
 from tests.support.packs import RUNBOOK, temp_pack
 
 # one chunk cites RB-77 twice, spelled two ways; the other order in the second version

@@ -12,8 +12,8 @@ import json
 import re
 
 from rag_engine.cli.render import query as render_query
-from rag_engine.ingest import ingest_pack
-from rag_engine.query import run_query
+from rag_engine.ingest.pipeline import ingest_pack
+from rag_engine.retrieval.query import run_query
 from rag_engine.text.controls import strip_controls
 from tests.faults.conftest import llm_engine
 from tests.support.fake_openai import FakeOpenAI, ok

@@ -7,7 +7,7 @@ vector leg it never grew.
 
 from __future__ import annotations
 
-from rag_engine.query import run_query
+from rag_engine.retrieval.query import run_query
 from rag_engine.store import reads
 from rag_engine.store.session import read_transaction
 from tests.faults.conftest import make_engine
@@ -36,7 +36,7 @@ def test_the_fulltext_leg_finds_a_small_permitted_share_behind_many_forbidden_ma
     try:
         files = {f"internal{i}.md": _internal(i) for i in range(4)}  # 40 internal chunks outrank it
         pack = temp_pack(engine, unique, tmp_path / "corpus", {**files, "public.md": PUBLIC})
-        from rag_engine.ingest import ingest_pack
+        from rag_engine.ingest.pipeline import ingest_pack
 
         ingest_pack(engine, pack, extract=False)
         with read_transaction(engine.driver, engine.database) as rx:

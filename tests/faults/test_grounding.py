@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from rag_engine.ingest import ingest_pack
+from rag_engine.ingest.pipeline import ingest_pack
 from tests.faults.conftest import llm_engine
 from tests.support.fake_openai import FakeOpenAI, ok, usage
 from tests.support.packs import temp_pack

@@ -14,8 +14,8 @@ import time
 import pytest
 
 from rag_engine import yaml_safe
-from rag_engine.ingest import ingest_pack
-from rag_engine.pack_lint import lint_pack
+from rag_engine.ingest.pipeline import ingest_pack
+from rag_engine.ops.pack_lint import lint_pack
 from tests.conftest import ROOT
 from tests.support.packs import POLICY, temp_pack
 

@@ -15,9 +15,9 @@ import re
 
 from rag_engine.config import load_config
 from rag_engine.graph.quality import quality_report
-from rag_engine.ingest import ingest_pack
-from rag_engine.pack_lint import lint_packs
-from rag_engine.query import run_query
+from rag_engine.ingest.pipeline import ingest_pack
+from rag_engine.ops.pack_lint import lint_packs
+from rag_engine.retrieval.query import run_query
 from tests.conftest import ROOT
 from tests.faults.conftest import make_engine
 from tests.support.cli import rag

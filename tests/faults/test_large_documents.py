@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from packs.company_x_kb.pack import CompanyKbPack
-from rag_engine.ingest import ingest_pack
+from rag_engine.ingest.pipeline import ingest_pack
 from rag_engine.packs import ChunkRecord, SourceDocument
 from tests.faults.conftest import make_engine
 from tests.support.packs import POLICY, RUNBOOK, temp_pack
@@ -84,7 +84,7 @@ def test_later_steps_skip_a_partition_that_failed_at_an_earlier_step(fault_engin
 
 
 def _doc(pack, name: str) -> SourceDocument:
-    from rag_engine.documents import discover, load_document
+    from rag_engine.ingest.documents import discover, load_document
 
     ref = next(r for r in discover(pack) if r.path.name == name)
     return load_document(pack, ref.partition_key, max_bytes=10_000_000)

@@ -13,12 +13,12 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from rag_engine.artifacts import ArtifactStore
-from rag_engine.documents import discover, doc_id_for
 from rag_engine.errors import BadPartitionKey
-from rag_engine.ingest import ingest_pack
-from rag_engine.partition_keys import check
-from rag_engine.query import run_query
+from rag_engine.ingest.documents import discover, doc_id_for
+from rag_engine.ingest.pipeline import ingest_pack
+from rag_engine.retrieval.query import run_query
+from rag_engine.store.artifacts import ArtifactStore
+from rag_engine.store.partition_keys import check
 from tests.support.packs import POLICY, temp_pack
 
 CANARY = "PLANTEDCANARY"
@@ -118,7 +118,7 @@ def test_an_artifact_of_another_document_is_refused_under_this_key(fault_engine,
     """A source.json copied (or planted) into a well-formed partition folder: its identity must
     match the key, so the chunks step (run alone, as a Dagster partition run does) refuses it."""
     from rag_engine.errors import DocumentError
-    from rag_engine.ingest import chunks_step
+    from rag_engine.ingest.steps import chunks_step
 
     pack = temp_pack(fault_engine, unique, tmp_path / "corpus", {"policy.md": POLICY})
     key = "planted--aaaaaaaaaaaa"

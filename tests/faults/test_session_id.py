@@ -18,15 +18,15 @@ from pathlib import Path
 import pytest
 import sqlalchemy
 
-from rag_engine.audit import audit_trail
 from rag_engine.engine import Engine
 from rag_engine.errors import QueryInputError
-from rag_engine.query import run_query
+from rag_engine.governance.audit import audit_trail
+from rag_engine.retrieval.query import run_query
 from tests.conftest import ROOT, _embed_env, _neo4j_uri, with_artifacts
 from tests.support.cli import rag
 from tests.support.packs import POLICY, RUNBOOK, temp_pack
 
-SESSION_ID_MAX = 128  # the documented limit (rag_engine.audit.SESSION_ID_MAX)
+SESSION_ID_MAX = 128  # the documented limit (rag_engine.governance.audit.SESSION_ID_MAX)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -47,7 +47,7 @@ def ledger_url(request: pytest.FixtureRequest, tmp_path: Path, postgres_url: str
 
 @pytest.fixture
 def kb_engine(base_config, tmp_path: Path, unique: str, ledger_url: str, neo4j_driver) -> Iterator[Engine]:
-    from rag_engine.ingest import ingest_pack
+    from rag_engine.ingest.pipeline import ingest_pack
 
     cfg = with_artifacts(base_config, tmp_path / "artifacts")
     env = {"NEO4J_URI": _neo4j_uri(), "RAG_LEDGER_URL": ledger_url, **_embed_env()}

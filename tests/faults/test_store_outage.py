@@ -16,7 +16,7 @@ import pytest
 
 from rag_engine.engine import Engine
 from rag_engine.errors import StoreUnavailable
-from rag_engine.ingest import IngestObserver, ingest_pack
+from rag_engine.ingest.pipeline import IngestObserver, ingest_pack
 from tests.conftest import ROOT, _neo4j_uri, with_artifacts
 from tests.faults.conftest import engine_env, pick_embedder
 from tests.support.packs import temp_pack

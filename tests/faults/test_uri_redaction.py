@@ -16,7 +16,7 @@ import pytest
 
 from rag_engine.engine import Engine
 from rag_engine.errors import ConfigError, StoreUnavailable
-from rag_engine.graph.connection import check_reachable
+from rag_engine.store.connection import check_reachable
 from tests.conftest import ROOT, SENTINEL
 from tests.support.cli import rag
 

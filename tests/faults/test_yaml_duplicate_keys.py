@@ -12,7 +12,7 @@ import pytest
 
 from rag_engine.config import load_config
 from rag_engine.errors import ConfigError, EvalInputError, PackError
-from rag_engine.ingest import ingest_pack
+from rag_engine.ingest.pipeline import ingest_pack
 from tests.conftest import ROOT
 from tests.support.packs import RUNBOOK, graph_counts, temp_pack
 

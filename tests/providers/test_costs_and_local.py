@@ -10,10 +10,11 @@ import pytest
 
 from rag_engine.config import DefaultsConfig, EngineConfig, LedgerConfig, ModelConfig, ProviderConfig, StorageConfig
 from rag_engine.errors import CapabilityNotSupported
+from rag_engine.ops.costs import costs_report
 from rag_engine.providers.clients import build_client
-from rag_engine.providers.costs_cli import costs_report
-from rag_engine.providers.ledger import UsageLedger, UsageRecord
+from rag_engine.providers.ledger import UsageLedger
 from rag_engine.providers.registry import ModelSpec
+from rag_engine.usage import UsageRecord
 
 
 def _cfg(default_url: str = "sqlite:///var/ledger.sqlite") -> EngineConfig:

@@ -18,7 +18,8 @@ from rag_engine.config import (
     ProviderConfig,
     StorageConfig,
 )
-from rag_engine.providers.ledger import UsageLedger, UsageRecord, ledger_url
+from rag_engine.providers.ledger import UsageLedger, ledger_url
+from rag_engine.usage import UsageRecord
 
 
 def _rec(**overrides) -> UsageRecord:

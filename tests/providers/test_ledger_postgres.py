@@ -8,7 +8,8 @@ from decimal import Decimal
 
 import sqlalchemy
 
-from rag_engine.providers.ledger import UsageLedger, UsageRecord
+from rag_engine.providers.ledger import UsageLedger
+from rag_engine.usage import UsageRecord
 
 
 def _record(run_id: str, i: int, cost: Decimal | None) -> UsageRecord:

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from rag_engine.config import DefaultsConfig, EngineConfig, LedgerConfig, ModelConfig, StorageConfig
 from rag_engine.errors import ProviderError
-from rag_engine.providers.costs_cli import costs_report
+from rag_engine.ops.costs import costs_report
 from rag_engine.providers.ledger import UsageLedger
 from tests.support import fake_openai as fake
 from tests.support.fake_openai import FakeOpenAI

@@ -1,4 +1,4 @@
-"""Provider swap dry run (rag_engine.providers.swap, `rag providers swap`): a hosted and a local swap
+"""Provider swap dry run (rag_engine.ops.swap, `rag providers swap`): a hosted and a local swap
 of generation and of embedding against loopback OpenAI-compatible servers (the fake one, and the
 local e5 server `make test` runs), blocking reasons, the candidate-config load check, and that the
 credential sentinel never reaches any output."""
@@ -14,7 +14,7 @@ import pytest
 
 from rag_engine.config import config_hash, load_config
 from rag_engine.engine import Engine
-from rag_engine.providers.swap import SwapReport, dry_run, render_text
+from rag_engine.ops.swap import SwapReport, dry_run, render_text
 from tests.conftest import ROOT, SENTINEL
 from tests.support.cli import rag
 from tests.support.fake_openai import FakeOpenAI
@@ -75,7 +75,7 @@ def _active(engine: Engine) -> int:
 @pytest.fixture
 def ingested(variant, tmp_path, fake, unique):
     """The tiny variant pack (two documents) ingested with the configured e5 embedder, no extraction."""
-    from rag_engine.ingest import ingest_pack
+    from rag_engine.ingest.pipeline import ingest_pack
 
     path = variant("swap", edit=_endpoints(fake.base_url, fake.base_url))
     eng = _engine(path, tmp_path)

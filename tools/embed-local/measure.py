@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from rag_engine.engine import Engine
-from rag_engine.ingest import ingest_pack
+from rag_engine.ingest.pipeline import ingest_pack
 
 
 def _load() -> str:

@@ -19,9 +19,9 @@ from packs.adgm_rulebooks import build_corpus
 from packs.adgm_rulebooks.pack import number_of, parse_document, parse_references
 from rag_engine import yaml_safe
 from rag_engine.config import load_config
-from rag_engine.documents import discover, load_document
 from rag_engine.errors import PackError
 from rag_engine.graph.writer import retrieval_eligible
+from rag_engine.ingest.documents import discover, load_document
 from rag_engine.packs import SourceDocument, content_hash, encode_local_id, load_pack
 
 ROOT = Path(__file__).parents[3]

@@ -11,7 +11,7 @@ What is never stored: the question text when the query could read a collection l
 ``audit.sensitive_collections`` (the record says ``question_redacted``), chunk text, the expanded
 query, error details (only error types), any secret. The API appends and reads; the only deletion
 is ``delete_expired``, records older than ``audit.retention_days`` whole days, and it needs an
-approval (``rag_engine.approvals``) that binds the cut-off and the exact count.
+approval (``rag_engine.governance.approvals``) that binds the cut-off and the exact count.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import uuid
 from collections.abc import Mapping
 from datetime import UTC, date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Any
@@ -28,12 +27,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Column, DateTime, Index, Integer, MetaData, RowMapping, String, Table, Text, func, select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from rag_engine.approvals import DELETE_AUDIT_RECORDS, Approval, require
-from rag_engine.errors import ApprovalMismatch, AuditError, QueryInputError, RagError
+from rag_engine.errors import ApprovalMismatch, AuditError, QueryInputError
+from rag_engine.governance.approvals import DELETE_AUDIT_RECORDS, Approval, require
+from rag_engine.providers.ledger import _make_engine, ledger_url, usage_records
 
 if TYPE_CHECKING:
     from rag_engine.engine import Engine
-    from rag_engine.query import QueryOutcome
 
 log = logging.getLogger(__name__)
 
@@ -103,12 +102,12 @@ def check_session_id(session_id: str | None) -> str | None:
 _USERINFO = re.compile(r"//[^/@\s]*@")
 
 
-def _scrub(value: Any) -> Any:
+def scrub(value: Any) -> Any:
     """No error details (they may quote a URL or a request) and no userinfo/query in URLs."""
     if isinstance(value, Mapping):
-        return {k: _scrub(v) for k, v in value.items() if k not in ("detail", "message", "text", "question")}
+        return {k: scrub(v) for k, v in value.items() if k not in ("detail", "message", "text", "question")}
     if isinstance(value, (list, tuple)):
-        return [_scrub(v) for v in value]
+        return [scrub(v) for v in value]
     if isinstance(value, str) and "://" in value:
         return _USERINFO.sub("//", value).split("?", 1)[0]
     return value
@@ -142,8 +141,6 @@ class AuditTrail:
     """Append and read audit records; delete only expired ones, only with an approval."""
 
     def __init__(self, url: str):
-        from rag_engine.providers.ledger import _make_engine
-
         self._engine = _make_engine(url)
         try:
             _metadata.create_all(self._engine, checkfirst=True)
@@ -247,6 +244,13 @@ class AuditTrail:
                 days.setdefault(day, dict.fromkeys(events, 0))[name] += 1
         return [{"day": d.isoformat(), **counts} for d, counts in sorted(days.items())]
 
+    def call_ids(self, run_id: str, since: datetime) -> list[int]:
+        """Ids of the usage records metered under ``run_id`` since ``since`` (the same database)."""
+        t = usage_records.c
+        q = select(t.id).where(t.run_id == run_id, t.created_at >= since).order_by(t.id)
+        with self._engine.connect() as conn:
+            return [int(r[0]) for r in conn.execute(q)]
+
     def count(self) -> int:
         with self._engine.connect() as conn:
             return int(conn.execute(select(func.count()).select_from(audit_records)).scalar_one())
@@ -303,135 +307,6 @@ def audit_trail(engine: Engine) -> AuditTrail:
     """The engine's audit trail (the ledger URL), built once per engine."""
     cache = engine.__dict__
     if "_audit_trail" not in cache:
-        from rag_engine.providers.ledger import ledger_url
-
         cache["_audit_trail"] = AuditTrail(ledger_url(engine.cfg, engine.env, engine.root))
     trail: AuditTrail = cache["_audit_trail"]
     return trail
-
-
-# -- the query record --------------------------------------------------------------------------
-
-
-def _answer_kind(answer: Any) -> str:
-    return "insufficient_evidence" if answer.insufficient_evidence else "answer"
-
-
-class QueryAudit:
-    """One query's audit: started before retrieval (its time is the candidates' ``retrieved_at``),
-    written after the answer by ``record``. ``run_id`` is what model calls are metered under:
-    the caller's, else ``session:<id>``, so the record can list the ledger ids of its calls."""
-
-    def __init__(self, engine: Engine, session_id: str | None, run_id: str | None, generate: bool = True):
-        self.engine = engine
-        self.session_id = check_session_id(session_id)
-        self.query_id = uuid.uuid4().hex
-        self.started_at = datetime.now(UTC)
-        self.run_id = run_id or (f"session:{session_id}" if session_id else None)
-        self.generate = generate
-
-    def _model_calls(self) -> list[int] | None:
-        """Ledger ids of the calls made under this query's run id since it started (None: the
-        calls carry no run id, so they cannot be told apart from other queries')."""
-        if self.run_id is None:
-            return None
-        if "ledger" not in self.engine.__dict__:
-            return []  # no metered client was built in this process: no model call
-        from rag_engine.providers.ledger import usage_records
-
-        t = usage_records.c
-        q = select(t.id).where(t.run_id == self.run_id, t.created_at >= self.started_at).order_by(t.id)
-        with audit_trail(self.engine)._engine.connect() as conn:
-            return [int(r[0]) for r in conn.execute(q)]
-
-    def build(self, outcome: QueryOutcome) -> list[AuditRecord]:
-        cfg = self.engine.cfg.audit
-        retrieval = outcome.retrieval
-        permitted = list(retrieval.collections)
-        blocked = sorted(
-            {c for e in retrieval.events if e.get("event") == "collections_blocked" for c in e.get("blocked", [])}
-        )
-        sensitive = sorted(set(permitted) & set(cfg.sensitive_collections))
-        answer = outcome.answer
-        now = datetime.now(UTC)
-        payload = {
-            "question": None if sensitive else outcome.question,
-            "question_redacted": bool(sensitive),
-            "sensitive_collections": sensitive,
-            "retrieved_at": self.started_at.isoformat(),
-            "run_id": self.run_id,
-            "collections_permitted": permitted,
-            "collections_blocked": blocked,
-            "candidates": [
-                {
-                    "chunk_id": c.chunk_id,
-                    "collection": c.collection,
-                    "sources": list(c.sources),
-                    "via": c.via,
-                    **({"provenance": c.provenance.model_dump(mode="json")} if c.provenance else {}),
-                }
-                for c in retrieval.candidates
-            ],
-            "expansions": [c.chunk_id for c in retrieval.expansions],
-            "cited": list(answer.citations),
-            "answer": {
-                "kind": _answer_kind(answer),
-                "method": answer.method,
-                "reason": answer.reason,
-                "model": answer.model,
-                "error_type": answer.error_type,
-            },
-            "model_calls": self._model_calls(),
-            "events": [e.get("event") for e in outcome.events],
-            "latency_ms": outcome.latency_ms,
-        }
-        common: dict[str, Any] = {
-            "created_at": now,
-            "query_id": self.query_id,
-            "session_id": self.session_id,
-            "role": retrieval.role,
-        }
-        records = [AuditRecord(event="query", payload=payload, **common)]
-        for e in outcome.events:
-            name = e.get("event")
-            if name in GOVERNANCE_EVENTS:
-                records.append(AuditRecord(event=name, payload=_scrub(dict(e)), **common))
-        if self.generate and answer.method == "extractive":
-            records.append(
-                AuditRecord(
-                    event="generation_fallback",
-                    **common,
-                    payload={
-                        "method": answer.method,
-                        "error_type": answer.error_type,
-                        "reason": "generation_failed" if answer.error_type else "no_usable_generation_model",
-                        "generation_model": self.engine.cfg.defaults.generation_model,
-                    },
-                )
-            )
-        return records
-
-    def record(self, outcome: QueryOutcome) -> list[AuditRecord]:
-        """Write the query's records; per ``audit.on_write_error`` a failure raises or is logged."""
-        cfg = self.engine.cfg.audit
-        if not cfg.enabled:
-            return []
-        records = self.build(outcome)
-        try:
-            return audit_trail(self.engine).append(*records)
-        except (RagError, SQLAlchemyError) as exc:
-            if cfg.on_write_error == "fail":
-                raise AuditError(
-                    f"the query's audit record could not be written ({exc}); no unaudited answer "
-                    "is returned (audit.on_write_error: fail)"
-                ) from None
-            log.error(
-                "audit write failed (%s); record kept in this log: %s",
-                type(exc).__name__,
-                [r.model_dump(mode="json") for r in records],
-            )
-            return []
-
-
-def query_audit(engine: Engine, session_id: str | None, run_id: str | None, generate: bool = True) -> QueryAudit:
-    return QueryAudit(engine, session_id, run_id, generate)

@@ -25,6 +25,9 @@ import neo4j
 
 from rag_engine.config import config_hash
 from rag_engine.engine import Engine
+from rag_engine.graph.quality import quality_report
+from rag_engine.graph.schema import EMBEDDING_PROPERTY, current_embedder
+from rag_engine.ingest.documents import discover
 
 BLOCKING_CHECKS = {
     "no_orphan_entities": "orphan_entities",
@@ -91,9 +94,6 @@ def blocking_failures(report: Mapping[str, Any]) -> list[str]:
 
 
 def _store(engine: Engine) -> dict[str, Any]:
-    from rag_engine.graph.quality import quality_report
-    from rag_engine.graph.schema import EMBEDDING_PROPERTY, current_embedder
-
     packs = sorted(engine.packs)
     meta = current_embedder(engine.driver, engine.database)
     prop = meta["property"] if meta else EMBEDDING_PROPERTY  # the active index's vectors (blue/green)
@@ -260,8 +260,6 @@ def _automation(env: Mapping[str, str], root: Path | None = None) -> dict[str, A
 
 def collect_status(engine: Engine, env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Everything `rag status` shows; Neo4j must be reachable (the CLI checks first)."""
-    from rag_engine.documents import discover
-
     env = os.environ if env is None else env
     store = _store(engine)
     packs = []

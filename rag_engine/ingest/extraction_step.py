@@ -24,11 +24,12 @@ from typing import Any
 
 from rag_engine.engine import Engine
 from rag_engine.errors import CapabilityNotSupported, ProviderError, ProviderResponseInvalid, ProviderTimeout
+from rag_engine.graph import writer
 from rag_engine.graph.entity_resolution import EntityResolver
 from rag_engine.graph.extraction import build_messages, prompt_hash, validate
 from rag_engine.graph.extraction_cache import ExtractionCache, cache_key
 from rag_engine.graph.models import RawExtraction
-from rag_engine.ingest import load_chunks
+from rag_engine.ingest.steps import load_chunks
 from rag_engine.packs import ChunkRecord, DomainPack
 from rag_engine.providers.ratelimit import estimate_tokens
 from rag_engine.providers.results import GenerationResult
@@ -261,8 +262,6 @@ def extraction_step(engine: Engine, pack: DomainPack, key: str, *, run_id: str, 
 
 def finish_run(engine: Engine, pack: DomainPack, run_id: str, budget: RunBudget) -> dict[str, Any]:
     """Record the run as an (:ExtractionRun) node and return its summary."""
-    from rag_engine.graph import writer
-
     spec = engine.registry.extraction
     summary: dict[str, Any] = {
         "run_id": run_id,

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from rag_engine.errors import DocumentError, PackError
 from rag_engine.packs import DomainPack, SourceDocument
-from rag_engine.partition_keys import MAX_DOC_ID_CHARS, PARTITION_SEP, VERSION_CHARS
-from rag_engine.partition_keys import check as check_partition_key
+from rag_engine.store.partition_keys import MAX_DOC_ID_CHARS, PARTITION_SEP, VERSION_CHARS
+from rag_engine.store.partition_keys import check as check_partition_key
 from rag_engine.text.controls import strip_controls
 
 log = logging.getLogger(__name__)

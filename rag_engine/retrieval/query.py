@@ -11,35 +11,22 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from rag_engine.engine import Engine
 from rag_engine.errors import RagError
 from rag_engine.providers.clients import ModelClient
-from rag_engine.retrieval.answer import Answer, answer_question, extractive_answer, insufficient
-from rag_engine.retrieval.context import AssembledContext, assemble_context
+from rag_engine.retrieval.answer import answer_question, extractive_answer, insufficient
+from rag_engine.retrieval.context import assemble_context
 from rag_engine.retrieval.evidence import AliasGroups, evidence_coverage
 from rag_engine.retrieval.local_inference import expand_query
 from rag_engine.retrieval.local_inference import rerank as model_rerank
-from rag_engine.retrieval.retriever import RetrievalResult, retrieve, stamped
+from rag_engine.retrieval.outcome import QueryAudit, QueryOutcome
+from rag_engine.retrieval.retriever import retrieve, stamped
 
 SYSTEM_PROMPT = (
     "You answer questions about a regulated corpus using only the numbered context blocks. "
     "Cite the chunk_id of every block you use. If the context does not answer the question, "
     "say that the evidence is insufficient."
 )
-
-
-class QueryOutcome(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    question: str
-    expanded_query: str
-    retrieval: RetrievalResult
-    context: AssembledContext
-    answer: Answer
-    events: tuple[dict[str, Any], ...]
-    latency_ms: float
 
 
 def _client(engine: Engine, name: str | None) -> ModelClient | None:
@@ -75,12 +62,10 @@ def run_query(
 ) -> QueryOutcome:
     """``weights`` overrides the configured per-leg fusion weights for this call (ablations).
     ``session_id`` and ``collections`` (requested; those the role may not read are blocked) go
-    to the audit trail, which gets one record per query (rag_engine/audit.py); a session id longer
+    to the audit trail, which gets one record per query (``outcome.QueryAudit``); a session id longer
     than ``audit.SESSION_ID_MAX`` or with other characters is a QueryInputError before anything runs.
     ``rerank``: whether the feature reranker runs (default ``retrieval.rerank.method``)."""
-    from rag_engine.audit import query_audit  # audit trail: begin (issue 16)
-
-    audit = query_audit(engine, session_id, run_id, generate)
+    audit = QueryAudit(engine, session_id, run_id, generate)  # begun before retrieval
     run_id = audit.run_id
     started = time.perf_counter()
     events: list[dict[str, Any]] = []

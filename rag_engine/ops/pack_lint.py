@@ -31,8 +31,8 @@ from pydantic import BaseModel, ConfigDict
 
 from rag_engine import yaml_safe
 from rag_engine.config import EngineConfig, PackEntry, under_root
-from rag_engine.documents import discover, load_document
 from rag_engine.errors import PackError, PackShadowed, RagError
+from rag_engine.ingest.documents import discover, load_document
 from rag_engine.packs import LOCAL_ID_SAFE, ChunkRecord, DomainPack, encode_local_id, load_pack
 
 Severity = Literal["error", "warning"]

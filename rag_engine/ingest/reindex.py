@@ -39,9 +39,10 @@ from typing import Any, Literal
 import neo4j
 from pydantic import BaseModel, ConfigDict
 
-from rag_engine.approvals import REINDEX_CUTOVER, Approval, require
 from rag_engine.engine import Engine
 from rag_engine.errors import ConfigError, EmbedderMismatch, StoreError
+from rag_engine.governance.approvals import REINDEX_CUTOVER, Approval, require
+from rag_engine.governance.audit import audit_trail
 from rag_engine.graph import schema
 from rag_engine.providers.embedding_cache import embed_batched
 
@@ -331,8 +332,6 @@ def run_reindex(
 
     # 0. the cut-over: cleared by a passed gate for this identity, else by an approval of this plan;
     # a mismatched approval is refused here, before anything changes
-    from rag_engine.audit import audit_trail
-
     plan = _plan(engine, active["identity"], identity)
     cleared: Literal["gate_passed", "approved"] | None = None
     if plan["gate"] is not None and plan["gate"]["status"] in GATE_PASSED:

@@ -19,14 +19,11 @@ import json
 from collections.abc import Mapping
 from datetime import UTC, date, datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from rag_engine.errors import ApprovalMismatch, ApprovalRequired
-
-if TYPE_CHECKING:
-    from rag_engine.audit import AuditTrail
 
 GRAPH_CLEANUP = "graph_cleanup"
 ACCEPT_GATE_REGRESSION = "accept_gate_regression"
@@ -106,12 +103,27 @@ class Approval(BaseModel):
         return cls(approved_by=approved_by, reason=reason, action=action, inputs_hash=inputs_hash(inputs), **extra)
 
 
+class ApprovalRecorder(Protocol):
+    """Where ``require`` writes each check's outcome: the audit trail (``governance.audit``),
+    which depends on this module, never the reverse."""
+
+    def record_approval(
+        self,
+        *,
+        action: str,
+        approval: Approval | None,
+        expected_hash: str,
+        refused: str | None,
+        session_id: str | None = None,
+    ) -> object: ...
+
+
 def require(
     approval: Approval | None,
     action: str,
     inputs: Mapping[str, Any],
     *,
-    audit: AuditTrail | None = None,
+    audit: ApprovalRecorder | None = None,
     session_id: str | None = None,
     unchanged: str = "nothing was changed",
 ) -> None:

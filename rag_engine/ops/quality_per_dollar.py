@@ -14,6 +14,9 @@ embedding, expansion, rerank) at their recorded mean cost per call. Then
 A model without a price is "unknown", never free; a model with no answer calls in the ledger has
 no measured tokens, said so. Extraction and indexing spend are one-off costs of building the
 graph and the index: they are listed apart and never folded into the per-query cost.
+
+Longer than 500 lines because the report's figures (ledger sums, eval quality, prices) and their
+table are one computation read top-down.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rag_engine.errors import BadPartitionKey
-from rag_engine.partition_keys import check as check_partition_key
+from rag_engine.store.partition_keys import check as check_partition_key
 
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import neo4j
 
 from rag_engine.config import EngineConfig, redact_url
+from rag_engine.errors import ConfigError, StoreError, StoreUnavailable
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,6 @@ def open_driver(target: Neo4jTarget, env: Mapping[str, str] | None = None) -> ne
             notifications_min_severity="OFF",
         )
     except (neo4j.exceptions.ConfigurationError, ValueError) as exc:  # its message quotes the whole URI
-        from rag_engine.errors import ConfigError
-
         hint = (
             f"; credentials go in ${target.user_env}/${target.password_env}, not in the URI"
             if "@" in target.uri.partition("://")[2].partition("/")[0]
@@ -84,8 +83,6 @@ def open_driver(target: Neo4jTarget, env: Mapping[str, str] | None = None) -> ne
 def check_reachable(driver: neo4j.Driver, target: Neo4jTarget) -> None:
     """Fail fast with one typed error when the store cannot be reached (bounded by the connect
     timeout), instead of a command retrying its first transaction for half a minute."""
-    from rag_engine.errors import StoreUnavailable
-
     try:
         driver.verify_connectivity()
     except neo4j.exceptions.AuthError as exc:
@@ -105,8 +102,6 @@ def check_reachable(driver: neo4j.Driver, target: Neo4jTarget) -> None:
 def single_record(result: neo4j.Result, what: str) -> neo4j.Record:
     """The one record of a query that always returns exactly one row (an aggregate such as
     ``count`` or ``collect``); a clear StoreError instead of indexing None if it did not."""
-    from rag_engine.errors import StoreError
-
     record = result.single()
     if record is None:
         raise StoreError(f"Neo4j returned no row for {what}")

@@ -8,222 +8,37 @@ the orchestrator shows as metadata. A document that fails validation is recorded
 from __future__ import annotations
 
 import logging
-import time
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
-import neo4j
-
 from rag_engine.config import GraphConfig
-from rag_engine.documents import load_document, still_in_corpus
 from rag_engine.engine import Engine
 from rag_engine.errors import (
-    CapabilityNotSupported,
     ConfigError,
     DocumentError,
-    EmbedderMismatch,
     PackError,
-    StoreUnavailable,
 )
 from rag_engine.graph import schema, writer
+from rag_engine.graph.extraction import confidence_bucket
+from rag_engine.ingest.documents import load_document, split_partition_key, still_in_corpus
+from rag_engine.ingest.runner import Grouped, SkipPartition
+from rag_engine.ingest.stamps import any_missing
 from rag_engine.packs import ChunkRecord, DomainPack, SourceDocument, content_hash
-from rag_engine.partition_keys import check as check_partition_key
-from rag_engine.step_stamps import STEP_DEPS
+from rag_engine.providers.embedding_cache import embed_batched
+from rag_engine.store.partition_keys import PARTITION_SEP
+from rag_engine.store.partition_keys import check as check_partition_key
 
 log = logging.getLogger(__name__)
 
 SOURCE, CHUNKS, REFERENCES, EXTRACTION = "source", "chunks", "references", "llm_extraction"
 
 
-@dataclass
-class StepReport:
-    """What one step did over the partitions of a run."""
-
-    step: str
-    done: dict[str, dict[str, Any]] = field(default_factory=dict)
-    rejected: dict[str, str] = field(default_factory=dict)
-    skipped: dict[str, str] = field(default_factory=dict)
-    failed: dict[str, str] = field(default_factory=dict)
-    """Unexpected errors of one partition (Neo4j, provider, bug): the others still run."""
-    unchanged: list[str] = field(default_factory=list)
-    """Partitions skipped by change detection: same content and step code version as their last
-    successful run (``ingest_pack(skip_unchanged=True)``)."""
-    seconds: float = 0.0
-
-    def total(self, key: str) -> int:
-        return sum(int(v.get(key, 0)) for v in self.done.values())
-
-
-_STOPS_THE_RUN = (ConfigError, CapabilityNotSupported, EmbedderMismatch, StoreUnavailable)
-"""Errors that are the same for every partition: the run stops at once with the typed error."""
-
-_UNREACHABLE = (neo4j.exceptions.ServiceUnavailable, neo4j.exceptions.SessionExpired)
-
-
-def _store_gone(step: str, key: str, exc: Exception) -> StoreUnavailable:
-    """The store stopped answering mid-run: every later partition would wait out the driver's
-    retries and fail the same way (Neo4j stopped during an ingest of 133 documents: ~40 s and a
-    traceback per partition), so the run stops here with one line."""
-    return StoreUnavailable(
-        f"Neo4j stopped answering during {step} ({key}: {type(exc).__name__}); the run stopped there. "
-        "Finished partitions are kept: re-run the ingest when the store is back"
-    )
-
-
-def _attempt(report: StepReport, step: str, key: str, work: Callable[[], Any]) -> tuple[bool, Any]:
-    """Run one partition's work, recording a rejection, skip or failure in ``report``: (ok, result)."""
-    try:
-        return True, work()
-    except (DocumentError, PackError) as exc:  # one document's problem, never the run's
-        report.rejected[key] = str(exc)
-        log.warning("%s %s rejected: %s", step, key, exc)
-    except _Skip as exc:
-        report.skipped[key] = str(exc)
-    except _STOPS_THE_RUN:
-        raise  # the same for every partition: stop at once with the typed error
-    except _UNREACHABLE as exc:
-        raise _store_gone(step, key, exc) from None
-    except Exception as exc:
-        report.failed[key] = f"{type(exc).__name__}: {exc}"
-        log.exception("%s %s failed", step, key)
-    return False, None
-
-
-def _outcome(report: StepReport, key: str) -> str:
-    return next(name for name in ("done", "rejected", "skipped", "failed") if key in getattr(report, name))
-
-
-def run_step(
-    step: str,
-    keys: list[str],
-    fn: Callable[[str], dict[str, Any]],
-    progress: Callable[[str], None] | None = None,
-    on_done: Callable[[str, str], None] | None = None,
-) -> StepReport:
-    """``on_done(key, outcome)`` after each partition (outcome: done, rejected, skipped, failed)."""
-    report = StepReport(step)
-    started = time.perf_counter()
-    for i, key in enumerate(keys, 1):
-        ok, figures = _attempt(report, step, key, partial(fn, key))
-        if ok:
-            report.done[key] = figures
-        if on_done:
-            on_done(key, _outcome(report, key))
-        if progress and (i == len(keys) or i % 10 == 0):
-            progress(f"{step}: {i}/{len(keys)} partitions")
-    report.seconds = round(time.perf_counter() - started, 3)
-    return report
-
-
-@dataclass(frozen=True)
-class Grouped:
-    """A step split in two so a run can write several partitions in one transaction:
-    ``prepare(key)`` does one partition's own work (artifacts, pack rules, embeddings) and returns
-    (rows it will write, what to write); ``write(prepared list)`` writes them in one transaction
-    and returns each partition's figures. ``prepare`` then ``write`` of one partition is the step."""
-
-    prepare: Callable[[str], tuple[int, Any]]
-    write: Callable[[list[Any]], list[Any]]
-    """Each partition's figures, or the exception that partition's write refused it with."""
-
-    def write_one(self, prepared: Any) -> dict[str, Any]:
-        """One prepared partition written alone: its figures, or its refusal raised."""
-        (out,) = self.write([prepared])
-        if isinstance(out, Exception):
-            raise out
-        return dict(out)
-
-    def step(self, engine: Engine, pack: DomainPack, key: str) -> dict[str, Any]:
-        """The whole step for one partition (a Dagster partition run, ``run_step``)."""
-        return self.write_one(self.prepare(key)[1])
-
-
-def _raise(exc: Exception) -> None:
-    raise exc
-
-
-def run_grouped_step(
-    step: str,
-    keys: list[str],
-    grouped: Grouped,
-    group_rows: int,
-    progress: Callable[[str], None] | None = None,
-    on_done: Callable[[str, str], None] | None = None,
-) -> StepReport:
-    """``run_step`` with the writes of consecutive partitions grouped into one transaction of
-    about ``group_rows`` rows (one round trip per query for the group, one commit): fewer round
-    trips, the same writes. A partition whose preparation fails is recorded as ``run_step`` does;
-    a group whose write fails is written again one partition at a time, so one partition's
-    error is still that partition's only."""
-    report = StepReport(step)
-    started = time.perf_counter()
-    finished = 0
-    group: list[tuple[str, Any]] = []
-
-    def tell(key: str) -> None:
-        nonlocal finished
-        finished += 1
-        if on_done:
-            on_done(key, _outcome(report, key))
-        if progress and (finished == len(keys) or finished % 10 == 0):
-            progress(f"{step}: {finished}/{len(keys)} partitions")
-
-    def flush() -> None:
-        if len(group) > 1:
-            try:
-                outcomes = grouped.write([p for _, p in group])
-                for (key, _), out in zip(group, outcomes, strict=True):
-                    if isinstance(out, Exception):  # this partition's own refusal (e.g. KeyConflict)
-                        _attempt(report, step, key, partial(_raise, out))
-                    else:
-                        report.done[key] = out
-            except _STOPS_THE_RUN:
-                raise
-            except _UNREACHABLE as exc:
-                raise _store_gone(step, group[0][0], exc) from None
-            except Exception as exc:  # noqa: BLE001 - retried one partition at a time below
-                log.info("%s: a write of %d partitions failed (%s); one partition at a time", step, len(group), exc)
-        for key, prepared in group:
-            if not any(key in outcome for outcome in (report.done, report.rejected, report.skipped, report.failed)):
-                ok, figures = _attempt(report, step, key, partial(grouped.write_one, prepared))
-                if ok:
-                    report.done[key] = figures
-            tell(key)
-        group.clear()
-
-    rows = 0
-    for key in keys:
-        ok, prepared = _attempt(report, step, key, partial(grouped.prepare, key))
-        if not ok:
-            tell(key)
-            continue
-        group.append((key, prepared[1]))
-        rows += prepared[0]
-        if rows >= group_rows:
-            flush()
-            rows = 0
-    flush()
-    report.seconds = round(time.perf_counter() - started, 3)
-    return report
-
-
-class _Skip(Exception):
-    """An upstream step rejected this partition; nothing to do here."""
-
-
-GROUP_BATCHES = 4
-"""A grouped step's transaction holds about this many write batches (``storage.neo4j.write_batch_size``
-rows each) of consecutive partitions."""
-
 _CHAIN = (SOURCE, CHUNKS, REFERENCES)
 """Steps whose artifact may record a rejection, in pipeline order."""
 
 
 def _upstream(engine: Engine, pack: DomainPack, key: str, step: str) -> Any:
-    """The artifact of an earlier step, or _Skip if the document was rejected anywhere upstream.
+    """The artifact of an earlier step, or SkipPartition if the document was rejected anywhere upstream.
 
     Every step of the chain up to ``step`` is checked, not only the source: a document the pack
     refused at chunking has no chunks, so references, index, extraction and graph skip it."""
@@ -234,7 +49,7 @@ def _upstream(engine: Engine, pack: DomainPack, key: str, step: str) -> Any:
             continue
         data = engine.artifacts.read(pack.name, key, name)
         if isinstance(data, dict) and data.get("rejected"):
-            raise _Skip(f"rejected at {name}: {data['rejected']}")
+            raise SkipPartition(f"rejected at {name}: {data['rejected']}")
         _check_identity(pack.name, key, name, data, doc_id, version)
     return data
 
@@ -353,8 +168,6 @@ def chunks_grouped(engine: Engine, pack: DomainPack) -> Grouped:
 def claim_order(keys: list[str]) -> list[str]:
     """The order the chunks step runs a run's partitions in: by doc id, so among new documents
     claiming the same owned key the first in doc id order keeps it, whatever order the run got."""
-    from rag_engine.partition_keys import PARTITION_SEP
-
     return sorted(keys, key=lambda k: (k.rpartition(PARTITION_SEP)[0], k))
 
 
@@ -427,8 +240,6 @@ def index_grouped(
     """``index_step`` in two: embedding per partition, then the vectors of several versions
     written and each version activated (in order) in one transaction. ``progress(key)``: the
     partition's ``EmbedProgress`` callback, if any."""
-    from rag_engine.providers.embedding_cache import embed_batched
-
     spec = engine.registry.embedding
     prop: list[str] = [vector_property] if vector_property else []
 
@@ -493,8 +304,6 @@ def apply_graph_policy(
     """Eligibility and confidence buckets are graph policy, decided when the graph is written:
     a changed confidence floor rebuilds the graph (graph_writes) without re-extraction. The model's
     confidence is a claim, capped by the pack's ceiling; the claim is kept as claimed_confidence."""
-    from rag_engine.graph.extraction import confidence_bucket
-
     out = []
     for rec in records:
         rels = []
@@ -524,7 +333,6 @@ def graph_grouped(engine: Engine, pack: DomainPack) -> Grouped:
     """``graph_step`` in two: the version's inferred records are read per partition, then the
     references of several versions are resolved and their records written in one transaction
     (``writer.write_graph_many``)."""
-    from rag_engine.documents import split_partition_key
 
     def prepare(key: str) -> tuple[int, Any]:
         refs = _upstream(engine, pack, key, REFERENCES)
@@ -557,8 +365,6 @@ def graph_grouped(engine: Engine, pack: DomainPack) -> Grouped:
 
 def withdraw_missing_documents(engine: Engine, pack: DomainPack, present: list[str]) -> list[str]:
     """A file removed from the corpus must stop being answered and cited."""
-    from rag_engine.step_stamps import any_missing
-
     schema.ensure_schema(engine.driver, engine.database)
     if not any_missing(engine.driver, engine.database, pack.name, present):
         return []  # read first: a run with nothing removed opens no write transaction
@@ -572,144 +378,3 @@ def withdraw_missing_documents(engine: Engine, pack: DomainPack, present: list[s
     for doc_id in withdrawn:
         log.warning("document %s of pack %s is no longer in the corpus: withdrawn", doc_id, pack.name)
     return withdrawn
-
-
-class IngestObserver:
-    """Structured progress of ``ingest_pack`` (the CLI draws bars from it). Every hook is a no-op here."""
-
-    def step_started(self, pack: str, step: str, total: int, unchanged: int) -> None:
-        """``total`` partitions, of which ``unchanged`` are skipped by change detection."""
-
-    def partition_done(self, pack: str, step: str, key: str, outcome: str) -> None:
-        """One partition finished a step: done, rejected, skipped (rejected upstream) or failed."""
-
-    def embedding(self, pack: str, key: str, progress: Any) -> None:
-        """An ``EmbedProgress`` after each embedding batch of one partition."""
-
-    def step_finished(self, pack: str, step: str, report: StepReport) -> None:
-        """The step's report, its seconds included."""
-
-
-_STEP_ARTIFACT = {"source_documents": SOURCE, "chunks": CHUNKS, "references": REFERENCES, "llm_extraction": EXTRACTION}
-"""The artifact a later step reads; a skipped step must still have left it."""
-
-
-def stamp_holds(engine: Engine, pack: DomainPack, key: str, step: str, stamps: dict[str, str], version: str) -> bool:
-    """A partition's step is done already: its stamp carries the step's code version and the
-    artifact later steps read is on disk (a pack without extraction leaves none: the stamp alone)."""
-    artifact = _STEP_ARTIFACT.get(step) if step != "llm_extraction" or pack.entry.extraction else None
-    return stamps.get(step) == version and (artifact is None or engine.artifacts.exists(pack.name, key, artifact))
-
-
-def complete(figures: dict[str, Any]) -> bool:
-    """Whether a partition's step report vouches for a stamp (an extraction with failed or
-    budget-skipped chunks is not done)."""
-    return not (figures.get("failed") or figures.get("skipped"))
-
-
-def step_stamps(engine: Engine, pack: DomainPack) -> dict[str, str]:
-    """The code version each step's stamp must carry: the assets' code versions. graph_writes of
-    one version re-derives the reference edges into and out of its document (writer.resolve_references),
-    so an added or changed document re-runs its own graph step only, as a Dagster partition does."""
-    from rag_engine.code_versions import code_versions
-
-    return dict(code_versions(engine, pack))
-
-
-def ingest_pack(
-    engine: Engine,
-    pack: DomainPack,
-    keys: list[str] | None = None,
-    progress: Callable[[str], None] | None = None,
-    run_id: str | None = None,
-    extract: bool = True,
-    skip_unchanged: bool = False,
-    observer: IngestObserver | None = None,
-) -> dict[str, StepReport]:
-    """Run every step over the given document versions (default: all discovered), in order.
-
-    The same steps the Dagster assets run, for the CLI, benchmarks and tests of the engine alone.
-    The schema and the vector index are ensured once for the run, and each step's output is passed
-    to the next in memory (``ArtifactStore.remembering``; the artifacts are still written).
-    With ``skip_unchanged`` (what `rag ingest` does unless --force), a partition whose current
-    version holds a stamp of the step's code version, whose upstream steps were skipped too and
-    whose artifact is on disk is not run again (``StepReport.unchanged``); stamps of the steps that
-    succeeded are written at the end. A run where nothing changed writes nothing.
-    """
-    from rag_engine.documents import discover
-    from rag_engine.llm_extraction import extraction_step, finish_run, new_budget
-    from rag_engine.step_stamps import read_stamps, stamped, write_stamps
-
-    # files that are not documents (a link out of the corpus, a doc id another file already is)
-    # get a partition too: source_documents records why they are rejected
-    found = discover(pack, include_rejected=True)
-    keys = keys if keys is not None else [r.partition_key for r in found]
-    run_id = run_id or f"local-{uuid.uuid4().hex[:12]}"
-    schema.ensure_schema(engine.driver, engine.database)  # once for the run (and the process)
-    withdraw_missing_documents(engine, pack, [r.doc_id for r in found if r.problem is None])
-    budget = new_budget(engine)
-    obs = observer or IngestObserver()
-
-    def on_batch(k: str) -> Callable[[Any], None] | None:
-        return (lambda ep: obs.embedding(pack.name, k, ep)) if observer else None
-
-    # a Grouped step writes several partitions per transaction (``run_grouped_step``)
-    group_rows = GROUP_BATCHES * engine.cfg.storage.neo4j.write_batch_size
-    steps: list[tuple[str, Callable[..., dict[str, Any]] | Grouped]] = [
-        ("source_documents", source_step),
-        ("chunks", chunks_grouped(engine, pack)),
-        ("references", references_grouped(engine, pack)),
-        ("chunk_index", index_grouped(engine, pack, run_id=run_id, progress=on_batch)),
-    ]
-    if extract:
-        steps.append(("llm_extraction", lambda e, p, k: extraction_step(e, p, k, run_id=run_id, budget=budget)))
-    steps.append(("graph_writes", graph_grouped(engine, pack)))
-    with engine.artifacts.remembering():  # each step's output reaches the next in memory
-        wanted = step_stamps(engine, pack)
-        old = read_stamps(engine.driver, engine.database, pack.name) if skip_unchanged else {}
-        ran: dict[str, set[str]] = {k: set() for k in keys}
-        failed_at: dict[str, str] = {}  # partition -> why: failed or rejected at a step, later steps skip it
-        new: dict[str, dict[str, str]] = {}
-        reports = {}
-        for name, fn in steps:
-
-            def unchanged(k: str, name: str = name) -> bool:
-                return not (ran[k] & set(STEP_DEPS[name])) and stamp_holds(
-                    engine, pack, k, name, old.get(k, {}), wanted[name]
-                )
-
-            todo = [k for k in keys if not (skip_unchanged and unchanged(k))]
-            blocked = {k: failed_at[k] for k in todo if k in failed_at}  # a later step has nothing to build on
-            todo = [k for k in todo if k not in blocked]
-            if name == "chunks":
-                todo = claim_order(todo)
-            obs.step_started(pack.name, name, len(keys), len(keys) - len(todo) - len(blocked))
-
-            def on_done(k: str, outcome: str, name: str = name) -> None:
-                obs.partition_done(pack.name, name, k, outcome)
-
-            if isinstance(fn, Grouped):
-                report = run_grouped_step(name, todo, fn, group_rows, progress, on_done=on_done)
-            else:
-                report = run_step(name, todo, partial(fn, engine, pack), progress, on_done=on_done)
-            reports[name] = report
-            for k, why in blocked.items():
-                report.skipped[k] = why
-                obs.partition_done(pack.name, name, k, "skipped")
-            failed_at.update(dict.fromkeys(report.failed, f"failed at {name}; re-run after fixing that"))
-            failed_at.update({k: f"rejected at {name}: {why}" for k, why in report.rejected.items()})
-            report.unchanged = [k for k in keys if k not in set(todo) and k not in blocked]
-            for k in todo:
-                ran[k].add(name)
-                done = report.done.get(k)
-                if done is not None and complete(done):
-                    new[k] = stamped(new.get(k, old.get(k, {})), name, wanted[name])
-            if name == "llm_extraction" and todo:  # a run that extracted nothing records no run
-                finish_run(engine, pack, run_id, budget)
-            obs.step_finished(pack.name, name, report)
-    write_stamps(engine.driver, engine.database, pack.name, {k: s for k, s in new.items() if s != old.get(k)})
-    # files removed while the run was in progress (another run may have withdrawn them already,
-    # before this one wrote them): the corpus as it is now decides what stays current
-    now = discover(pack, include_rejected=True)
-    withdraw_missing_documents(engine, pack, [r.doc_id for r in now if r.problem is None])
-    return reports

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rag_engine.documents import discover
 from rag_engine.engine import Engine
+from rag_engine.ingest.documents import discover
 
 
 def pack_summary(engine: Engine) -> dict[str, Any]:

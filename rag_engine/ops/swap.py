@@ -39,8 +39,8 @@ from pydantic import BaseModel, ConfigDict
 
 from rag_engine.config import EngineConfig, config_hash, load_config, under_root
 from rag_engine.errors import ConfigError, RagError
+from rag_engine.ops.quality_per_dollar import ModelRow
 from rag_engine.providers.registry import ModelSpec, ProviderRegistry, resolve_endpoint
-from rag_engine.quality_per_dollar import ModelRow
 
 Role = Literal["generation", "embedding", "extraction", "local_inference"]
 ROLES: tuple[str, ...] = ("generation", "embedding", "extraction", "local_inference")
@@ -173,7 +173,7 @@ class SwapReport(_Frozen):
     application_code_change_required: bool
     load_check: LoadCheck
     quality_per_dollar: tuple[ModelRow, ...] = ()
-    """Generation role: the current model's row and the candidate's (rag_engine.quality_per_dollar),
+    """Generation role: the current model's row and the candidate's (rag_engine.ops.quality_per_dollar),
     when both have eval reports."""
 
 
@@ -898,8 +898,8 @@ def _quality_rows(
 ) -> tuple[ModelRow, ...]:
     """The current and the candidate generation model's quality-per-dollar rows (each priced by its
     own config), when both have an eval report; else a note naming the missing report."""
+    from rag_engine.ops.quality_per_dollar import latest_reports, ledger_usage, rows_for
     from rag_engine.providers.ledger import UsageLedger, ledger_url
-    from rag_engine.quality_per_dollar import latest_reports, ledger_usage, rows_for
 
     ledger = UsageLedger(ledger_url(cfg, env, root))
     try:
@@ -1001,7 +1001,7 @@ def render_text(report: SwapReport) -> str:
     for n in rb.notes:
         lines.append(f"  note: {n}")
     if r.quality_per_dollar:
-        from rag_engine.quality_per_dollar import ROW_HEADERS, row_cells
+        from rag_engine.ops.quality_per_dollar import ROW_HEADERS, row_cells
 
         lines.append("quality per dollar (current, then candidate):")
         lines.append("  " + " | ".join(ROW_HEADERS))

@@ -1,0 +1,163 @@
+"""The engine's import graph, read from the source with ``ast``: no circle, no arrow up a floor.
+
+Every import counts: module level, inside a function, and under ``TYPE_CHECKING``, since an import
+moved into a function or a type-only block still ties the two modules together. The floors are
+the ones ``docs/architecture.md`` draws; a room (a top-level module or package of ``rag_engine``)
+may import its own modules and any room on a lower floor, never one on its own floor or above.
+Dagster stays out by ruff's banned-api rule; the evals (fixture generators included) stay out
+here.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = "rag_engine"
+
+FLOORS: tuple[frozenset[str], ...] = (
+    frozenset({PKG, "usage", "text", "yaml_safe"}),  # the package's own constants, plain types and text helpers
+    frozenset({"errors"}),
+    frozenset({"config"}),
+    frozenset({"packs", "store", "providers"}),
+    frozenset({"engine"}),
+    frozenset({"governance"}),
+    frozenset({"graph"}),
+    frozenset({"ingest", "retrieval"}),
+    frozenset({"ops"}),
+    frozenset({"cli"}),
+)
+"""Bottom to top. ``engine`` composes config, packs, store and providers; governance, graph, the
+pipeline and the query path take an engine; operator reports read all of them; the CLI is the top."""
+
+
+def modules(root: Path = ROOT / PKG) -> dict[str, Path]:
+    out = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _resolve(name: str, known: dict[str, Path]) -> str | None:
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def imports(module: str, path: Path, known: dict[str, Path]) -> Iterator[tuple[str, int, str]]:
+    """(imported module, line, raw target) for every import of the package in ``module``."""
+    here = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(here[: len(here) - node.level + 1] + ([base] if base else []))
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        else:
+            continue
+        for raw in targets:
+            if raw == PKG or raw.startswith(PKG + "."):
+                target = _resolve(raw, known)
+                if target and target != module:
+                    yield target, node.lineno, raw
+            elif raw.split(".")[0] in ("evals", "rag_assets", "dagster", "tests"):
+                yield raw, node.lineno, raw
+
+
+def room(module: str) -> str:
+    return module.split(".")[1] if "." in module else module
+
+
+def floor(module: str) -> int:
+    r = room(module)
+    for i, rooms in enumerate(FLOORS):
+        if r in rooms:
+            return i
+    raise AssertionError(f"{module}: room {r!r} is on no floor; add it to FLOORS and docs/architecture.md")
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {m: {t for t, _, _ in imports(m, p, known) if t in known} for m, p in known.items()}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in sorted(edges):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(edges[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_engine_has_no_import_circle() -> None:
+    assert cycles(graph()) == []
+
+
+def test_cycles_finds_a_circle_and_a_self_contained_chain() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_points_up_a_floor_or_sideways() -> None:
+    known = modules()
+    wrong = [
+        f"{m}:{line} imports {raw} ({room(m)} on floor {floor(m)}, {room(t)} on floor {floor(t)})"
+        for m, p in known.items()
+        for t, line, raw in imports(m, p, known)
+        if t in known and room(t) != room(m) and floor(t) >= floor(m)
+    ]
+    assert wrong == []
+
+
+def test_the_engine_imports_neither_dagster_nor_the_evals_nor_the_tests() -> None:
+    known = modules()
+    outside = [
+        f"{m}:{line} imports {raw}" for m, p in known.items() for t, line, raw in imports(m, p, known) if t not in known
+    ]
+    assert outside == []
+
+
+def test_errors_import_nothing_of_the_engine_but_the_usage_record() -> None:
+    known = modules()
+    assert {t for t, _, _ in imports(f"{PKG}.errors", known[f"{PKG}.errors"], known)} <= {f"{PKG}.usage"}
