@@ -23,7 +23,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from evals.gates import EXIT_CODES, GateResult, summary
+from evals.gate_models import EXIT_CODES, GateResult
+from evals.gate_render import summary
 from rag_assets.definitions import build_definitions
 from rag_engine import DEFAULT_CONFIG
 from rag_engine.engine import project_root

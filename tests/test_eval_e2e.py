@@ -271,7 +271,8 @@ def test_cassette_replay_answers_golden_questions_with_citations(answer_cassette
 
 
 def test_replay_miss_is_counted_reported_and_fails_the_gate(answer_cassette, ingested_engine, tmp_path):
-    from evals.gates import GENERATION_FAILED, evaluate_gate
+    from evals.gate_models import GENERATION_FAILED
+    from evals.gates import evaluate_gate
 
     small, cassette, _ = answer_cassette
     lines = cassette.read_text(encoding="utf-8").splitlines()

@@ -3,7 +3,8 @@ control), and its output is auditable on its own (issue 14)."""
 
 from __future__ import annotations
 
-from evals.gates import GENERATION_CHANGED, GENERATION_FAILED, GENERATION_IDENTITY_CHANGED, evaluate_gate
+from evals.gate_models import GENERATION_CHANGED, GENERATION_FAILED, GENERATION_IDENTITY_CHANGED
+from evals.gates import evaluate_gate
 from evals.report import EvalReport
 from rag_engine.config import EvalsConfig
 from tests.test_gates import make_report, run_gate

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import yaml
 
-from evals.gates import bootstrap_interval, evaluate_gate, paired_values
+from evals.gate_metrics import bootstrap_interval, paired_values
+from evals.gates import evaluate_gate
 from evals.metrics import aggregate, score_query, system_metrics
 from evals.report import SCHEMA, SCHEMA_V1, EvalReport, dump_report, load_report, report_sha256
 from rag_engine.config import EvalsConfig, load_config

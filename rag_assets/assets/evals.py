@@ -19,7 +19,9 @@ from typing import Any
 import dagster as dg
 
 from evals.code_version import eval_code_version
-from evals.gates import GateResult, evaluate_gate, load_acceptance
+from evals.gate_acceptance import load_acceptance
+from evals.gate_models import GateResult
+from evals.gates import evaluate_gate
 from evals.report import EvalReport, dump_report, golden_sha256, load_report, report_sha256
 from evals.runner import run_eval
 from rag_assets.automation import PaidApproval, eval_estimate, eval_step, model_is_free, require_paid_approval
