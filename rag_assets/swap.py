@@ -1,4 +1,4 @@
-"""provider_swap_dry_run: the provider replacement dry run (issue 14) as a Dagster job.
+"""provider_swap_dry_run: the provider replacement dry run (rag_engine.ops.swap) as a Dagster job.
 
     ops:
       swap_dry_run:
@@ -29,14 +29,9 @@ class SwapConfig(dg.Config):
 def swap_dry_run(context: dg.OpExecutionContext, config: SwapConfig, rag: EngineResource) -> dict[str, Any]:
     if not (config.candidate or config.candidate_config):
         raise dg.Failure(description="name a candidate: set candidate (a model name) or candidate_config (a file)")
-    try:
-        from rag_engine.ops import swap  # issue 14, engine side
-    except ImportError:
-        # TODO(issue 14): rag_engine/ops/swap.py has not landed; this job calls it once it does.
-        raise dg.Failure(
-            description="the provider swap dry run (rag_engine.ops.swap) is not available in this build yet"
-        ) from None
-    report = swap.dry_run(
+    from rag_engine.ops.swap.dry_run import dry_run
+
+    report = dry_run(
         rag.engine(),
         role=config.role,
         candidate=config.candidate or None,

@@ -245,7 +245,8 @@ def test_audit_daily_summary_asset(backend, setup, tmp_path, monkeypatch, reques
 
 
 def test_swap_dry_run_shows_both_rows_when_both_have_reports(variant, tmp_path):
-    from rag_engine.ops.swap import dry_run, render_text
+    from rag_engine.ops.swap.dry_run import dry_run
+    from rag_engine.ops.swap.render import render_text
     from tests.providers.test_swap import FAKE_DIM, _endpoints, _engine
     from tests.support.fake_openai import FakeOpenAI
 

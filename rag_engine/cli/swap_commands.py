@@ -47,7 +47,8 @@ def swap(
     pricing gaps, rollback, re-index / re-extraction / eval consequences; changes nothing.
 
     Exit 0 when the swap is possible, 1 when it is blocked, 2 on bad input."""
-    from rag_engine.ops.swap import dry_run, render_text
+    from rag_engine.ops.swap.dry_run import dry_run
+    from rag_engine.ops.swap.render import render_text
 
     use_json(ctx, json)
     eng = engine(ctx, store=role in ("embedding", "extraction"))  # their figures come from Neo4j

@@ -14,7 +14,9 @@ import pytest
 
 from rag_engine.config import config_hash, load_config
 from rag_engine.engine import Engine
-from rag_engine.ops.swap import SwapReport, dry_run, render_text
+from rag_engine.ops.swap.dry_run import dry_run
+from rag_engine.ops.swap.render import render_text
+from rag_engine.ops.swap.report import SwapReport
 from tests.conftest import ROOT, SENTINEL
 from tests.support.cli import rag
 from tests.support.fake_openai import FakeOpenAI
