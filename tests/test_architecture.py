@@ -14,6 +14,8 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PKG = "rag_engine"
 
@@ -31,6 +33,10 @@ FLOORS: tuple[frozenset[str], ...] = (
 )
 """Bottom to top. ``engine`` composes config, packs, store and providers; governance, graph, the
 pipeline and the query path take an engine; operator reports read all of them; the CLI is the top."""
+
+MAX_LINES = 500
+LONG_MODULE_REASON = "Longer than"
+"""A module over ``MAX_LINES`` lines says why in its docstring, in a sentence starting with this."""
 
 
 def modules(root: Path = ROOT / PKG) -> dict[str, Path]:
@@ -161,3 +167,30 @@ def test_the_engine_imports_neither_dagster_nor_the_evals_nor_the_tests() -> Non
 def test_errors_import_nothing_of_the_engine_but_the_usage_record() -> None:
     known = modules()
     assert {t for t, _, _ in imports(f"{PKG}.errors", known[f"{PKG}.errors"], known)} <= {f"{PKG}.usage"}
+
+
+@pytest.mark.parametrize("package", [PKG, "rag_assets", "evals"])
+def test_a_long_module_says_why_in_its_docstring(package: str) -> None:
+    too_long = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        lines = text.count("\n")
+        doc = ast.get_docstring(ast.parse(text)) or ""
+        if lines > MAX_LINES and LONG_MODULE_REASON not in doc:
+            too_long.append(f"{path.relative_to(ROOT)}: {lines} lines")
+    assert too_long == []
+
+
+def test_no_comment_or_docstring_cites_an_issue_number() -> None:
+    import re
+
+    cite = re.compile(r"\b(?:issue|task)s? #?\d+\b|\(#\d+\)|, #\d+\)", re.IGNORECASE)
+    found = [
+        f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+        for package in (PKG, "rag_assets", "evals", "tests", "packs", "tools")
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if ".state" not in path.parts and path.name != "test_architecture.py"
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if cite.search(line)
+    ]
+    assert found == []

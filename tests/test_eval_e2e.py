@@ -204,7 +204,7 @@ def test_ablation_changes_the_engine_only(reports, ingested_engine):
     assert {q: r for q, r in full.rankings.items() if q in lexical.rankings} == lexical.rankings
 
 
-# -- generation through the replay cassette (issue 14) ---------------------------------------
+# -- generation through the replay cassette -------------------------------------------------
 
 
 def test_the_runner_answers_with_the_model_unless_told_extractive():

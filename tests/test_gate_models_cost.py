@@ -1,5 +1,5 @@
 """The gate covers generation-model changes, cost, tokens and latency (as a ratio to an in-run
-control), and its output is auditable on its own (issue 14)."""
+control), and its output is auditable on its own."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fault suite (issue 12): one test per bad input or fault an adversarial probe found.
+"""Fault suite: one test per bad input or fault an adversarial probe found.
 
 Every test runs the engine's own code against the real Neo4j (and, for model faults, the
 loopback OpenAI-compatible server); nothing of the engine is patched.

@@ -1,4 +1,4 @@
-"""Embedder faults (issue 22): a bad vector, a hung embedder or a broken cache file must cost one
+"""Embedder faults: a bad vector, a hung embedder or a broken cache file must cost one
 document or one leg, never the corpus or every question.
 
 The probes: one NaN answer was cached before the Neo4j write failed, so every rerun made no

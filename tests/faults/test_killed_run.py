@@ -1,4 +1,4 @@
-"""Issue 12, item 17: a killed Dagster run stayed STARTED.
+"""A killed Dagster run must not stay STARTED.
 
 The run worker is the real one (``dagster api execute_run``, the command every run launcher
 starts) on the shipped PostgreSQL instance config; it is killed with SIGKILL mid-step, so

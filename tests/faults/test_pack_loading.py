@@ -1,4 +1,4 @@
-"""Pack loading faults (issue 22): a pack whose code fails, an installed entry point that shadows
+"""Pack loading faults: a pack whose code fails, an installed entry point that shadows
 the configured module, a factory that is not a pack's.
 
 A broken pack is that pack's PackError alone: the other packs load, every command still runs

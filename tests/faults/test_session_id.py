@@ -1,4 +1,4 @@
-"""A session id is checked at the entry, the same on every ledger (issue 22).
+"""A session id is checked at the entry, the same on every ledger.
 
 `--session` over 200 characters used to fail every query on a PostgreSQL ledger (the audit
 column and the ledger's ``run_id``, ``session:<id>``, are 200 wide) while SQLite stored it. Now

@@ -1,4 +1,4 @@
-"""A password in $NEO4J_URI (``bolt://neo4j:PW@host``) is never printed (issue 22).
+"""A password in $NEO4J_URI (``bolt://neo4j:PW@host``) is never printed.
 
 `rag config check` shows the target redacted; the driver refuses userinfo with an error quoting
 the whole URI, which the engine translates into a ConfigError without it; a connection that fails
