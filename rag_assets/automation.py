@@ -1,7 +1,10 @@
 """Declarative automation: the rollout rules of the design as automation conditions.
 
-- New or changed document versions flow through: every ingestion asset is ``eager`` (a new
-  partition or an updated upstream partition is requested once its dependencies are done).
+- New document versions are the document sensor's: it adds their partitions and requests one run
+  for them (the paid extraction left out when it is above the cost limit: automation then holds it
+  for approval). Automation does not request new partitions itself, so one run owns each.
+- Changed upstream partitions flow through: an ingestion asset whose upstream partition was
+  updated is requested once its dependencies are done.
 - A code-version change (a config slice, see code_versions.py) re-materializes the stale asset
   for all its partitions, then its dependents follow through ``eager``, in dependency order,
   ending with ``eval_report`` and its blocking ``eval_gate`` check.
@@ -245,7 +248,18 @@ def since_last_handled(condition: dg.AutomationCondition[Any]) -> BuiltinAutomat
 
 
 def _triggered() -> dg.AutomationCondition:
-    """New or updated upstream partitions, new partitions, or this asset's own code version."""
+    """Updated upstream partitions, or this asset's own code version: a change to what exists.
+
+    New partitions are not a trigger: the document sensor that adds them requests their run, so
+    one run owns a new document version (with both, the sensor's run and an automation run of
+    the same assets started together on one partition)."""
+    return (
+        since_last_handled(dg.AutomationCondition.any_deps_updated() | dg.AutomationCondition.code_version_changed())
+    ).with_label("updated deps or changed code version")
+
+
+def _eval_triggered() -> dg.AutomationCondition:
+    """eval_report (one partition-less asset): never evaluated, updated deps, or its code version."""
     return (
         since_last_handled(
             dg.AutomationCondition.newly_missing()
@@ -303,7 +317,7 @@ def eval_step(config_path: str, graph_keys: list[dg.AssetKey]) -> dg.AutomationC
     upstream_waiting = dg.AutomationCondition.any_deps_match(_extraction_waiting(config_path)).allow(
         dg.AssetSelection.assets(*graph_keys)
     )
-    return (_triggered() & _not_busy() & ~upstream_waiting & CostWithinLimit(config_path, "eval")).with_label(
+    return (_eval_triggered() & _not_busy() & ~upstream_waiting & CostWithinLimit(config_path, "eval")).with_label(
         "paid: after index/graph changes, under cost limit"
     )
 

@@ -1,15 +1,26 @@
-"""Discover new document versions: add their partitions and request one run for all of them."""
+"""Discover new document versions: add their partitions and request one run for all of them.
+
+This sensor owns new document versions: automation does not request new partitions (one run per
+new version, never the sensor's and an automation run together). The run leaves out the paid
+extraction (and the graph written from it) when its estimate is above
+``automation.max_auto_cost_usd``: automation then holds it as awaiting approval, as for any
+other paid work.
+"""
 
 import time
 from typing import TYPE_CHECKING
 
 import dagster as dg
 
+from rag_assets.automation import extraction_estimate, within_limit
 from rag_assets.partitions import document_versions, partitions_name
 from rag_assets.resources import EngineResource
 from rag_engine.ingest.documents import discover
 from rag_engine.ingest.extraction_step import budget_skipped_partitions
 from rag_engine.ingest.steps import withdraw_missing_documents
+
+FREE_STEPS = ("source_documents", "chunks", "references", "chunk_index")
+"""What a new version's run does when its extraction awaits approval."""
 
 if TYPE_CHECKING:  # define_asset_job's return type, which dagster does not export
     from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
@@ -35,7 +46,8 @@ def build_document_sensor(
         job=job,
         minimum_interval_seconds=60,
         default_status=dg.DefaultSensorStatus.RUNNING,
-        description="Scans the pack corpus by content hash; new versions get partitions and one run.",
+        description="Scans the pack corpus by content hash; new versions get partitions and one run "
+        "(the only run of a new version: automation does not request new partitions).",
     )
     def _sensor(context: dg.SensorEvaluationContext, rag: EngineResource) -> dg.SensorResult | dg.SkipReason:
         engine = rag.engine()
@@ -75,10 +87,22 @@ def build_document_sensor(
             requests.append(parts.build_delete_request(superseded))
         runs: list[dg.RunRequest] = []
         if add:
+            selection = None  # the whole pack job
+            if pack.entry.extraction:
+                estimate = extraction_estimate(engine, pack_name, add)
+                if not within_limit(engine, estimate):
+                    selection = [dg.AssetKey([pack_name, s]) for s in FREE_STEPS]
+                    context.log.info(
+                        "new versions run without llm_extraction: estimated %s USD for %s calls is above "
+                        "automation.max_auto_cost_usd; it awaits approval",
+                        estimate["cost_usd"] if estimate["cost_usd"] is not None else "unknown",
+                        estimate["calls"],
+                    )
             runs.append(
                 dg.RunRequest(
                     # the tick time makes a reverted file (X -> B -> C -> B) run again
                     run_key=f"{pack_name}:{time.time_ns()}:{','.join(sorted(add))}"[:4000],
+                    asset_selection=selection,
                     tags={"dagster/asset_partition_range_start": add[0], "dagster/asset_partition_range_end": add[-1]},
                 )
             )

@@ -64,6 +64,25 @@ class Automation:
                 steps.append(step)
         return steps, wants_eval
 
+    def document_tick(self, defs: dg.Definitions) -> list[str]:
+        """The document sensor's tick: its partitions added, its run executed (steps run in order)."""
+        sensor = defs.resolve_sensor_def(f"{self.pack}__new_document_versions")
+        result = sensor(dg.build_sensor_context(instance=self.instance, resources={"rag": defs.resources["rag"]}))
+        assert isinstance(result, dg.SensorResult), result
+        for req in result.dynamic_partitions_requests or []:
+            self.instance.add_dynamic_partitions(self.parts, list(req.partition_keys))
+        (run_request,) = result.run_requests
+        pack_keys = {k for k in defs.resolve_asset_graph().get_all_asset_keys() if k.path[0] == self.pack}
+        keys = set(run_request.asset_selection or pack_keys)
+        job = defs.resolve_implicit_global_asset_job_def().get_subset(asset_selection=keys)
+        run = job.execute_in_process(instance=self.instance, raise_on_error=False, tags=run_request.tags)
+        assert run.success, [e.message for e in run.all_events if e.is_failure]
+        steps: list[str] = []
+        for event in run.get_asset_materialization_events():
+            if event.asset_key.path[-1] not in steps:
+                steps.append(event.asset_key.path[-1])
+        return steps
+
     def settle(self, defs: dg.Definitions, wants_eval: bool) -> bool:
         """Ticks after a run: nothing of the pack runs again, and eval_report is requested once,
         with the run's assets or on the tick after their materializations (returns whether it was)."""
@@ -96,14 +115,12 @@ def _limit(usd: int):
 
 
 def _ingest_new_documents(auto: Automation, defs: dg.Definitions) -> list[str]:
-    """New document versions flow through: the first tick knows no partition; the sensor adds
-    them; the next tick requests the whole chain."""
+    """New document versions flow through: the first tick knows no partition; the document sensor
+    adds them and runs the whole chain; automation requests nothing of the pack after it, and the
+    eval once."""
     assert auto.tick(defs) == ([], False)
-    from rag_engine.ingest.documents import discover
-
-    pack = defs.resources["rag"].engine().pack(auto.pack)
-    auto.instance.add_dynamic_partitions(auto.parts, [r.partition_key for r in discover(pack, include_rejected=True)])
-    steps, wants_eval = auto.tick(defs)
+    steps = auto.document_tick(defs)
+    _, wants_eval = auto.tick(defs)
     assert auto.settle(defs, wants_eval)
     return steps
 
@@ -176,12 +193,9 @@ def test_paid_work_waits_for_approval_above_the_cost_limit(variant, unique, capl
 
 def _ingest_new_documents_paid(auto: Automation, defs: dg.Definitions) -> list[str]:
     assert auto.tick(defs) == ([], False)
-    from rag_engine.ingest.documents import discover
-
-    pack = defs.resources["rag"].engine().pack(auto.pack)
-    auto.instance.add_dynamic_partitions(auto.parts, [r.partition_key for r in discover(pack, include_rejected=True)])
-    steps, wants_eval = auto.tick(defs)
-    assert not wants_eval  # its pack's graph waits for an approval (and the eval is priced too)
+    steps = auto.document_tick(defs)  # the sensor's run leaves the priced extraction out
+    steps_after, wants_eval = auto.tick(defs)
+    assert steps_after == [] and not wants_eval  # extraction awaits approval, the graph and eval wait for it
     assert auto.tick(defs) == ([], False)
     return steps
 
@@ -207,8 +221,12 @@ def test_materializing_paid_work_above_the_limit_needs_an_approval(variant, uniq
     refused_before, calls_before = len(mine("approval_refused")), _calls(priced)
     run = job.execute_in_process(instance=auto.instance, raise_on_error=False, tags=tags)
     assert not run.success
-    failure = next(e for e in run.all_events if e.is_step_failure)
-    assert "ApprovalRequired" in str(failure.event_specific_data.error)
+    failure = next(e for e in run.all_events if e.is_step_failure).event_specific_data
+    # one line an operator can act on, with the hash to approve and the estimate behind it
+    assert failure.user_failure_data.description.startswith("llm_extraction: awaiting approval: paid_automation")
+    meta = {k: v.value for k, v in failure.user_failure_data.metadata.items()}
+    assert meta["error_type"] == "ApprovalRequired" and len(meta["inputs_hash"]) == 64
+    assert meta["estimate_calls"] == 3 and meta["estimate_cost_usd"] > 0
     assert _calls(priced) == calls_before  # refused before any model call
     refused = mine("approval_refused")[refused_before:]
     assert len(refused) == 1 and refused[0].payload["refused"].startswith("ApprovalRequired")
