@@ -155,7 +155,21 @@ class QueryInputError(RagError):
 
 
 class ApprovalError(RagError):
-    """A mutating operator action was refused for want of a valid approval; nothing was changed."""
+    """A mutating operator action was refused for want of a valid approval; nothing was changed.
+
+    ``inputs_hash``: the sha256 an approval of the action as it stands must bind, so a caller can
+    show it beside the refusal (the Dagster run's failure metadata) without parsing the message."""
+
+    def __init__(self, message: str, *, inputs_hash: str | None = None):
+        super().__init__(message)
+        self.inputs_hash = inputs_hash
+
+    def __reduce__(self) -> tuple[object, ...]:  # pickled across processes with its hash
+        return (_approval_error, (type(self), str(self), self.inputs_hash))
+
+
+def _approval_error(cls: type[ApprovalError], message: str, inputs_hash: str | None) -> ApprovalError:
+    return cls(message, inputs_hash=inputs_hash)
 
 
 class ApprovalRequired(ApprovalError):

@@ -98,13 +98,18 @@ def test_each_partition_carries_its_own_figures(variant, unique):
         for event in instance.fetch_materializations(dg.AssetKey([unique, step]), limit=10).records:
             mat = event.asset_materialization
             meta = mat.metadata
-            assert meta["outcome"].value == "done" and "seconds" in meta and "dagster/row_count" in meta
+            # the test pack's chunks are not in the replay cassette: its extraction calls fail, so
+            # that step is partial (no stamp; the next run continues it), the others done
+            want = "partial" if step == "llm_extraction" else "done"
+            assert meta["outcome"].value == want and "seconds" in meta and "dagster/row_count" in meta
             if step == "source_documents":  # one document per partition
                 assert meta["dagster/row_count"].value == 1 and meta["chars"].value > 0
             if step == "chunks":
                 chunks[mat.partition] = meta["chunks"].value
             if step == "llm_extraction":
                 assert "tokens" in meta and "llm_calls" in meta
+                left = "chunk(s) left (run budget or failed calls): the next run continues"
+                assert meta["reason"].value.endswith(left)
     # the two documents have different sizes: no partition shows the run's total
     assert len(chunks) == 2 and sum(chunks.values()) == 3 and len(set(chunks.values())) == 2
     # a rejected document version is a partition without a document

@@ -96,8 +96,8 @@ def test_failed_extraction_calls_warn_and_the_run_says_so(variant, unique, tmp_p
         assert sorted(
             (m["outcome"], m["chunks"], m["failed"], m["extracted"], m["dagster/row_count"]) for m in parts.values()
         ) == [
-            ("done", 1, 1, 0, 0),
-            ("done", 2, 2, 0, 0),
+            ("partial", 1, 1, 0, 0),
+            ("partial", 2, 2, 0, 0),
         ]
         calls = [r for r in engine.ledger.records(run_id=result.run_id) if r.purpose == "graph_extraction"]
         assert [r.error_type for r in calls] == ["ReplayMiss"] * 3, calls

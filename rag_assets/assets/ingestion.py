@@ -14,15 +14,17 @@ import dagster as dg
 
 from rag_assets import automation
 from rag_assets.code_versions import code_versions
+from rag_assets.failures import engine_errors
 from rag_assets.partitions import document_versions
 from rag_assets.resources import EngineResource
 from rag_engine.engine import Engine
-from rag_engine.errors import EmbedderMismatch, RagError, StoreUnavailable
+from rag_engine.errors import EmbedderMismatch, RagError
 from rag_engine.ingest import pipeline, runner, steps
 from rag_engine.ingest.embed_progress import EmbedTracker
 from rag_engine.ingest.extraction_step import extraction_step, finish_run, new_budget
 from rag_engine.ingest.stamps import read_stamps, record_step
 from rag_engine.packs import DomainPack
+from rag_engine.store.connection import check_reachable
 
 StepFn = Callable[[Engine, DomainPack, str], dict[str, Any]]
 
@@ -49,7 +51,10 @@ def partition_metadata(step: str, outcome: str, figures: dict[str, Any], seconds
     if outcome == "unchanged":
         meta["reason"] = "done by an earlier run (its step stamp holds): no work"
         return meta
-    if outcome != "done":
+    if outcome == "partial":
+        left = int(figures.get("skipped", 0)) + int(figures.get("failed", 0))
+        meta["reason"] = f"{left} chunk(s) left (run budget or failed calls): the next run continues"
+    elif outcome != "done":
         meta["reason"] = str(figures.get("reason", ""))
         meta["dagster/row_count"] = 0
         return meta
@@ -104,9 +109,26 @@ def _run(
     figures (``extra(key)`` adds per-partition figures the step does not return, e.g. tokens).
 
     The step stamps of `rag ingest` change detection are shared: a partition whose stamp holds
-    (done by `rag ingest` or an earlier run at this code version) is materialized without work, and
-    every partition the step completes is stamped (its downstream stamps dropped)."""
-    engine = engine_res.engine()
+    (done by `rag ingest` or an earlier run at this code version) is materialized without work,
+    every partition the step completes is stamped (its downstream stamps dropped), and one it left
+    partial (an extraction the budget stopped) loses its stamp, so the next run of either path
+    finishes it. The store is checked first: a stopped Neo4j fails the step at once, in one line."""
+    with engine_errors(step):
+        engine = engine_res.engine()
+        check_reachable(engine.driver, engine.neo4j_target)
+        return _run_step(context, engine, pack_name, step, fn, totals, check, extra)
+
+
+def _run_step(
+    context: dg.AssetExecutionContext,
+    engine: Engine,
+    pack_name: str,
+    step: str,
+    fn: StepFn,
+    totals: tuple[str, ...],
+    check: str | None,
+    extra: Callable[[str], dict[str, Any]] | None,
+) -> dg.MaterializeResult:
     pack = engine.pack(pack_name)
     keys = steps.claim_order(list(context.partition_keys)) if step == "chunks" else list(context.partition_keys)
     version = context.assets_def.code_versions_by_key[context.asset_key]
@@ -126,29 +148,27 @@ def _run(
             if extra:
                 added[key] = extra(key)
 
-    try:
-        report = runner.run_step(step, [k for k in keys if k not in unchanged], timed, progress=context.log.info)
-    except StoreUnavailable as exc:  # the store stopped: one line for the operator, not a traceback per partition
-        raise dg.Failure(description=f"{step}: {exc}") from None
+    report = runner.run_step(step, [k for k in keys if k not in unchanged], timed, progress=context.log.info)
     report.unchanged = [k for k in keys if k in unchanged]
-    _stamp(engine, pack_name, step, version, [k for k, figures in report.done.items() if pipeline.complete(figures)])
+    partial = {k for k, figures in report.done.items() if not pipeline.complete(figures)}
+    _stamp(engine, pack_name, step, version, [k for k in report.done if k not in partial])
+    if partial:  # ran, but its output is not finished: no stamp, and downstream must run again
+        record_step(engine.driver, engine.database, pack_name, step, None, sorted(partial))
     for key, reason in {**report.rejected, **report.failed}.items():
         context.log.error("%s: %s", key, reason)
     summary = _run_summary(report, totals)
     if report.failed:  # the others' work is written; the run says which partitions to re-run
+        first = next(iter(sorted(report.failed.items())))
         raise dg.Failure(
-            description=f"{step}: {len(report.failed)} partition(s) failed: {sorted(report.failed)}",
-            metadata=_failure_metadata(report, totals),
-        )
-    if not report.done and (report.rejected or report.skipped):
-        raise dg.Failure(
-            description=f"{step}: no partition of this run could be processed",
+            description=f"{step}: {len(report.failed)} partition(s) failed, e.g. {first[0]}: {first[1]}"[:1000],
             metadata=_failure_metadata(report, totals),
         )
     context.log.info("run totals: %s", summary)
     for key in keys:
         if key in unchanged:
             outcome, figures = "unchanged", {}
+        elif key in partial:
+            outcome, figures = "partial", {**report.done[key], **added.get(key, {})}
         elif key in report.done:
             outcome, figures = "done", {**report.done[key], **added.get(key, {})}
         else:
@@ -336,7 +356,9 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
         **{**common, "kinds": {"python", "neo4j"}, "tags": {**free_tags, "model": "embedder"}},
     )
     def chunk_index(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
-        total = _chunks_to_embed(context, rag.engine(), name)
+        with engine_errors("chunk_index"):
+            check_reachable(rag.engine().driver, rag.engine().neo4j_target)
+            total = _chunks_to_embed(context, rag.engine(), name)
         # the lines reach the run's event log through the managed ``rag_engine`` logger
         # (config/dagster.yaml), once: an ``emit`` here would log each of them twice
         with EmbedTracker(f"{name}/chunk_index", total) as tracker:
@@ -376,7 +398,8 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
     ) -> dg.MaterializeResult:
         engine = rag.engine()
         estimate = automation.extraction_estimate(engine, name, list(context.partition_keys))
-        automation.require_paid_approval(context, engine, estimate, config)
+        with engine_errors("llm_extraction", {f"estimate_{k}": v for k, v in estimate.items()}):
+            automation.require_paid_approval(context, engine, estimate, config)
         budget = new_budget(engine)
 
         def step(e: Engine, p: DomainPack, k: str) -> dict[str, Any]:
@@ -401,7 +424,8 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
             step,
             ("extracted", "entities", "relationships", "skipped", "failed", "rejected"),
         )
-        summary = finish_run(engine, engine.pack(name), context.run.run_id, budget)
+        with engine_errors("llm_extraction"):
+            summary = finish_run(engine, engine.pack(name), context.run.run_id, budget)
         if budget.skipped:
             context.log.warning("budget exhausted: %s chunks skipped; a later run continues", budget.skipped)
         context.log.info(

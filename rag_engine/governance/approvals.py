@@ -138,15 +138,19 @@ def require(
     if approval is None:
         error = ApprovalRequired(
             f"{action} changes state and needs an approval (approved_by, reason) bound to its "
-            f"inputs, sha256 {expected}; {unchanged}"
+            f"inputs, sha256 {expected}; {unchanged}",
+            inputs_hash=expected,
         )
     elif approval.action != action:
-        error = ApprovalMismatch(f"the approval is for {approval.action!r}, not {action!r}; {unchanged}")
+        error = ApprovalMismatch(
+            f"the approval is for {approval.action!r}, not {action!r}; {unchanged}", inputs_hash=expected
+        )
     elif approval.inputs_hash != expected:
         error = ApprovalMismatch(
             f"the approval by {approval.approved_by} binds inputs {approval.inputs_hash[:12]} but "
             f"{action} would act on inputs {expected[:12]} (they changed since it was approved, "
-            f"or another plan was approved); {unchanged}: re-approve the current plan"
+            f"or another plan was approved); {unchanged}: re-approve the current plan",
+            inputs_hash=expected,
         )
     if audit is not None:
         audit.record_approval(

@@ -160,8 +160,8 @@ def ingest_pack(
             for k in todo:
                 ran[k].add(name)
                 done = report.done.get(k)
-                if done is not None and complete(done):
-                    new[k] = stamped(new.get(k, old.get(k, {})), name, wanted[name])
+                if done is not None:  # a partial step drops its stamp: the next run continues it
+                    new[k] = stamped(new.get(k, old.get(k, {})), name, wanted[name] if complete(done) else None)
             if name == "llm_extraction" and todo:  # a run that extracted nothing records no run
                 finish_run(engine, pack, run_id, budget)
             obs.step_finished(pack.name, name, report)

@@ -57,7 +57,20 @@ _STOPS_THE_RUN = (ConfigError, CapabilityNotSupported, EmbedderMismatch, StoreUn
 _UNREACHABLE = (neo4j.exceptions.ServiceUnavailable, neo4j.exceptions.SessionExpired)
 
 
-def _store_gone(step: str, key: str, exc: Exception) -> StoreUnavailable:
+def store_unreachable(exc: BaseException) -> BaseException | None:
+    """The driver error that says the store stopped answering, if ``exc`` is one or was raised
+    because of one (a step may wrap it), else None."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, _UNREACHABLE):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _store_gone(step: str, key: str, exc: BaseException) -> StoreUnavailable:
     """The store stopped answering mid-run: every later partition would wait out the driver's
     retries and fail the same way (Neo4j stopped during an ingest of 133 documents: ~40 s and a
     traceback per partition), so the run stops here with one line."""
@@ -78,11 +91,12 @@ def _attempt(report: StepReport, step: str, key: str, work: Callable[[], Any]) -
         report.skipped[key] = str(exc)
     except _STOPS_THE_RUN:
         raise  # the same for every partition: stop at once with the typed error
-    except _UNREACHABLE as exc:
-        raise _store_gone(step, key, exc) from None
     except Exception as exc:
+        gone = store_unreachable(exc)
+        if gone is not None:  # every later partition would wait out the driver's retries the same way
+            raise _store_gone(step, key, gone) from None
         report.failed[key] = f"{type(exc).__name__}: {exc}"
-        log.exception("%s %s failed", step, key)
+        log.exception("%s %s failed: %s", step, key, report.failed[key])
     return False, None
 
 
@@ -176,9 +190,10 @@ def run_grouped_step(
                         report.done[key] = out
             except _STOPS_THE_RUN:
                 raise
-            except _UNREACHABLE as exc:
-                raise _store_gone(step, group[0][0], exc) from None
             except Exception as exc:  # noqa: BLE001 - retried one partition at a time below
+                gone = store_unreachable(exc)
+                if gone is not None:
+                    raise _store_gone(step, group[0][0], gone) from None
                 log.info("%s: a write of %d partitions failed (%s); one partition at a time", step, len(group), exc)
         for key, prepared in group:
             if not any(key in outcome for outcome in (report.done, report.rejected, report.skipped, report.failed)):

@@ -58,10 +58,15 @@ def downstream(step: str) -> set[str]:
     return out
 
 
-def stamped(stamps: Mapping[str, str], step: str, version: str) -> dict[str, str]:
-    """``stamps`` after ``step`` ran at ``version``: its stamp set, its downstream steps' dropped."""
-    gone = downstream(step)
-    return {**{k: v for k, v in stamps.items() if k not in gone}, step: version}
+def stamped(stamps: Mapping[str, str], step: str, version: str | None) -> dict[str, str]:
+    """``stamps`` after ``step`` ran at ``version``: its stamp set, its downstream steps' dropped.
+
+    ``version`` None: the step ran but did not finish its output (an extraction the run budget
+    stopped, or with failed calls): its own stamp is dropped too, so the next run of either
+    orchestrator continues it, and everything downstream, built on what changed, runs again."""
+    gone = downstream(step) | ({step} if version is None else set())
+    kept = {k: v for k, v in stamps.items() if k not in gone}
+    return kept if version is None else {**kept, step: version}
 
 
 _LOCK_LIVE = """
@@ -121,11 +126,14 @@ def _decode(raw: object) -> dict[str, str]:
     return stamps if isinstance(stamps, dict) else {}
 
 
-def record_step(driver: neo4j.Driver, database: str, pack: str, step: str, version: str, keys: Iterable[str]) -> int:
+def record_step(
+    driver: neo4j.Driver, database: str, pack: str, step: str, version: str | None, keys: Iterable[str]
+) -> int:
     """Stamp ``step`` at ``version`` on these partitions' version nodes (pending or current; a
     partition without one, e.g. a new version before chunks wrote it, is left out) and drop the
-    stamps of its downstream steps. One write transaction that locks the nodes before reading
-    them, so steps finishing concurrently on one partition do not lose each other's stamp."""
+    stamps of its downstream steps (``version`` None: a partial run, whose own stamp goes too).
+    One write transaction that locks the nodes before reading them, so steps finishing
+    concurrently on one partition do not lose each other's stamp."""
     prefix = version_key(pack, "")
     wanted = [version_key(pack, k) for k in keys]
     if not wanted:

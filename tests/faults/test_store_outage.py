@@ -69,3 +69,64 @@ def test_a_store_that_stops_mid_ingest_stops_the_run_at_once_with_one_error(
     # what finished before the cut is in the store
     rows, _, _ = neo4j_driver.execute_query("MATCH (d:Document {pack: $p}) RETURN count(d) AS n", p=unique)
     assert rows[0]["n"] >= 1
+
+
+def test_a_step_error_caused_by_the_store_going_away_stops_the_run_at_that_partition():
+    """A step that wraps the driver's error (a writer raising its own error from it) still stops
+    the run at once: every later partition would wait out the same retries."""
+    import neo4j
+
+    from rag_engine.ingest.runner import run_step
+
+    tried = []
+
+    def step(key: str) -> dict:
+        tried.append(key)
+        try:
+            raise neo4j.exceptions.ServiceUnavailable("Couldn't connect to 127.0.0.1:1")
+        except neo4j.exceptions.ServiceUnavailable as exc:
+            raise RuntimeError("write_graph_many failed") from exc
+
+    with pytest.raises(
+        StoreUnavailable, match=r"Neo4j stopped answering during graph_writes \(a--1: ServiceUnavailable\)"
+    ):
+        run_step("graph_writes", ["a--1", "b--1", "c--1"], step)
+    assert tried == ["a--1"]
+
+
+def test_dagster_run_with_the_store_stopped_fails_at_once_in_one_line(variant, unique, monkeypatch):
+    """Neo4j stops between two runs: the next run's first step fails within the connect timeout,
+    with one line naming the store and the cause, and the typed error as metadata (not the
+    driver's retries for half a minute, then sixty lines of traceback)."""
+    import dagster as dg
+
+    from rag_assets.definitions import build_definitions
+    from rag_engine.ingest.documents import discover
+
+    target = urlparse(_neo4j_uri())
+    with TcpProxy(target.hostname or "127.0.0.1", target.port or 7687) as proxy:
+        monkeypatch.setenv("NEO4J_URI", f"bolt://127.0.0.1:{proxy.port}")
+        defs = build_definitions(variant("outage"))
+        engine = defs.resources["rag"].engine()
+        instance = dg.DagsterInstance.ephemeral()
+        parts = [r.partition_key for r in discover(engine.pack(unique), include_rejected=True)]
+        instance.add_dynamic_partitions(f"{unique}__document_versions", parts)
+        tags = {"dagster/asset_partition_range_start": parts[0], "dagster/asset_partition_range_end": parts[-1]}
+        graph = defs.resolve_implicit_global_asset_job_def()
+        first = graph.get_subset(asset_selection={dg.AssetKey([unique, s]) for s in ("source_documents", "chunks")})
+        assert first.execute_in_process(instance=instance, tags=tags, raise_on_error=False).success
+        proxy.cut()
+        rest = graph.get_subset(asset_selection={dg.AssetKey([unique, s]) for s in ("references", "chunk_index")})
+        started = time.perf_counter()
+        run = rest.execute_in_process(instance=instance, tags=tags, raise_on_error=False)
+        elapsed = time.perf_counter() - started
+    assert not run.success
+    failures = [e.event_specific_data.user_failure_data for e in run.get_step_failure_events()]
+    assert failures and all(f is not None for f in failures), failures
+    for failure in failures:
+        assert failure.description.split(": ")[1] == "the store is unavailable", failure.description
+        assert f"Neo4j is not reachable at bolt://127.0.0.1:{proxy.port}" in failure.description
+        assert "\n" not in failure.description
+        assert failure.metadata["error_type"].value == "StoreUnavailable"
+    assert elapsed < 30, elapsed  # the connect timeout, not the driver's retries per partition
+    engine.close()

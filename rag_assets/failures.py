@@ -1,0 +1,69 @@
+"""Engine errors as Dagster failures an operator reads in one line.
+
+An asset that lets a typed engine error escape shows it under ``DagsterExecutionStepExecutionError``
+with the engine's stack trace, and a stopped store shows the driver's sixty lines of retries. Here
+each becomes ``dg.Failure``: a one-line description saying what happened and what to do, and
+metadata with the figures behind it (the approval's inputs hash and estimate, the store's address).
+Unexpected errors (bugs) are left alone: their traceback is what a developer needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import dagster as dg
+
+from rag_engine.errors import ApprovalError, RagError, StoreUnavailable
+from rag_engine.ingest.runner import store_unreachable
+
+APPROVE_HOW = (
+    "materialize the asset with run config approved_by, reason and this inputs_hash "
+    "(Materialize with config in the UI, or dg launch ... --config-json)"
+)
+
+
+def _scalar(value: Any) -> Any:
+    if isinstance(value, (int, float, str, bool)) or value is None:
+        return value
+    return str(value)
+
+
+def as_failure(step: str, exc: BaseException, context: Mapping[str, Any] | None = None) -> dg.Failure:
+    """``exc`` as a one-line ``dg.Failure`` of ``step``; ``context``: figures worth showing beside it."""
+    meta: dict[str, Any] = {"error_type": type(exc).__name__}
+    meta.update({k: _scalar(v) for k, v in (context or {}).items()})
+    gone = store_unreachable(exc)
+    if isinstance(exc, ApprovalError):
+        first = str(exc).split("; ")[0]
+        description = f"{step}: awaiting approval: {first}"
+        if exc.inputs_hash:
+            meta["inputs_hash"] = exc.inputs_hash
+            meta["how_to_approve"] = APPROVE_HOW
+    elif isinstance(exc, StoreUnavailable):
+        description = f"{step}: the store is unavailable: {exc}".split("\n")[0]
+    elif gone is not None:  # the driver's own error: its message is the retries' address list
+        meta["error_type"] = type(gone).__name__
+        description = (
+            f"{step}: the store is unavailable: Neo4j stopped answering ({type(gone).__name__}); "
+            "finished partitions are kept: re-run when it is back"
+        )
+    else:
+        description = f"{step}: {type(exc).__name__}: {exc}".split("\n")[0]
+    return dg.Failure(description=description[:1000], metadata=meta, allow_retries=False)
+
+
+@contextmanager
+def engine_errors(step: str, context: Mapping[str, Any] | None = None) -> Iterator[None]:
+    """Typed engine errors and a stopped store leave the block as one-line ``dg.Failure``s."""
+    try:
+        yield
+    except dg.Failure:
+        raise
+    except RagError as exc:
+        raise as_failure(step, exc, context) from None
+    except Exception as exc:
+        if store_unreachable(exc) is None:
+            raise
+        raise as_failure(step, exc, context) from None
