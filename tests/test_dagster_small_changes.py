@@ -36,6 +36,10 @@ class Daemon:
         return [e.event_specific_data.materialization for e in run.get_asset_materialization_events()]
 
     def document_tick(self) -> list[dg.AssetMaterialization]:
+        return self.execute_runs(self.document_sensor())
+
+    def document_sensor(self) -> list[dg.RunRequest]:
+        """The document sensor's tick with its partition requests applied: the runs it requested."""
         sensor = self.defs.resolve_sensor_def(f"{self.pack}__new_document_versions")
         result = sensor(dg.build_sensor_context(instance=self.instance, resources={"rag": self.defs.resources["rag"]}))
         if not isinstance(result, dg.SensorResult):
@@ -46,17 +50,21 @@ class Daemon:
             else:
                 for key in req.partition_keys:
                     self.instance.delete_dynamic_partition(self.parts, key)
+        return list(result.run_requests or [])
+
+    def execute_runs(self, runs: list[dg.RunRequest]) -> list[dg.AssetMaterialization]:
         done: list[dg.AssetMaterialization] = []
         graph = self.defs.resolve_asset_graph()
         pack_keys = {k for k in graph.get_all_asset_keys() if k.path[0] == self.pack}
-        for run in result.run_requests or []:
+        for run in runs:
             keys = set(run.asset_selection) if run.asset_selection else pack_keys
             start, end = run.tags[RANGE[0]], run.tags[RANGE[1]]
             parts = list(self.instance.get_dynamic_partitions(self.parts))
             done += self._execute(keys, parts[parts.index(start) : parts.index(end) + 1])
         return done
 
-    def automation_tick(self) -> list[dg.AssetMaterialization]:
+    def automation_requests(self) -> tuple[set[dg.AssetKey], list[str]]:
+        """The automation sensor's tick: the pack's assets and partitions it requests."""
         selection = dg.AssetSelection.key_prefixes([self.pack])
         result = dg.evaluate_automation_conditions(
             defs=self.defs, instance=self.instance, cursor=self.cursor, asset_selection=selection
@@ -64,9 +72,13 @@ class Daemon:
         self.cursor = result.cursor
         graph = self.defs.resolve_asset_graph()
         keys = {k for k in graph.get_all_asset_keys() if k.path[0] == self.pack and result.get_num_requested(k)}
+        return keys, sorted({p for k in keys for p in result.get_requested_partitions(k)})
+
+    def automation_tick(self) -> list[dg.AssetMaterialization]:
+        keys, partitions = self.automation_requests()
         if not keys:
             return []
-        return self._execute(keys, sorted({p for k in keys for p in result.get_requested_partitions(k)}))
+        return self._execute(keys, partitions)
 
     def tick(self) -> list[dg.AssetMaterialization]:
         return self.document_tick() + self.automation_tick()
@@ -102,6 +114,28 @@ def test_one_document_change_materializes_each_stale_asset_once_per_partition(va
     (new_key,) = {p for _, p in counts}
     assert new_key.startswith("runbook--") and new_key not in keys
     assert counts == Counter({(step, new_key): 1 for step in STEPS}), counts  # no second run of any
+
+
+def test_a_new_document_gets_one_run_when_automation_ticks_before_the_sensors_run_starts(variant, unique, tmp_path):
+    """Both sensors on, the automation tick falling between the document sensor's tick and the
+    start of the run it requested (what the daemon did: two runs of the same six assets on one
+    partition, started together). Counted: exactly one run per new version, the sensor's."""
+    defs = build_definitions(variant("race"))
+    daemon = Daemon(defs, unique)
+    daemon.automation_tick()  # the automation sensor has ticked before: not its initial evaluation
+    runs = daemon.document_sensor()
+    assert len(runs) == 1
+    assert daemon.automation_requests() == (set(), [])  # the new partitions are not automation's
+    mats = daemon.execute_runs(runs)
+    assert daemon.automation_tick() == []
+    assert set(_per_partition(mats).values()) == {1} and len(_per_partition(mats)) == 2 * len(STEPS)
+
+    (tmp_path / "corpus" / "runbook.md").write_text(RUNBOOK + "\nCall the service desk.\n", encoding="utf-8")
+    runs = daemon.document_sensor()
+    assert len(runs) == 1 and daemon.automation_requests() == (set(), [])
+    counts = _per_partition(daemon.execute_runs(runs) + daemon.automation_tick() + daemon.tick())
+    (new_key,) = {p for _, p in counts}
+    assert counts == Counter({(step, new_key): 1 for step in STEPS}), counts
 
 
 def _no_extraction(unique: str):
