@@ -145,6 +145,11 @@ class PaidApproval(dg.Config):
     """The inputs_hash the refusal (or the run log) printed: the run proceeds only if the estimate is unchanged."""
 
 
+def paid_inputs(asset: str, partitions: list[str], estimate: dict[str, Any]) -> dict[str, Any]:
+    """What an approval of paid work binds: the asset, its partitions and the estimate it was shown."""
+    return {"asset": asset, "partitions": sorted(partitions), "estimate": estimate}
+
+
 def require_paid_approval(
     context: dg.AssetExecutionContext, engine: Engine, estimate: dict[str, Any], config: PaidApproval
 ) -> None:
@@ -157,7 +162,7 @@ def require_paid_approval(
         return
     partitioned = context.has_partition_key or context.has_partition_key_range
     partitions = sorted(context.partition_keys) if partitioned else []
-    inputs = {"asset": context.asset_key.to_user_string(), "partitions": partitions, "estimate": estimate}
+    inputs = paid_inputs(context.asset_key.to_user_string(), partitions, estimate)
     approval = None
     if config.approved_by.strip() and config.reason.strip():
         approval = Approval(

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
+from rag_assets.approval_status import build_approval_sensor
 from rag_assets.assets.audit_summary import audit_daily_summary
 from rag_assets.assets.evals import build_eval_assets
 from rag_assets.assets.graph_quality import graph_quality, graph_quality_job, nightly_graph_quality
@@ -54,6 +55,7 @@ def build_definitions(config_path: str | None = None) -> dg.Definitions:
         job = ingestion_job(pack.name)
         jobs.append(job)
         sensors.append(build_document_sensor(pack.name, job))
+    sensors.append(build_approval_sensor(list(engine.packs)))
     graph_keys = [dg.AssetKey([p, step]) for p in engine.packs for step in ("chunk_index", "graph_writes")]
     eval_report, eval_gate = build_eval_assets(graph_keys, engine, config_path)
     assets.append(eval_report)

@@ -242,3 +242,49 @@ def test_materializing_paid_work_above_the_limit_needs_an_approval(variant, uniq
     assert _calls(priced) > calls_before
     granted = mine("approval_granted")[-1]
     assert granted.actor == "jane" and len(granted.payload["inputs_hash"]) == 64
+
+
+def _approval_status(defs: dg.Definitions, auto: Automation, cursor: str | None = None):
+    sensor = defs.resolve_sensor_def("paid_work_approval_status")
+    ctx = dg.build_sensor_context(instance=auto.instance, resources={"rag": defs.resources["rag"]}, cursor=cursor)
+    return sensor(ctx)
+
+
+def test_paid_work_awaiting_approval_is_a_warn_check_on_the_asset(variant, unique):
+    """What the operator sees in the UI: the llm_extraction asset's approval_status check fails at
+    WARN with the partitions, estimate, limit and inputs hash while automation holds the work, the
+    approved run clears it, and the sensor writes an event only when the state changes."""
+    from rag_assets.automation import extraction_estimate, paid_inputs
+    from rag_engine.governance.approvals import inputs_hash
+
+    priced = build_definitions(variant("priced-status", edit=_priced_chat))
+    auto = Automation(unique)
+    _ingest_new_documents_paid(auto, priced)
+    result = _approval_status(priced, auto)
+    mine = [e for e in result.asset_events if e.asset_key == dg.AssetKey([unique, "llm_extraction"])]
+    (waiting,) = mine
+    parts = list(auto.instance.get_dynamic_partitions(auto.parts))
+    estimate = extraction_estimate(priced.resources["rag"].engine(), unique, parts)
+    assert not waiting.passed and waiting.severity == dg.AssetCheckSeverity.WARN
+    assert waiting.description.startswith(f"Awaiting approval: {len(parts)} partition(s), estimated $")
+    meta = {k: v.value for k, v in waiting.metadata.items()}
+    assert meta["partitions_waiting"] == len(parts) and meta["estimate_calls"] == estimate["calls"]
+    assert meta["inputs_hash"] == inputs_hash(paid_inputs(f"{unique}/llm_extraction", parts, estimate))
+    assert meta["limit_usd"] == 0.0
+    for event in result.asset_events:  # what the daemon does with a sensor's asset events
+        auto.instance.report_runless_asset_event(event)
+    assert isinstance(_approval_status(priced, auto, result.cursor), dg.SkipReason)  # unchanged: no new event
+
+    # the operator approves (with the hash the check showed): the run clears the check
+    key = dg.AssetKey([unique, "llm_extraction"])
+    job = priced.resolve_implicit_global_asset_job_def().get_subset(asset_selection={key})
+    config = {"approved_by": "jane", "reason": "new policy documents", "inputs_hash": meta["inputs_hash"]}
+    run = job.execute_in_process(
+        instance=auto.instance,
+        raise_on_error=False,
+        tags={RANGE[0]: parts[0], RANGE[1]: parts[-1]},
+        run_config={"ops": {f"{unique}__llm_extraction": {"config": config}}},
+    )
+    assert run.success, [e.message for e in run.all_events if e.is_failure]
+    (cleared,) = [c for c in run.get_asset_check_evaluations() if c.check_name == "approval_status"]
+    assert cleared.passed and cleared.description == "Approved by jane: new policy documents"

@@ -204,6 +204,7 @@ def test_snapshot_of_specs_jobs_schedules_and_sensors():
         ("adgm_rulebooks__new_document_versions", "RUNNING"),
         ("company_x_kb__new_document_versions", "RUNNING"),
         ("legal_regulatory__new_document_versions", "RUNNING"),
+        ("paid_work_approval_status", "RUNNING"),
         ("rag_automation", "RUNNING"),
     ]
     assert graph.get(dg.AssetKey("graph_quality")).freshness_policy is not None

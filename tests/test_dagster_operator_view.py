@@ -80,7 +80,7 @@ def test_failed_extraction_calls_warn_and_the_run_says_so(variant, unique, tmp_p
     for attempt in (1, 2):
         result = materialize_pack(defs, instance, pack)
         assert result.success, [e.message for e in result.all_events if e.is_failure]
-        (check,) = [c for c in result.get_asset_check_evaluations() if c.asset_key == key]
+        (check,) = [c for c in result.get_asset_check_evaluations() if c.check_name == "extraction_calls_ok"]
         assert check.check_name == "extraction_calls_ok"
         assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
         meta = {k: v.value for k, v in check.metadata.items()}

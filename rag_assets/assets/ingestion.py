@@ -12,7 +12,7 @@ from typing import Any
 
 import dagster as dg
 
-from rag_assets import automation
+from rag_assets import approval_status, automation
 from rag_assets.code_versions import code_versions
 from rag_assets.failures import engine_errors
 from rag_assets.partitions import document_versions
@@ -384,7 +384,8 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
                 "extraction_calls_ok",
                 asset=key("llm_extraction"),
                 description="WARN when extraction calls failed (counts per reason) or the run budget skipped chunks.",
-            )
+            ),
+            approval_status.check_spec(key("llm_extraction")),
         ],
         **{
             **common,
@@ -400,6 +401,16 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
         estimate = automation.extraction_estimate(engine, name, list(context.partition_keys))
         with engine_errors("llm_extraction", {f"estimate_{k}": v for k, v in estimate.items()}):
             automation.require_paid_approval(context, engine, estimate, config)
+        cleared = dg.AssetCheckResult(
+            check_name=approval_status.CHECK,
+            passed=True,
+            severity=dg.AssetCheckSeverity.WARN,
+            description=(
+                "Within automation.max_auto_cost_usd: no approval needed."
+                if automation.within_limit(engine, estimate)
+                else f"Approved by {config.approved_by}: {config.reason}"
+            ),
+        )
         budget = new_budget(engine)
 
         def step(e: Engine, p: DomainPack, k: str) -> dict[str, Any]:
@@ -460,7 +471,7 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
         )
         if failures:
             context.log.warning("extraction calls failed: %s", detail)
-        return dg.MaterializeResult(check_results=[*result.check_results, check])
+        return dg.MaterializeResult(check_results=[*result.check_results, check, cleared])
 
     # graph_writes waits for chunk_index: a version is live (its chunks active) once indexed
     @dg.asset(
