@@ -4,14 +4,16 @@ eval_report runs the golden packs through the query path and stores the report u
 var/reports/ (latest.json plus one per run). With ``from_report`` it records a report that
 ``python -m evals.runner`` already wrote for this config and golden set instead of running the
 queries again (CI: `make eval-gate-dagster` after `make eval`); the file is copied byte for byte,
-so an acceptance bound to its hash applies to both gates. eval_gate compares it with the committed
-evals/reports/BASELINE.json; an acceptance file in evals/acceptances/ whose hashes bind this
-baseline and this candidate turns a regression into a pass, anything else fails the check
-(ERROR, blocking).
+so an acceptance bound to its hash applies to both gates. eval_gate compares it with the baseline
+report the config names (``evals.baseline``); an acceptance file in evals/acceptances/ whose hashes
+bind this baseline and this candidate turns a regression into a pass, anything else fails the check
+(ERROR, blocking). Its comparison table has a row per gated figure (metrics, cost/tokens/latency,
+the BM25 floor) and per reason no row shows, so a failed check never shows only passing rows.
 """
 
 import json
 import shutil
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ import dagster as dg
 
 from evals.code_version import eval_code_version
 from evals.gate_acceptance import load_acceptance
-from evals.gate_models import GateResult
+from evals.gate_models import BM25_FLOOR, GateResult
 from evals.gates import evaluate_gate
 from evals.report import EvalReport, dump_report, golden_sha256, load_report, report_sha256
 from evals.runner import run_eval
@@ -67,36 +69,123 @@ def _acceptance_for(folder: Path, baseline_sha: str, candidate_sha: str) -> tupl
     return None, None
 
 
-def gate_table(result: GateResult) -> dg.TableMetadataValue:
-    """The gate's per-metric comparison, one row per gate metric."""
-    rows = [
-        dg.TableRecord(
-            {
-                "metric": name,
-                "baseline": round(m.baseline_mean, 4),
-                "candidate": round(m.candidate_mean, 4),
-                "delta": round(m.mean_delta, 4),
-                "ci_low": round(m.ci_low, 4),
-                "ci_high": round(m.ci_high, 4),
-                "n": m.n,
-                "regressed": m.regressed,
-            }
+GATE_SCHEMA = dg.TableSchema(
+    columns=[
+        dg.TableColumn("figure", "string", description="the gated figure; a BM25 floor row names its pack"),
+        dg.TableColumn(
+            "kind",
+            "string",
+            description="metric (paired bootstrap), resource (relative tolerance), bm25_floor (engine vs "
+            "BM25 in the same run), or a reason no figure shows (incomparable inputs, a model change)",
+        ),
+        dg.TableColumn("candidate", "float"),
+        dg.TableColumn("baseline", "float", description="the baseline report's value; BM25's for a floor row"),
+        dg.TableColumn("delta", "float", description="candidate - baseline"),
+        dg.TableColumn(
+            "limit",
+            "float",
+            description="the bound the candidate is judged against: at least baseline - max_drop (metric), "
+            "at most baseline x (1 + tolerance) (resource), at least BM25 - bm25_margin (floor)",
+        ),
+        dg.TableColumn("ci_low", "float", description="bootstrap interval of the delta (metric rows)"),
+        dg.TableColumn("ci_high", "float", description="a metric regresses only when this is below 0 too"),
+        dg.TableColumn("n", "int", description="paired queries (metric rows)"),
+        dg.TableColumn("regressed", "bool", description="null: not judged"),
+        dg.TableColumn("note", "string"),
+    ]
+)
+
+
+def _num(value: float | None) -> float | None:
+    """Six significant digits: short in the UI, and a cost of 0.00004 per query stays visible."""
+    return None if value is None else float(f"{value:.6g}")
+
+
+def _row(figure: str, kind: str, **values: Any) -> dg.TableRecord:
+    """A row with every column of GATE_SCHEMA (unset ones null), numbers rounded by ``_num``."""
+    row: dict[str, Any] = {c.name: None for c in GATE_SCHEMA.columns}
+    row.update(figure=figure, kind=kind)
+    for key, value in values.items():
+        row[key] = _num(value) if isinstance(value, float) else value
+    return dg.TableRecord(row)
+
+
+def metric_rows(result: GateResult) -> list[dg.TableRecord]:
+    max_drop = result.policy.max_drop if result.policy is not None else None
+    return [
+        _row(
+            name,
+            "metric",
+            candidate=m.candidate_mean,
+            baseline=m.baseline_mean,
+            delta=m.mean_delta,
+            limit=None if max_drop is None else m.baseline_mean - max_drop,
+            ci_low=m.ci_low,
+            ci_high=m.ci_high,
+            n=m.n,
+            regressed=m.regressed,
         )
         for name, m in result.metrics.items()
     ]
-    schema = dg.TableSchema(
-        columns=[
-            dg.TableColumn("metric", "string"),
-            dg.TableColumn("baseline", "float"),
-            dg.TableColumn("candidate", "float"),
-            dg.TableColumn("delta", "float"),
-            dg.TableColumn("ci_low", "float"),
-            dg.TableColumn("ci_high", "float"),
-            dg.TableColumn("n", "int"),
-            dg.TableColumn("regressed", "bool"),
-        ]
-    )
-    return dg.MetadataValue.table(rows, schema=schema)
+
+
+def resource_rows(result: GateResult) -> list[dg.TableRecord]:
+    rows = []
+    for name, r in result.resources.items():
+        rows.append(
+            _row(
+                name,
+                "resource",
+                candidate=r.candidate,
+                baseline=r.baseline,
+                delta=r.candidate - r.baseline if r.candidate is not None and r.baseline is not None else None,
+                limit=None if r.baseline is None else r.baseline * (1 + r.tolerance),
+                regressed=r.regressed if r.judged else None,
+                note=r.note or f"at most {r.tolerance:.0%} above the baseline",
+            )
+        )
+    return rows
+
+
+def floor_rows(result: GateResult) -> list[dg.TableRecord]:
+    return [
+        _row(
+            f"{metric} ({pack})",
+            "bm25_floor",
+            candidate=c.engine,
+            baseline=c.bm25,
+            delta=c.delta,
+            limit=c.bm25 - c.margin,
+            regressed=c.failed,
+            note=f"engine vs BM25 on pack {pack}, same run; margin {c.margin}",
+        )
+        for pack, checks in result.floor.items()
+        for metric, c in checks.items()
+    ]
+
+
+def reason_rows(reasons: Sequence[str], kind: str) -> list[dg.TableRecord]:
+    """A row per reason, its code as the figure and the rest as the note."""
+    rows = []
+    for reason in reasons:
+        code, _, rest = reason.partition(":")
+        rows.append(_row(code.strip(), kind, note=rest.strip() or None))
+    return rows
+
+
+def gate_table(result: GateResult) -> dg.TableMetadataValue:
+    """Every figure the gate judged, one row each: the metrics, cost/tokens/latency and the BM25
+    floor, with the same columns; then the reasons no row shows (incomparable inputs, an embedder
+    or generation change, an acceptance), so the table is never empty when the gate has a reason."""
+    shown = ("regression: ", f"{BM25_FLOOR}: ")  # a regressed metric or resource, a failed floor: a row says so
+    kind = "incomparable" if result.status == "incomparable" else "reason"
+    rows = [
+        *metric_rows(result),
+        *resource_rows(result),
+        *floor_rows(result),
+        *reason_rows([r for r in result.reasons if not r.startswith(shown)], kind),
+    ]
+    return dg.MetadataValue.table(rows, schema=GATE_SCHEMA)
 
 
 def build_eval_assets(pack_keys: list[dg.AssetKey], engine: Engine, config_path: str) -> list[dg.AssetsDefinition]:
@@ -164,9 +253,10 @@ def build_eval_assets(pack_keys: list[dg.AssetKey], engine: Engine, config_path:
         name="eval_gate",
         blocking=True,
         automation_condition=dg.AutomationCondition.eager(),
-        description="Regression gate against evals/reports/BASELINE.json (ERROR, blocking): a "
-        "paired bootstrap per gate metric (table), the BM25 floor, acceptances bound "
-        "to both reports' hashes. The result's description gives the reasons.",
+        description=f"Regression gate against {engine.cfg.evals.baseline} (evals.baseline; ERROR, "
+        "blocking): a paired bootstrap per gate metric, cost/tokens/latency within their tolerances, "
+        "the BM25 floor, acceptances bound to both reports' hashes. The comparison table has a row "
+        "per gated figure and per reason; the result's description gives the reasons.",
     )
     def eval_gate(rag: EngineResource) -> dg.AssetCheckResult:
         engine = rag.engine()
@@ -180,7 +270,13 @@ def build_eval_assets(pack_keys: list[dg.AssetKey], engine: Engine, config_path:
                 passed=False,
                 severity=dg.AssetCheckSeverity.ERROR,
                 description=f"incomparable: {exc}",
-                metadata={"status": "incomparable", "reason": str(exc)},
+                metadata={
+                    "status": "incomparable",
+                    "reason": str(exc),
+                    "comparison": dg.MetadataValue.table(
+                        reason_rows([f"unreadable_report: {exc}"], "incomparable"), schema=GATE_SCHEMA
+                    ),
+                },
             )
         c_sha, b_sha = report_sha256(latest), report_sha256(baseline)
         acceptance, source = _acceptance_for(under_root(engine.root, evals.acceptances_dir), b_sha, c_sha)
@@ -194,14 +290,16 @@ def build_eval_assets(pack_keys: list[dg.AssetKey], engine: Engine, config_path:
             acceptance_source=source,
         )
         reasons = "; ".join(result.reasons) or "no regression"
+        table = gate_table(result)
         return dg.AssetCheckResult(
             passed=result.status in ("pass", "accepted"),
             severity=dg.AssetCheckSeverity.ERROR,
             description=f"{result.status}: {reasons}"[:2000],
             metadata={
                 "status": result.status,
-                "comparison": gate_table(result),
+                "comparison": table,
                 "regressed_metrics": len(result.regressed_metrics),
+                "regressed_figures": sum(r.data["regressed"] is True for r in table.records),
                 "reasons": dg.MetadataValue.json(list(result.reasons)),
                 "gate": dg.MetadataValue.json(json.loads(json.dumps(result.to_json(), default=str))),
             },
