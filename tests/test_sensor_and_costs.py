@@ -67,7 +67,7 @@ def test_usage_costs_asset_summarises_the_ledger():
     engine.ledger.record(
         UsageRecord(
             run_id="costs-test",
-            purpose="test",
+            purpose="usage_costs_test",
             provider="openai",
             requested_model="m",
             reported_model="m-1",
@@ -82,7 +82,7 @@ def test_usage_costs_asset_summarises_the_ledger():
     engine.ledger.record(
         UsageRecord(
             run_id="costs-test",
-            purpose="test",
+            purpose="usage_costs_test",
             provider="local",
             requested_model="x",
             input_tokens=10,
@@ -91,8 +91,25 @@ def test_usage_costs_asset_summarises_the_ledger():
             cost=None,
         )
     )
-    result = dg.materialize([defs.resolve_assets_def("usage_costs")])
+    instance = dg.DagsterInstance.ephemeral()
+    result = dg.materialize([defs.resolve_assets_def("usage_costs")], instance=instance)
     meta = result.asset_materializations_for_node("usage_costs")[0].metadata
     assert meta["calls"].value == before + 2
     assert meta["unknown_cost_calls"].value >= 1  # unknown cost stays visible, never counted as zero
-    assert Decimal(meta["known_cost_usd"].value) >= Decimal("0.0015")
+    known = meta["known_cost_usd"]
+    assert isinstance(known, dg.FloatMetadataValue) and known.value >= 0.0015
+    assert not any(k.startswith("known_cost_usd_") for k in meta)  # one figure, a number
+    # the summary is a typed table, a row per kind, purpose, provider and model: no run ids, no text numbers
+    summary = meta["summary"]
+    assert isinstance(summary, dg.TableMetadataValue)
+    types = {c.name: c.type for c in summary.schema.columns}
+    assert types["cost_usd"] == "float" and types["calls"] == types["input_tokens"] == "int"
+    assert "run_id" not in types
+    rows = {(r.data["purpose"], r.data["provider"], r.data["model"]): r.data for r in summary.records}
+    priced = rows[("usage_costs_test", "openai", "m")]
+    assert priced["cost_usd"] == 0.0015 and priced["input_tokens"] == 1000
+    unpriced = rows[("usage_costs_test", "local", "x")]
+    assert unpriced["cost_usd"] is None and unpriced["unknown_cost_calls"] == 1 and unpriced["calls"] == 1
+    for row in summary.records:
+        assert all(not isinstance(row.data[c], str) for c, t in types.items() if t != "string"), row.data
+    assert "nan" not in repr({k: v.value for k, v in meta.items()}).lower()

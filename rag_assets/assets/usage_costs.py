@@ -1,5 +1,9 @@
-"""usage_costs: the usage ledger summarised by provider, model and run (pandas), and quality per
-dollar by generation model (rag_engine.ops.quality_per_dollar)."""
+"""usage_costs: the usage ledger summed by purpose, provider and model, and quality per dollar by
+generation model (both from rag_engine.ops.quality_per_dollar.by_model).
+
+The summary has no run column: a row per run would grow with every run and bury the spend
+(`rag costs --run-id ID` gives one run's).
+"""
 
 from decimal import Decimal
 from typing import Any
@@ -7,35 +11,34 @@ from typing import Any
 import dagster as dg
 
 from rag_assets.resources import EngineResource
-from rag_engine.ops.quality_per_dollar import ModelRow, by_model
+from rag_engine.ops.quality_per_dollar import ModelRow, SpendRow, by_model
 from rag_engine.providers.ledger import ledger_url
 
 
 @dg.asset(
     group_name="platform",
-    kinds={"python", "pandas"},
+    kinds={"python"},
     owners=["team:rag-platform"],
     tags={"cost": "free"},
     automation_condition=dg.AutomationCondition.on_cron("0 * * * *"),
-    description="Model usage and cost per provider/model/run from the append-only ledger; "
-    "unknown costs stay visible as a count, never as zero. by_model: quality per dollar by generation "
-    "model (eval reports x measured tokens per query x current prices); extraction and index spend apart.",
+    description="Model usage and cost per purpose/provider/model from the append-only ledger "
+    "(summary table); unknown costs are null plus a count of unpriced calls, never zero. by_model: "
+    "quality per dollar by generation model (eval reports x measured tokens per query x current "
+    "prices); extraction and index spend apart.",
 )
 def usage_costs(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
     engine = rag.engine()
-    frame = engine.ledger.summary_frame()
-    known: list[Decimal] = [c for c in frame["cost"] if c is not None] if len(frame) else []
-    meta: dict[str, Any] = {
-        "calls": int(frame["calls"].sum()) if len(frame) else 0,
-        "unknown_cost_calls": int(frame["unknown_cost_calls"].sum()) if len(frame) else 0,
-        "known_cost_usd": str(sum(known)) if known else "0",
-        "known_cost_usd_float": float(sum(known)) if known else 0.0,
-        "summary": dg.MetadataValue.md(frame.astype(str).to_markdown(index=False) if len(frame) else "(no usage yet)"),
-    }
     table = by_model(engine.cfg, engine.root, ledger_url(engine.cfg, engine.env, engine.root))
-    meta["by_model"] = dg.MetadataValue.table(
-        [_record(r) for r in table.rows], schema=dg.TableSchema(columns=[dg.TableColumn(n, t) for n, t in BY_MODEL])
-    )
+    known = [s.cost for s in table.spend if s.cost is not None]
+    meta: dict[str, Any] = {
+        "calls": sum(s.calls for s in table.spend),
+        "unknown_cost_calls": sum(s.unknown_cost_calls for s in table.spend),
+        "known_cost_usd": float(sum(known, Decimal(0))),
+        "summary": spend_table(table.spend),
+        "by_model": dg.MetadataValue.table(
+            [_record(r) for r in table.rows], schema=dg.TableSchema(columns=[dg.TableColumn(n, t) for n, t in BY_MODEL])
+        ),
+    }
     for kind, total in table.spend_totals.items():  # extraction and indexing spend stay apart from query spend
         meta[f"{kind}_spend_usd"] = None if total is None else float(total)
     default = next((r for r in table.rows if r.default), None)
@@ -43,6 +46,45 @@ def usage_costs(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.Ma
         meta["default_cost_per_query_usd"] = _float(default.cost_per_query)
         meta["default_quality_per_dollar"] = default.quality_per_dollar
     return dg.MaterializeResult(metadata=meta)
+
+
+SPEND_SCHEMA = dg.TableSchema(
+    columns=[
+        dg.TableColumn("kind", "string", description="query, extraction, index or other"),
+        dg.TableColumn("purpose", "string"),
+        dg.TableColumn("provider", "string"),
+        dg.TableColumn("model", "string", description="the requested (configured) model"),
+        dg.TableColumn("calls", "int"),
+        dg.TableColumn("input_tokens", "int"),
+        dg.TableColumn("output_tokens", "int"),
+        dg.TableColumn(
+            "cost_usd", "float", description="sum of the calls with a known cost; null when no call's cost is known"
+        ),
+        dg.TableColumn("unknown_cost_calls", "int", description="calls without a known cost, not in cost_usd"),
+    ]
+)
+
+
+def spend_table(spend: tuple[SpendRow, ...]) -> dg.TableMetadataValue:
+    """The ledger's spend, a row per kind, purpose, provider and model: numbers as numbers, an
+    unknown cost as null (never 0, never the text "nan")."""
+    rows = [
+        dg.TableRecord(
+            {
+                "kind": s.kind,
+                "purpose": s.purpose,
+                "provider": s.provider,
+                "model": s.model,
+                "calls": s.calls,
+                "input_tokens": s.input_tokens,
+                "output_tokens": s.output_tokens,
+                "cost_usd": _float(s.cost),
+                "unknown_cost_calls": s.unknown_cost_calls,
+            }
+        )
+        for s in sorted(spend, key=lambda s: (s.kind, s.purpose, s.provider, s.model))
+    ]
+    return dg.MetadataValue.table(rows, schema=SPEND_SCHEMA)
 
 
 BY_MODEL = (
