@@ -1,4 +1,4 @@
-"""The document-version sensor and the usage_costs asset, through Dagster."""
+"""The document-version sensor, the usage_costs asset and the cost tags of a run, through Dagster."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from decimal import Decimal
 import dagster as dg
 
 from rag_assets.definitions import build_definitions
+from rag_assets.run_costs import CALLS_TAG, COST_TAG, TOKENS_TAG, tag_run_costs
 from rag_assets.sensors import plan_partitions
 from rag_engine.usage import UsageRecord
 from tests.support.packs import POLICY
@@ -113,3 +114,41 @@ def test_usage_costs_asset_summarises_the_ledger():
     for row in summary.records:
         assert all(not isinstance(row.data[c], str) for c, t in types.items() if t != "string"), row.data
     assert "nan" not in repr({k: v.value for k, v in meta.items()}).lower()
+    # the asset tags its own run (it calls no model: nothing spent)
+    tags = instance.get_run_by_id(result.run_id).tags
+    assert (tags[COST_TAG], tags[TOKENS_TAG]) == ("0", "0")
+
+
+def _spending_asset(records: list[dict]) -> dg.AssetsDefinition:
+    """An asset that writes these usage records for its own run, plus one for another run, then
+    tags its run: what a model-calling asset does."""
+
+    @dg.asset(required_resource_keys={"rag"})
+    def spends(context) -> None:  # unannotated: this module's annotations are strings
+        engine = context.resources.rag.engine()
+        for fields in records:
+            engine.ledger.record(UsageRecord(run_id=context.run.run_id, purpose="answer", provider="p", **fields))
+        engine.ledger.record(
+            UsageRecord(run_id="another-run", purpose="answer", provider="p", requested_model="m", cost=Decimal(1))
+        )
+        tag_run_costs(context, engine)
+
+    return spends
+
+
+def test_tag_run_costs_puts_the_ledger_sum_of_the_run_on_its_tags():
+    rag = build_definitions().resources["rag"]
+    instance = dg.DagsterInstance.ephemeral()
+    priced = [
+        {"requested_model": "m", "input_tokens": 1000, "output_tokens": 100, "cost": Decimal("0.0015")},
+        {"requested_model": "m", "input_tokens": 200, "output_tokens": 30, "cost": Decimal("0.00025")},
+        {"requested_model": "e", "input_tokens": 50, "cost": Decimal(0)},
+    ]
+    result = dg.materialize_to_memory([_spending_asset(priced)], instance=instance, resources={"rag": rag})
+    tags = instance.get_run_by_id(result.run_id).tags
+    assert (tags[COST_TAG], tags[TOKENS_TAG], tags[CALLS_TAG]) == ("0.00175", "1380", "3")
+
+    unpriced = [*priced, {"requested_model": "local", "input_tokens": 10, "output_tokens": 5, "cost": None}]
+    result = dg.materialize_to_memory([_spending_asset(unpriced)], instance=instance, resources={"rag": rag})
+    tags = instance.get_run_by_id(result.run_id).tags
+    assert (tags[COST_TAG], tags[TOKENS_TAG], tags[CALLS_TAG]) == ("unknown", "1395", "4")  # never a partial sum

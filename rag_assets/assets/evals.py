@@ -28,6 +28,7 @@ from evals.report import EvalReport, dump_report, golden_sha256, load_report, re
 from evals.runner import run_eval
 from rag_assets.automation import PaidApproval, eval_estimate, eval_step, model_is_free, require_paid_approval
 from rag_assets.resources import EngineResource
+from rag_assets.run_costs import tag_run_costs
 from rag_engine.config import config_hash, under_root
 from rag_engine.engine import Engine
 from rag_engine.errors import EvalInputError
@@ -233,6 +234,7 @@ def build_eval_assets(pack_keys: list[dg.AssetKey], engine: Engine, config_path:
                 f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
             ),
         )
+        tag_run_costs(context, engine)
         return dg.MaterializeResult(
             metadata={
                 **{k: (float(v) if isinstance(v, (int, float)) else str(v)) for k, v in metrics.items()},

@@ -1,8 +1,9 @@
 """usage_costs: the usage ledger summed by purpose, provider and model, and quality per dollar by
 generation model (both from rag_engine.ops.quality_per_dollar.by_model).
 
-The summary has no run column: a row per run would grow with every run and bury the spend
-(`rag costs --run-id ID` gives one run's).
+The summary has no run column: a run's own cost and tokens are its run tags (rag_assets.run_costs),
+where the Runs list shows them (and `rag costs --run-id ID`); a row per run here would grow with
+every run and bury the spend.
 """
 
 from decimal import Decimal
@@ -11,6 +12,7 @@ from typing import Any
 import dagster as dg
 
 from rag_assets.resources import EngineResource
+from rag_assets.run_costs import tag_run_costs
 from rag_engine.ops.quality_per_dollar import ModelRow, SpendRow, by_model
 from rag_engine.providers.ledger import ledger_url
 
@@ -24,7 +26,7 @@ from rag_engine.providers.ledger import ledger_url
     description="Model usage and cost per purpose/provider/model from the append-only ledger "
     "(summary table); unknown costs are null plus a count of unpriced calls, never zero. by_model: "
     "quality per dollar by generation model (eval reports x measured tokens per query x current "
-    "prices); extraction and index spend apart.",
+    "prices); extraction and index spend apart. A run's own cost is on its tags (rag/cost_usd).",
 )
 def usage_costs(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
     engine = rag.engine()
@@ -45,6 +47,7 @@ def usage_costs(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.Ma
     if default is not None:  # the default model's figures as numbers, so they plot across materializations
         meta["default_cost_per_query_usd"] = _float(default.cost_per_query)
         meta["default_quality_per_dollar"] = default.quality_per_dollar
+    tag_run_costs(context, engine)
     return dg.MaterializeResult(metadata=meta)
 
 
