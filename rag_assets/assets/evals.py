@@ -27,6 +27,7 @@ from evals.gates import evaluate_gate
 from evals.report import EvalReport, dump_report, golden_sha256, load_report, report_sha256
 from evals.runner import run_eval
 from rag_assets.automation import PaidApproval, eval_estimate, eval_step, model_is_free, require_paid_approval
+from rag_assets.failures import engine_errors
 from rag_assets.resources import EngineResource
 from rag_assets.run_costs import tag_run_costs
 from rag_engine.config import config_hash, under_root
@@ -212,7 +213,9 @@ def build_eval_assets(pack_keys: list[dg.AssetKey], engine: Engine, config_path:
     ) -> dg.MaterializeResult:
         engine = rag.engine()
         if not config.from_report:  # recording a finished report calls no model
-            require_paid_approval(context, engine, eval_estimate(engine), config)
+            estimate = eval_estimate(engine)
+            with engine_errors("eval_report", {f"estimate_{k}": v for k, v in estimate.items()}):
+                require_paid_approval(context, engine, estimate, config)
         paths = [engine.root / p for p in engine.cfg.evals.golden]
         reports = under_root(engine.root, engine.cfg.evals.reports_dir)
         target = reports / f"{context.run.run_id}.json"

@@ -17,6 +17,7 @@ from rag_assets.code_versions import code_versions
 from rag_assets.failures import engine_errors
 from rag_assets.partitions import document_versions
 from rag_assets.resources import EngineResource
+from rag_assets.run_costs import tag_run_costs
 from rag_engine.engine import Engine
 from rag_engine.errors import EmbedderMismatch, RagError
 from rag_engine.ingest import pipeline, runner, steps
@@ -362,7 +363,7 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
         # the lines reach the run's event log through the managed ``rag_engine`` logger
         # (config/dagster.yaml), once: an ``emit`` here would log each of them twice
         with EmbedTracker(f"{name}/chunk_index", total) as tracker:
-            return _run(
+            result = _run(
                 context,
                 rag,
                 name,
@@ -370,6 +371,8 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
                 lambda e, p, k: _reindex_then_index(context, e, p, k, progress=tracker.callback(k)),
                 ("embedded",),
             )
+        tag_run_costs(context, rag.engine())  # the run's embedding calls and their cost, in the Runs list
+        return result
 
     @dg.asset(
         key=key("llm_extraction"),
@@ -471,6 +474,7 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
         )
         if failures:
             context.log.warning("extraction calls failed: %s", detail)
+        tag_run_costs(context, engine)  # the run's extraction calls and their cost, in the Runs list
         return dg.MaterializeResult(check_results=[*result.check_results, check, cleared])
 
     # graph_writes waits for chunk_index: a version is live (its chunks active) once indexed
