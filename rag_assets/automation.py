@@ -13,7 +13,9 @@
   estimated cost is at most ``automation.max_auto_cost_usd`` (default 0). A model that is local
   and unpriced costs 0; a priced model costs its estimate; a hosted model without a price is
   unknown, never free (tokens by rag_engine.providers.estimates, the provider swap dry run's
-  estimator: ledger history per call, else a prompt-size bound). Above the limit the asset is
+  estimator: ledger history per call, else a prompt-size bound). Only calls that will be made
+  count: extraction counts the chunks the extraction cache does not hold (a re-run after a rules
+  change, or a new version's unchanged chunks, is free). Above the limit the asset is
   *awaiting approval*: the condition is false and logs the estimate (CostWithinLimit says where),
   and nothing downstream of it runs (graph_writes and eval_report wait for it). An operator
   approves by materializing the asset with an approval in its run config (``approved_by``,
@@ -38,7 +40,8 @@ import dagster as dg
 from rag_assets.resources import engine_for
 from rag_engine.engine import Engine
 from rag_engine.errors import RegistryError
-from rag_engine.packs import DomainPack
+from rag_engine.ingest.extraction_step import uncached_chunks
+from rag_engine.packs import ChunkRecord, DomainPack
 from rag_engine.providers.estimates import extraction_tokens
 
 if TYPE_CHECKING:  # since_last_handled's return type, which dagster does not export
@@ -70,37 +73,42 @@ def _price(engine: Engine, model_name: str, input_tokens: int, output_tokens: in
     return engine.pricing.price(spec.model.pricing_ref, input_tokens, 0, output_tokens)
 
 
-def _chunk_texts(engine: Engine, pack: DomainPack, key: str) -> list[str]:
+def _chunks(engine: Engine, pack: DomainPack, key: str) -> list[ChunkRecord]:
     from rag_engine.ingest.documents import load_document
 
-    if engine.artifacts.exists(pack.name, key, "chunks"):
-        data = engine.artifacts.read(pack.name, key, "chunks")
-        return [c["text"] for c in data] if isinstance(data, list) else []
-    try:  # not chunked yet (a new version requested with its whole chain): chunk it here, pure
-        return [c.text for c in pack.chunk(load_document(pack, key, max_bytes=engine.cfg.max_document_bytes))]
+    try:
+        if engine.artifacts.exists(pack.name, key, "chunks"):
+            data = engine.artifacts.read(pack.name, key, "chunks")
+            return [ChunkRecord.model_validate(c) for c in data] if isinstance(data, list) else []
+        # not chunked yet (a new version requested with its whole chain): chunk it here, pure
+        return pack.chunk(load_document(pack, key, max_bytes=engine.cfg.max_document_bytes))
     except Exception:  # noqa: BLE001 - an estimate: a document that does not load or chunk counts no calls
         return []
 
 
 def extraction_estimate(engine: Engine, pack_name: str, keys: list[str]) -> dict[str, Any]:
-    """Cost of extracting these document versions again: one call per chunk (from the chunks
-    artifact, or the pack chunks the document now, pure), tokens by the provider swap dry run's
-    estimator (ledger history per call, else the prompt-size bound), priced at the model's rate."""
+    """Cost of extracting these document versions again: one call per chunk whose answer the
+    extraction cache does not hold (chunks from the chunks artifact, or the pack chunks the document
+    now, pure; ``cached`` counts the others, which cost nothing), tokens by the provider swap dry
+    run's estimator (ledger history per call, else the prompt-size bound), priced at the model's rate."""
     pack = engine.pack(pack_name)
     name = engine.cfg.defaults.extraction_model
-    texts = [t for key in keys for t in _chunk_texts(engine, pack, key)] if pack.entry.extraction else []
-    tokens = extraction_tokens(engine, [pack_name], len(texts), sum(len(t) for t in texts))
+    chunks = [c for key in keys for c in _chunks(engine, pack, key)] if pack.entry.extraction else []
+    todo = uncached_chunks(engine, pack, chunks)
+    tokens = extraction_tokens(engine, [pack_name], len(todo), sum(len(c.text) for c in todo))
     if tokens.calls:
         model = required_model(name, "defaults.extraction_model")
         cost = _price(engine, model, tokens.input_tokens, tokens.output_tokens)
     else:
         cost = Decimal(0)
+    cached = len(chunks) - len(todo)
     return {
         "model": name,
         "calls": tokens.calls,
+        "cached": cached,
         "input_tokens": tokens.input_tokens,
         "output_tokens": tokens.output_tokens,
-        "tokens_from": tokens.source,
+        "tokens_from": tokens.source + (f"; {cached} chunks answered from the extraction cache" if cached else ""),
         "cost_usd": None if cost is None else float(cost),
     }
 

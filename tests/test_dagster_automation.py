@@ -288,3 +288,32 @@ def test_paid_work_awaiting_approval_is_a_warn_check_on_the_asset(variant, uniqu
     assert run.success, [e.message for e in run.all_events if e.is_failure]
     (cleared,) = [c for c in run.get_asset_check_evaluations() if c.check_name == "approval_status"]
     assert cleared.passed and cleared.description == "Approved by jane: new policy documents"
+
+
+def test_rerun_of_cached_extraction_needs_no_approval_under_a_priced_model(variant, unique, tmp_path):
+    """A rules change re-runs extraction; every answer is in the extraction cache, so the priced
+    model makes no call, costs nothing and is not held for approval (max_auto_cost_usd 0)."""
+    from tests.support.packs import extraction_cassette
+
+    cassette = tmp_path / "cassette.jsonl"
+
+    def replay(text: str) -> str:
+        return text.replace("cassette: evals/cassettes/demo.jsonl", f"cassette: {cassette}")
+
+    base = build_definitions(variant("base", edit=replay))
+    engine = base.resources["rag"].engine()
+    extraction_cassette(engine, engine.pack(unique), cassette)
+    auto = Automation(unique)
+    _ingest_new_documents(auto, base)  # the free replay extracts every chunk once: all cached
+
+    def extraction_calls() -> int:
+        return sum(1 for r in engine.ledger.records() if r.purpose == "graph_extraction")
+
+    before = extraction_calls()
+    bumped = build_definitions(
+        variant("bumped-priced", manifest_version="1.0.1", edit=lambda s: _priced_chat(replay(s)))
+    )
+    steps, wants_eval = auto.tick(bumped)
+    assert set(steps) == {"chunks", "references", "chunk_index", "llm_extraction", "graph_writes"}
+    assert extraction_calls() == before  # every chunk answered from the cache
+    auto.settle(bumped, wants_eval)

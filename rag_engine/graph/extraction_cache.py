@@ -26,6 +26,10 @@ class ExtractionCache:
     def _path(self, key: str) -> Path:
         return self.base / key[:2] / f"{key}.json"
 
+    def has(self, key: str) -> bool:
+        """Whether an answer is stored under ``key``, without reading it."""
+        return self._path(key).is_file()
+
     def get(self, key: str) -> dict[str, Any] | None:
         path = self._path(key)
         if not path.is_file():

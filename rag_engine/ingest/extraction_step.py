@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -123,6 +123,20 @@ def _cache(engine: Engine) -> ExtractionCache:
     return ExtractionCache(engine.artifacts.base / "_extraction_cache")
 
 
+def chunk_cache_keys(engine: Engine, pack: DomainPack, chunks: Sequence[ChunkRecord]) -> list[str]:
+    """Each chunk's extraction cache key, as the step looks it up: (content hash, the pack's prompt
+    hash, the extraction model's identity). One place, so an estimate asks what the step will."""
+    phash, identity = prompt_hash(pack.manifest), engine.registry.extraction.identity
+    return [cache_key(chunk.content_hash, phash, identity) for chunk in chunks]
+
+
+def uncached_chunks(engine: Engine, pack: DomainPack, chunks: Sequence[ChunkRecord]) -> list[ChunkRecord]:
+    """The chunks an extraction run would call the model for: the others are answered from the
+    cache (a re-run after a rules change, or a new version's unchanged chunks, costs nothing)."""
+    cache = _cache(engine)
+    return [c for c, key in zip(chunks, chunk_cache_keys(engine, pack, chunks), strict=True) if not cache.has(key)]
+
+
 def extraction_step(engine: Engine, pack: DomainPack, key: str, *, run_id: str, budget: RunBudget) -> dict[str, Any]:
     if not pack.entry.extraction:  # the pack is configured without LLM extraction: no model call
         return {"extracted": 0, "disabled": 1}
@@ -132,12 +146,13 @@ def extraction_step(engine: Engine, pack: DomainPack, key: str, *, run_id: str, 
     phash = prompt_hash(pack.manifest)
     resolver = EntityResolver(pack.name, pack.manifest.aliases)
     cache = _cache(engine)
+    keys = dict(zip((c.chunk_id for c in chunks), chunk_cache_keys(engine, pack, chunks), strict=True))
     tolerant = not spec.supports("structured_output")
 
     raw_by_chunk: dict[str, tuple[RawExtraction, str, str]] = {}  # chunk -> (raw, origin run, model)
     todo: list[ChunkRecord] = []
     for chunk in chunks:
-        hit = cache.get(cache_key(chunk.content_hash, phash, spec.identity))
+        hit = cache.get(keys[chunk.chunk_id])
         if hit:
             budget.cache_hits += 1
             # the answer names no chunk: what was said about this text belongs to this version's chunk
@@ -187,7 +202,7 @@ def extraction_step(engine: Engine, pack: DomainPack, key: str, *, run_id: str, 
             assert isinstance(parsed, RawExtraction), "generate(schema=RawExtraction) answers a RawExtraction"
             raw_by_chunk[chunk.chunk_id] = (parsed, run_id, model)
             cache.put(
-                cache_key(chunk.content_hash, phash, spec.identity),
+                keys[chunk.chunk_id],
                 {
                     "raw": parsed.model_dump(mode="json"),
                     "run_id": run_id,

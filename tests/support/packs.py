@@ -59,3 +59,25 @@ def graph_counts(engine: Engine, pack: str) -> dict[str, int]:
         database_=engine.database,
     )
     return dict(records[0])
+
+
+def extraction_cassette(engine: Engine, pack: DomainPack, path: Path) -> None:
+    """Append a recorded (empty) extraction answer for every chunk of the pack's corpus as it is
+    now to the replay cassette at ``path``: the demo cassette holds none for a throwaway pack, so
+    its extraction calls would fail and nothing would be cached."""
+    import json
+
+    from rag_engine.graph.extraction import build_messages
+    from rag_engine.graph.models import RawExtraction
+    from rag_engine.ingest.documents import discover, load_document
+    from rag_engine.providers.replay import Cassette
+    from rag_engine.providers.results import TokenUsage
+
+    served = engine.registry.extraction.model.served_model
+    cassette = Cassette(path)
+    for ref in discover(pack):
+        for chunk in pack.chunk(load_document(pack, ref.partition_key, max_bytes=engine.cfg.max_document_bytes)):
+            answer = json.dumps({"entities": [], "relationships": []})
+            messages = build_messages(pack.manifest, chunk)
+            usage = TokenUsage(input_tokens=400 + len(chunk.text) // 4, output_tokens=20)
+            cassette.put_generation(served, messages, answer, schema=RawExtraction, usage=usage)
