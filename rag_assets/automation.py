@@ -15,7 +15,8 @@
   unknown, never free (tokens by rag_engine.providers.estimates, the provider swap dry run's
   estimator: ledger history per call, else a prompt-size bound). Only calls that will be made
   count: extraction counts the chunks the extraction cache does not hold (a re-run after a rules
-  change, or a new version's unchanged chunks, is free). Above the limit the asset is
+  change, or a new version's unchanged chunks, is free), and eval_report answers extractively, so
+  its eval makes no generation call (``eval_without_generation`` says why). Above the limit the asset is
   *awaiting approval*: the condition is false and logs the estimate (CostWithinLimit says where),
   and nothing downstream of it runs (graph_writes and eval_report wait for it). An operator
   approves by materializing the asset with an approval in its run config (``approved_by``,
@@ -39,7 +40,7 @@ import dagster as dg
 
 from rag_assets.resources import engine_for
 from rag_engine.engine import Engine
-from rag_engine.errors import RegistryError
+from rag_engine.errors import RagError, RegistryError
 from rag_engine.ingest.extraction_step import uncached_chunks
 from rag_engine.packs import ChunkRecord, DomainPack
 from rag_engine.providers.estimates import extraction_tokens
@@ -113,11 +114,35 @@ def extraction_estimate(engine: Engine, pack_name: str, keys: list[str]) -> dict
     }
 
 
-def eval_estimate(engine: Engine) -> dict[str, Any]:
-    """Generation cost of one eval run: each golden question with a full context budget."""
+EVAL_REPORT_GENERATES = False
+"""Whether eval_report's eval answers with the generation model. It does not: it scores retrieval
+and answers extractively (the top passage, no model call), ``run_eval``'s default; ``python -m
+evals.runner`` (``make eval``) is where the model answers, and ``from_report`` records that report."""
+
+
+def eval_without_generation(engine: Engine, generate: bool = EVAL_REPORT_GENERATES) -> str | None:
+    """Why an eval run makes no generation call, or None when each question may make one. The query
+    path answers extractively when not asked to generate, or when the default generation model has
+    no usable client (``run_query``): such an eval costs nothing, whatever the model's price."""
+    name = engine.cfg.defaults.generation_model
+    if not generate:
+        return "no generation call: eval_report answers extractively (the top passage)"
+    try:
+        engine.client(name)
+    except RagError as exc:
+        return f"no generation call: no usable generation model ({name}: {type(exc).__name__}), answered extractively"
+    return None
+
+
+def eval_estimate(engine: Engine, *, generate: bool = EVAL_REPORT_GENERATES) -> dict[str, Any]:
+    """Generation cost of one eval run: each golden question with a full context budget, or
+    nothing when the eval makes no generation call (``tokens_from`` says why)."""
     from evals.runner import load_golden
 
     name = engine.cfg.defaults.generation_model
+    why = eval_without_generation(engine, generate)
+    if why is not None:
+        return {"model": name, "calls": 0, "input_tokens": 0, "output_tokens": 0, "tokens_from": why, "cost_usd": 0.0}
     questions = 0
     for path in engine.cfg.evals.golden:
         try:

@@ -316,4 +316,4 @@ def test_rerun_of_cached_extraction_needs_no_approval_under_a_priced_model(varia
     steps, wants_eval = auto.tick(bumped)
     assert set(steps) == {"chunks", "references", "chunk_index", "llm_extraction", "graph_writes"}
     assert extraction_calls() == before  # every chunk answered from the cache
-    auto.settle(bumped, wants_eval)
+    assert auto.settle(bumped, wants_eval)  # and the eval, extractive, is free too

@@ -1,11 +1,13 @@
 """What the automation's cost gate estimates, against what the work then does: extraction the
-cache already answered costs nothing."""
+cache already answered costs nothing, an eval that answers extractively calls no model."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from rag_assets.automation import extraction_estimate, within_limit
+import dagster as dg
+
+from rag_assets.automation import eval_estimate, extraction_estimate, within_limit
 from rag_assets.definitions import build_definitions
 from rag_engine.engine import Engine
 from rag_engine.ingest.documents import discover
@@ -59,3 +61,33 @@ def test_extraction_estimate_counts_only_chunks_the_extraction_cache_does_not_ho
     calls = _extraction_calls(engine)
     ingest_pack(engine, pack)
     assert _extraction_calls(engine) == calls + changed["calls"]  # the run made the calls estimated
+
+
+def test_eval_estimate_is_free_when_the_eval_makes_no_generation_call(variant):
+    priced = build_definitions(variant("priced", edit=_priced_chat))
+    engine = priced.resources["rag"].engine()
+    # eval_report answers extractively: no generation call, whatever the generation model costs
+    assert eval_estimate(engine) == {
+        "model": "demo-chat",
+        "calls": 0,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "tokens_from": "no generation call: eval_report answers extractively (the top passage)",
+        "cost_usd": 0.0,
+    }
+    assert priced.resolve_asset_graph().get(dg.AssetKey("eval_report")).tags["cost"] == "free"
+
+    # an eval that answers with the (priced) model: one call per golden question
+    generating = eval_estimate(engine, generate=True)
+    assert generating["calls"] > 0 and generating["cost_usd"] > 0
+
+    # no usable generation model (its client cannot be built): the query path answers extractively
+    broken = variant(
+        "unbuildable",
+        edit=lambda s: _priced_chat(s).replace(DEMO_CASSETTE, f"{DEMO_CASSETTE}\n    record: true"),
+    )
+    unusable = eval_estimate(build_definitions(broken).resources["rag"].engine(), generate=True)
+    assert (unusable["calls"], unusable["cost_usd"]) == (0, 0.0)
+    assert unusable["tokens_from"] == (
+        "no generation call: no usable generation model (demo-chat: ConfigError), answered extractively"
+    )

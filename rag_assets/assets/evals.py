@@ -26,7 +26,13 @@ from evals.gate_models import BM25_FLOOR, GateResult
 from evals.gates import evaluate_gate
 from evals.report import EvalReport, dump_report, golden_sha256, load_report, report_sha256
 from evals.runner import run_eval
-from rag_assets.automation import PaidApproval, eval_estimate, eval_step, model_is_free, require_paid_approval
+from rag_assets.automation import (
+    EVAL_REPORT_GENERATES,
+    PaidApproval,
+    eval_estimate,
+    eval_step,
+    require_paid_approval,
+)
 from rag_assets.failures import engine_errors
 from rag_assets.resources import EngineResource
 from rag_assets.run_costs import tag_run_costs
@@ -191,7 +197,7 @@ def gate_table(result: GateResult) -> dg.TableMetadataValue:
 
 
 def build_eval_assets(pack_keys: list[dg.AssetKey], engine: Engine, config_path: str) -> list[dg.AssetsDefinition]:
-    gen_free = model_is_free(engine, engine.cfg.defaults.generation_model)
+    gen_free = eval_estimate(engine)["cost_usd"] == 0  # an extractive eval is free whatever the model's price
 
     @dg.asset(
         name="eval_report",
@@ -226,7 +232,7 @@ def build_eval_assets(pack_keys: list[dg.AssetKey], engine: Engine, config_path:
             shutil.copyfile(source, target)
             context.log.info("eval: recorded %s (%d queries) without running it again", source, len(report.queries))
         else:
-            report = run_eval(engine, paths, progress=context.log.info)
+            report = run_eval(engine, paths, generate=EVAL_REPORT_GENERATES, progress=context.log.info)
             dump_report(report, target)
         shutil.copyfile(target, reports / "latest.json")
         gen, emb = engine.registry.generation, engine.registry.embedding
