@@ -25,6 +25,8 @@
   ...``): ``rag_engine.governance.approvals`` binds it to the asset, partitions and estimate, and a run above
   the limit without one fails with ``ApprovalRequired`` before any model call; both are audit
   records. The free dependents then follow by themselves.
+- Platform assets (domain_packs, usage_costs, audit_daily_summary, graph_quality) run on their
+  trigger (a code-version change, a cron) and once on a fresh instance (``never_materialized``).
 
 The cost condition runs Python, so the automation sensor evaluates in the code server
 (``use_user_code_server=True``).
@@ -360,12 +362,43 @@ def eval_step(config_path: str, graph_keys: list[dg.AssetKey]) -> dg.AutomationC
     )
 
 
-def nightly() -> dg.AutomationCondition:
-    """graph_quality: every night at 03:00 UTC (it reads the whole graph; no asset deps)."""
+def never_materialized() -> dg.AutomationCondition:
+    """Missing, not in progress and not failed: a platform asset's first run on a fresh instance.
+
+    Their other triggers miss it: ``since_last_handled`` counts the initial evaluation as handled
+    (``newly_missing`` is true on that very tick, so it is reset at once), and a cron waits for its
+    next tick. ``~execution_failed`` keeps a failed first run from being requested again on every
+    tick; its cron, a code change or an operator runs it again."""
     return (
-        since_last_handled(dg.AutomationCondition.cron_tick_passed("0 3 * * *", "UTC"))
+        dg.AutomationCondition.missing()
         & ~dg.AutomationCondition.in_progress()
-    ).with_label("nightly 03:00 UTC")
+        & ~dg.AutomationCondition.execution_failed()
+    ).with_label("never materialized")
+
+
+def on_cron_or_first(cron: str) -> dg.AutomationCondition:
+    """A platform asset without deps: on its cron (UTC), and once on a fresh instance."""
+    return (dg.AutomationCondition.on_cron(cron, "UTC") | never_materialized()).with_label(
+        f"on_cron({cron}, UTC) or never materialized"
+    )
+
+
+def on_change_or_first() -> dg.AutomationCondition:
+    """domain_packs: when its code version (the enabled packs and their load errors) changes, and
+    once on a fresh instance, so its ``packs_loaded`` check runs without waiting for a change."""
+    return (
+        (since_last_handled(dg.AutomationCondition.code_version_changed()) | never_materialized())
+        & ~dg.AutomationCondition.in_progress()
+    ).with_label("changed code version or never materialized")
+
+
+def nightly() -> dg.AutomationCondition:
+    """graph_quality: every night at 03:00 UTC (it reads the whole graph; no asset deps), and once
+    on a fresh instance."""
+    return (
+        (since_last_handled(dg.AutomationCondition.cron_tick_passed("0 3 * * *", "UTC")) | never_materialized())
+        & ~dg.AutomationCondition.in_progress()
+    ).with_label("nightly 03:00 UTC or never materialized")
 
 
 def automation_sensor() -> dg.AutomationConditionSensorDefinition:

@@ -290,6 +290,51 @@ def test_paid_work_awaiting_approval_is_a_warn_check_on_the_asset(variant, uniqu
     assert cleared.passed and cleared.description == "Approved by jane: new policy documents"
 
 
+PLATFORM = [dg.AssetKey(k) for k in ("domain_packs", "usage_costs", "graph_quality", "audit_daily_summary")]
+
+
+def test_platform_assets_run_once_on_a_fresh_instance(variant):
+    """No upstream change and no cron tick yet: a fresh instance still materializes each platform
+    asset once (domain_packs with its packs_loaded check), then leaves them to their triggers."""
+    from datetime import UTC, datetime, timedelta
+
+    defs = build_definitions(variant("platform"))
+    instance = dg.DagsterInstance.ephemeral()
+    # ticks at xx:30 an hour ago, a minute apart: no cron of theirs (hourly, 00:15, 03:00) passes between
+    at = datetime.now(UTC).replace(minute=30, second=0, microsecond=0) - timedelta(hours=1)
+    selection = dg.AssetSelection.assets(*PLATFORM)
+    first = dg.evaluate_automation_conditions(
+        defs=defs, instance=instance, asset_selection=selection, evaluation_time=at
+    )
+    assert {k.to_user_string(): first.get_num_requested(k) for k in PLATFORM} == {
+        "domain_packs": 1,
+        "usage_costs": 1,
+        "graph_quality": 1,
+        "audit_daily_summary": 1,
+    }
+    job = defs.resolve_implicit_global_asset_job_def().get_subset(asset_selection=set(PLATFORM))
+    run = job.execute_in_process(instance=instance, raise_on_error=False)  # a blocking graph check may fail
+    assert {e.asset_key for e in run.get_asset_materialization_events()} == set(PLATFORM)
+    checks = {
+        e.asset_check_evaluation_data.check_name: e.asset_check_evaluation_data.passed
+        for e in run.all_events
+        if e.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION
+    }
+    assert checks["packs_loaded"] is True
+
+    cursor = first.cursor
+    for minutes in (1, 2):
+        later = dg.evaluate_automation_conditions(
+            defs=defs,
+            instance=instance,
+            asset_selection=selection,
+            cursor=cursor,
+            evaluation_time=at + timedelta(minutes=minutes),
+        )
+        cursor = later.cursor
+        assert later.total_requested == 0, {k.to_user_string(): later.get_num_requested(k) for k in PLATFORM}
+
+
 def test_rerun_of_cached_extraction_needs_no_approval_under_a_priced_model(variant, unique, tmp_path):
     """A rules change re-runs extraction; every answer is in the extraction cache, so the priced
     model makes no call, costs nothing and is not held for approval (max_auto_cost_usd 0)."""

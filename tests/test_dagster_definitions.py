@@ -175,7 +175,13 @@ def test_snapshot_of_specs_jobs_schedules_and_sensors():
             "free: eager + code version",
         ),
         "company_x_kb/source_documents": ("kb", [], ("team:rag-platform",), "free", "free: eager + code version"),
-        "domain_packs": ("platform", [], ("team:rag-platform",), "free", None),
+        "domain_packs": (
+            "platform",
+            [],
+            ("team:rag-platform",),
+            "free",
+            "changed code version or never materialized",
+        ),
         "eval_report": (
             "platform",
             [
@@ -187,9 +193,21 @@ def test_snapshot_of_specs_jobs_schedules_and_sensors():
             "free",
             "paid: after index/graph changes, under cost limit",
         ),
-        "graph_quality": ("platform", [], ("team:rag-platform",), "free", "nightly 03:00 UTC"),
-        "usage_costs": ("platform", [], ("team:rag-platform",), "free", "on_cron(0 * * * *, UTC)"),
-        "audit_daily_summary": ("platform", [], ("team:rag-platform",), "free", "on_cron(15 0 * * *, UTC)"),
+        "graph_quality": ("platform", [], ("team:rag-platform",), "free", "nightly 03:00 UTC or never materialized"),
+        "usage_costs": (
+            "platform",
+            [],
+            ("team:rag-platform",),
+            "free",
+            "on_cron(0 * * * *, UTC) or never materialized",
+        ),
+        "audit_daily_summary": (
+            "platform",
+            [],
+            ("team:rag-platform",),
+            "free",
+            "on_cron(15 0 * * *, UTC) or never materialized",
+        ),
     }
     assert sorted(j.name for j in defs.jobs if not j.name.startswith("__")) == [
         "adgm_rulebooks__ingest",

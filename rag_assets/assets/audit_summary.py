@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 
+from rag_assets.automation import on_cron_or_first
 from rag_assets.resources import EngineResource
 from rag_engine.governance.audit import SUMMARY_EVENTS, audit_trail
 
@@ -22,7 +23,7 @@ DAYS = 30
     kinds={"python"},
     owners=["team:rag-platform"],
     tags={"cost": "free"},
-    automation_condition=dg.AutomationCondition.on_cron("15 0 * * *", "UTC"),
+    automation_condition=on_cron_or_first("15 0 * * *"),
     description="Audit trail per UTC day: queries, blocked collections, generation fallbacks, local-inference "
     "degradations, freshness breaches and refused approvals (last 30 days; yesterday's counts plot).",
 )

@@ -6,7 +6,7 @@ taking every pack down; the failed ``packs_loaded`` check names it with its type
 
 import dagster as dg
 
-from rag_assets.automation import since_last_handled
+from rag_assets.automation import on_change_or_first
 from rag_assets.resources import EngineResource
 from rag_engine.ops.pack_report import pack_summary
 
@@ -15,7 +15,7 @@ KEY = dg.AssetKey("domain_packs")
 
 def build_domain_packs(code_version: str) -> dg.AssetsDefinition:
     """``code_version`` changes with the enabled packs and their load errors: a fixed or newly
-    broken pack re-materializes it (and its check) by itself."""
+    broken pack re-materializes it (and its check) by itself; a fresh instance materializes it once."""
 
     @dg.asset(
         key=KEY,
@@ -24,10 +24,7 @@ def build_domain_packs(code_version: str) -> dg.AssetsDefinition:
         kinds={"python"},
         owners=["team:rag-platform"],
         tags={"cost": "free"},
-        automation_condition=since_last_handled(
-            dg.AutomationCondition.code_version_changed() | dg.AutomationCondition.newly_missing()
-        )
-        & ~dg.AutomationCondition.in_progress(),
+        automation_condition=on_change_or_first(),
         check_specs=[
             dg.AssetCheckSpec(
                 "packs_loaded",

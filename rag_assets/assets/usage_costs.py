@@ -11,6 +11,7 @@ from typing import Any
 
 import dagster as dg
 
+from rag_assets.automation import on_cron_or_first
 from rag_assets.resources import EngineResource
 from rag_assets.run_costs import tag_run_costs
 from rag_engine.ops.quality_per_dollar import ModelRow, SpendRow, by_model
@@ -22,7 +23,7 @@ from rag_engine.providers.ledger import ledger_url
     kinds={"python"},
     owners=["team:rag-platform"],
     tags={"cost": "free"},
-    automation_condition=dg.AutomationCondition.on_cron("0 * * * *"),
+    automation_condition=on_cron_or_first("0 * * * *"),
     description="Model usage and cost per purpose/provider/model from the append-only ledger "
     "(summary table); unknown costs are null plus a count of unpriced calls, never zero. by_model: "
     "quality per dollar by generation model (eval reports x measured tokens per query x current "
