@@ -165,6 +165,14 @@ def eval_estimate(engine: Engine, *, generate: bool = EVAL_REPORT_GENERATES) -> 
     }
 
 
+def extraction_kinds(engine: Engine) -> set[str]:
+    """The Dagster kinds of an llm_extraction asset: python, and the kind of the provider that
+    answers the extraction model (``openai``, ``openai_compatible`` for a local or other server
+    speaking its API, ``replay`` for a recorded cassette), so the UI does not show OpenAI for work
+    no OpenAI model does."""
+    return {"python", engine.registry.extraction.provider.kind}
+
+
 def within_limit(engine: Engine, estimate: dict[str, Any]) -> bool:
     cost = estimate["cost_usd"]
     return cost is not None and cost <= engine.cfg.automation.max_auto_cost_usd

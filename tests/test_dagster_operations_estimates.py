@@ -1,5 +1,6 @@
 """What the automation's cost gate estimates, against what the work then does: extraction the
-cache already answered costs nothing, an eval that answers extractively calls no model."""
+cache already answered costs nothing, an eval that answers extractively calls no model; and the
+kind an llm_extraction asset shows is its extraction provider's."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from rag_assets.automation import eval_estimate, extraction_estimate, within_limit
+from rag_assets.automation import eval_estimate, extraction_estimate, extraction_kinds, within_limit
 from rag_assets.definitions import build_definitions
 from rag_engine.engine import Engine
 from rag_engine.ingest.documents import discover
@@ -91,3 +92,25 @@ def test_eval_estimate_is_free_when_the_eval_makes_no_generation_call(variant):
     assert unusable["tokens_from"] == (
         "no generation call: no usable generation model (demo-chat: ConfigError), answered extractively"
     )
+
+
+def test_extraction_kinds_name_the_extraction_provider(variant, monkeypatch):
+    def extraction(model: str, provider: str):
+        enable = f"  - name: {provider}"
+
+        def edit(text: str) -> str:
+            start = text.index(enable)
+            end = text.index("\n  - name:", start + 1)
+            block = text[start:end].replace("enabled: false", "enabled: true")
+            text = text[:start] + block + text[end:]
+            return text.replace("  extraction_model: demo-chat", f"  extraction_model: {model}")
+
+        return edit
+
+    def kinds(name: str, edit=lambda s: s) -> set[str]:
+        return extraction_kinds(build_definitions(variant(name, edit=edit)).resources["rag"].engine())
+
+    assert kinds("replay") == {"python", "replay"}  # the shipped demo cassette
+    assert kinds("local", extraction("local-chat", "local_llm")) == {"python", "openai_compatible"}
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-used")
+    assert kinds("openai", extraction("gpt-4o-mini", "openai")) == {"python", "openai"}
