@@ -392,7 +392,7 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
         ],
         **{
             **common,
-            "kinds": {"python", "openai"},
+            "kinds": automation.extraction_kinds(engine),  # the extraction provider's kind (replay, openai, ...)
             "automation_condition": automation.paid_step(config_path),
             "tags": {"cost": "free" if extraction_free else "paid", "pack": name, "model": "extraction"},
         },
