@@ -25,9 +25,9 @@ from rag_engine.engine import Engine
 from rag_engine.errors import RagError
 from rag_engine.governance.approvals import inputs_hash
 from rag_engine.ingest.code_versions import code_versions
-from rag_engine.ingest.runner import store_unreachable
 from rag_engine.ingest.stamps import read_stamps
 from rag_engine.packs import DomainPack
+from rag_engine.store.connection import store_unreachable
 
 CHECK = "approval_status"
 DESCRIPTION = (

@@ -16,7 +16,7 @@ from typing import Any
 import dagster as dg
 
 from rag_engine.errors import ApprovalError, RagError, StoreUnavailable
-from rag_engine.ingest.runner import store_unreachable
+from rag_engine.store.connection import store_unreachable
 
 APPROVE_HOW = (
     "materialize the asset with run config approved_by, reason and this inputs_hash "

@@ -431,6 +431,32 @@ class CostsConfig(Frozen):
     """Where eval reports are read (besides ``evals.reports_dir``); the newest per model counts."""
 
 
+class PrincipalConfig(Frozen):
+    """A caller of the query service: who it is, which roles it may ask for, and where the
+    SHA-256 of its key is. The config never holds a key or a hash, only where to read the hashes:
+    an environment variable NAME, or a file (one hex digest per line, so a key can be rotated by
+    adding the new hash before removing the old one; the file is re-read when it changes)."""
+
+    id: str = Field(pattern=r"^[A-Za-z0-9_.@-]{1,100}$")
+    roles: tuple[str, ...] = Field(min_length=1)
+    key_sha256_env: str | None = Field(None, pattern=r"^[A-Z_][A-Z0-9_]*$")
+    key_sha256_file: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> PrincipalConfig:
+        if (self.key_sha256_env is None) == (self.key_sha256_file is None):
+            raise ValueError(f"principal {self.id!r}: give exactly one of key_sha256_env, key_sha256_file")
+        return self
+
+
+class ServingConfig(Frozen):
+    """The query service (`rag serve`): where it listens and who may call it."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(8780, ge=1, le=65535)
+    principals: tuple[PrincipalConfig, ...] = ()
+
+
 class EngineConfig(Frozen):
     version: Literal[1] = 1
     storage: StorageConfig = StorageConfig()
@@ -449,6 +475,7 @@ class EngineConfig(Frozen):
     automation: AutomationConfig = AutomationConfig()
     audit: AuditConfig = AuditConfig()
     costs: CostsConfig = CostsConfig()
+    serving: ServingConfig = ServingConfig()
     pricing_file: str = "config/pricing.yaml"
     max_document_bytes: int = Field(5_000_000, ge=1)
 
@@ -472,6 +499,13 @@ class EngineConfig(Frozen):
         """A role naming a collection no enabled pack has is a typo or a stale grant: refused
         (typed, not a ValidationError) instead of silently granting nothing or something later."""
         known = {c for p in self.enabled_packs for c in p.collections}
+        for principal in self.serving.principals:
+            unknown_roles = sorted(set(principal.roles) - set(self.roles))
+            if unknown_roles:
+                raise ValueError(f"serving.principals.{principal.id}: unknown role(s) {unknown_roles}")
+        ids = [p.id for p in self.serving.principals]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"serving.principals: duplicate ids {sorted({i for i in ids if ids.count(i) > 1})}")
         for role, collections in self.roles.items():
             unknown = sorted(set(collections) - known)
             if unknown:

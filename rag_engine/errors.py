@@ -182,3 +182,11 @@ class ApprovalMismatch(ApprovalError):
 
 class AuditError(RagError):
     """The audit trail could not be written or read."""
+
+
+class Unauthenticated(RagError):
+    """A service request without a valid key: refused before anything else runs."""
+
+
+class Forbidden(PolicyError):
+    """An authenticated caller asked for a role its principal does not hold."""

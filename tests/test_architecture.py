@@ -28,7 +28,7 @@ FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"governance"}),
     frozenset({"graph"}),
     frozenset({"ingest", "retrieval"}),
-    frozenset({"ops"}),
+    frozenset({"ops", "serving"}),
     frozenset({"cli"}),
 )
 """Bottom to top. ``engine`` composes config, packs, store and providers; governance, graph, the

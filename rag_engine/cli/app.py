@@ -126,7 +126,7 @@ app.command("reindex")(commands.reindex)
 
 def _mount_optional() -> None:
     """Commands of engine modules that may not exist yet in this checkout (provider swap, re-index)."""
-    for module in ("rag_engine.cli.swap_commands", "rag_engine.cli.audit_commands"):
+    for module in ("rag_engine.cli.swap_commands", "rag_engine.cli.audit_commands", "rag_engine.cli.serve_commands"):
         if importlib.util.find_spec(module) is not None:
             importlib.import_module(module).mount(app)
 

@@ -149,7 +149,11 @@ def query(
     question: Annotated[str, typer.Argument(help="The question, in plain words or a reference like 'Article 17(1)'.")],
     role: Annotated[
         str | None,
-        typer.Option("--role", help="The caller's role: decides which collections may be read (required)."),
+        typer.Option(
+            "--role",
+            help="The caller's role: decides which collections may be read (required). An operator's flag on "
+            "this machine: applications call `rag serve`, where the role comes from their key.",
+        ),
     ] = None,
     k: Annotated[
         int | None,

@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-import neo4j
-
 from rag_engine.engine import Engine
 from rag_engine.errors import (
     CapabilityNotSupported,
@@ -28,6 +26,7 @@ from rag_engine.errors import (
     StoreUnavailable,
 )
 from rag_engine.packs import DomainPack
+from rag_engine.store.connection import store_unreachable
 
 log = logging.getLogger(__name__)
 
@@ -53,21 +52,6 @@ class StepReport:
 
 _STOPS_THE_RUN = (ConfigError, CapabilityNotSupported, EmbedderMismatch, StoreUnavailable)
 """Errors that are the same for every partition: the run stops at once with the typed error."""
-
-_UNREACHABLE = (neo4j.exceptions.ServiceUnavailable, neo4j.exceptions.SessionExpired)
-
-
-def store_unreachable(exc: BaseException) -> BaseException | None:
-    """The driver error that says the store stopped answering, if ``exc`` is one or was raised
-    because of one (a step may wrap it), else None."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, _UNREACHABLE):
-            return current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return None
 
 
 def _store_gone(step: str, key: str, exc: BaseException) -> StoreUnavailable:

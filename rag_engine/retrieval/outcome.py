@@ -48,13 +48,22 @@ class QueryAudit:
     written after the answer by ``record``. ``run_id`` is what model calls are metered under:
     the caller's, else ``session:<id>``, so the record can list the ledger ids of its calls."""
 
-    def __init__(self, engine: Engine, session_id: str | None, run_id: str | None, generate: bool = True):
+    def __init__(
+        self,
+        engine: Engine,
+        session_id: str | None,
+        run_id: str | None,
+        generate: bool = True,
+        actor: str | None = None,
+    ):
         self.engine = engine
         self.session_id = check_session_id(session_id)
         self.query_id = uuid.uuid4().hex
         self.started_at = datetime.now(UTC)
         self.run_id = run_id or (f"session:{session_id}" if session_id else None)
         self.generate = generate
+        self.actor = actor
+        """The authenticated principal the query ran for (the query service), else None."""
 
     def _model_calls(self) -> list[int] | None:
         """Ledger ids of the calls made under this query's run id since it started (None: the
@@ -111,6 +120,7 @@ class QueryAudit:
             "query_id": self.query_id,
             "session_id": self.session_id,
             "role": retrieval.role,
+            "actor": self.actor,
         }
         records = [AuditRecord(event="query", payload=payload, **common)]
         for e in outcome.events:

@@ -59,13 +59,16 @@ def run_query(
     session_id: str | None = None,
     collections: list[str] | None = None,
     rerank: bool | None = None,
+    actor: str | None = None,
 ) -> QueryOutcome:
     """``weights`` overrides the configured per-leg fusion weights for this call (ablations).
     ``session_id`` and ``collections`` (requested; those the role may not read are blocked) go
     to the audit trail, which gets one record per query (``outcome.QueryAudit``); a session id longer
     than ``audit.SESSION_ID_MAX`` or with other characters is a QueryInputError before anything runs.
-    ``rerank``: whether the feature reranker runs (default ``retrieval.rerank.method``)."""
-    audit = QueryAudit(engine, session_id, run_id, generate)  # begun before retrieval
+    ``rerank``: whether the feature reranker runs (default ``retrieval.rerank.method``).
+    ``actor``: the authenticated principal asking (the query service), recorded in every audit
+    record of the query."""
+    audit = QueryAudit(engine, session_id, run_id, generate, actor)  # begun before retrieval
     run_id = audit.run_id
     started = time.perf_counter()
     events: list[dict[str, Any]] = []

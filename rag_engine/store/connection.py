@@ -106,3 +106,19 @@ def single_record(result: neo4j.Result, what: str) -> neo4j.Record:
     if record is None:
         raise StoreError(f"Neo4j returned no row for {what}")
     return record
+
+
+UNREACHABLE = (neo4j.exceptions.ServiceUnavailable, neo4j.exceptions.SessionExpired)
+
+
+def store_unreachable(exc: BaseException) -> BaseException | None:
+    """The driver error that says the store stopped answering, if ``exc`` is one or was raised
+    because of one (a step may wrap it), else None."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, UNREACHABLE):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None

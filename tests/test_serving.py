@@ -1,0 +1,174 @@
+"""The query service over real HTTP on loopback: uvicorn serving the FastAPI app, httpx as the client.
+
+A request's role comes from its key: 401 without a valid key (before any store query, shown with
+the store stopped), 403 for a role the key's principal does not hold, a blocked collection an
+audit event, the principal's id the actor of the audit record, a revoked key refused without a
+restart, and the key itself nowhere in a response, the audit trail or the ledger (a sentinel).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+import yaml
+
+from rag_engine.config import load_config
+from rag_engine.engine import Engine
+from rag_engine.governance.audit import audit_trail
+from rag_engine.ingest.pipeline import ingest_pack
+from rag_engine.serving.app import create_app
+from tests.conftest import ROOT
+
+APP_KEY = "SENTINEL-app-key-4f1c2b9e7d0a4c3b8e6f5a2d1c0b9a87"
+ANALYST_KEY = "SENTINEL-analyst-key-0a1b2c3d4e5f60718293a4b5c6d7e8f9"
+NEW_ANALYST_KEY = "SENTINEL-analyst-rotated-9f8e7d6c5b4a39281706f5e4d3c2b1a0"
+
+
+def sha(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def with_principals(key_file: Path):
+    def edit(text: str) -> str:
+        cfg = yaml.safe_load(text)
+        cfg["serving"] = {
+            "principals": [
+                {"id": "public-app", "roles": ["public"], "key_sha256_env": "RAG_TEST_APP_KEY_SHA256"},
+                {"id": "analyst", "roles": ["employee", "public"], "key_sha256_file": str(key_file)},
+            ]
+        }
+        return yaml.safe_dump(cfg, sort_keys=False)
+
+    return edit
+
+
+@contextmanager
+def running(app) -> Iterator[str]:
+    """The app under uvicorn on a free loopback port, in a thread; yields its base URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture
+def service(variant, unique, tmp_path, monkeypatch):
+    key_file = tmp_path / "analyst.sha256"
+    key_file.write_text(f"{sha(ANALYST_KEY)}  # issued to the analyst\n", encoding="utf-8")
+    monkeypatch.setenv("RAG_TEST_APP_KEY_SHA256", sha(APP_KEY))
+    path = variant("serving", edit=with_principals(key_file))
+    engine = Engine(load_config(path), ROOT)
+    ingest_pack(engine, engine.pack(unique), extract=False)
+    with running(create_app(engine)) as url:
+        yield url, engine, key_file
+    engine.close()
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+QUESTION = {"question": "How fast must a lost laptop be reported?"}
+
+
+def test_a_request_without_a_valid_key_is_refused(service):
+    url, _, _ = service
+    for headers in ({}, bearer("not-a-key"), {"Authorization": f"Basic {APP_KEY}"}):
+        r = httpx.post(f"{url}/v1/retrieve", json=QUESTION, headers=headers, timeout=30)
+        assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer", r.text
+        assert r.json()["error"] == "Unauthenticated"
+    assert httpx.get(f"{url}/v1/health", timeout=30).json()["store"] == "ok"  # health needs no key
+    assert "/v1/query" in httpx.get(f"{url}/openapi.json", timeout=30).json()["paths"]
+
+
+def test_the_key_decides_the_role_and_a_blocked_collection_stays_blocked(service, unique):
+    url, _, _ = service
+    # the analyst may read the internal KB
+    r = httpx.post(f"{url}/v1/retrieve", json={**QUESTION, "role": "employee"}, headers=bearer(ANALYST_KEY), timeout=60)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["role"] == "employee" and body["candidates"]
+    assert {c["collection"] for c in body["candidates"]} == {"kb_internal"}
+    # the public app may not claim the employee role
+    r = httpx.post(f"{url}/v1/retrieve", json={**QUESTION, "role": "employee"}, headers=bearer(APP_KEY), timeout=60)
+    assert r.status_code == 403 and r.json()["error"] == "Forbidden", r.text
+    # asking for the internal collection under its own role: blocked, an event, nothing internal served
+    r = httpx.post(
+        f"{url}/v1/retrieve", json={**QUESTION, "collections": ["kb_internal"]}, headers=bearer(APP_KEY), timeout=60
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["role"] == "public" and not any(c["collection"] == "kb_internal" for c in body["candidates"])
+    assert any(e.get("event") == "collections_blocked" for e in body["events"]), body["events"]
+
+
+def test_the_principal_is_the_actor_of_the_audit_record_and_no_key_is_kept(service):
+    url, engine, _ = service
+    r = httpx.post(
+        f"{url}/v1/query",
+        json={**QUESTION, "role": "employee", "generate": False, "session_id": "svc-test"},
+        headers=bearer(ANALYST_KEY),
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["answer"]["citations"]
+    (record,) = [x for x in audit_trail(engine).records(event="query") if x.session_id == "svc-test"]
+    assert record.actor == "analyst" and record.role == "employee"
+    kept = r.text + record.model_dump_json() + "".join(x.model_dump_json() for x in engine.ledger.records())
+    for key in (APP_KEY, ANALYST_KEY):
+        assert key not in kept and sha(key) not in kept
+
+
+def test_a_rotated_key_works_and_a_revoked_key_is_refused_without_a_restart(service):
+    url, _, key_file = service
+    ok = httpx.post(f"{url}/v1/retrieve", json=QUESTION, headers=bearer(ANALYST_KEY), timeout=60)
+    assert ok.status_code == 200
+    # rotation: the new digest is added beside the old one, then the old one is removed
+    key_file.write_text(f"{sha(ANALYST_KEY)}\n{sha(NEW_ANALYST_KEY)}\n", encoding="utf-8")
+    assert httpx.post(f"{url}/v1/retrieve", json=QUESTION, headers=bearer(NEW_ANALYST_KEY), timeout=60).is_success
+    key_file.write_text(f"{sha(NEW_ANALYST_KEY)}\n", encoding="utf-8")
+    revoked = httpx.post(f"{url}/v1/retrieve", json=QUESTION, headers=bearer(ANALYST_KEY), timeout=60)
+    assert revoked.status_code == 401, revoked.text
+    assert httpx.post(f"{url}/v1/retrieve", json=QUESTION, headers=bearer(NEW_ANALYST_KEY), timeout=60).is_success
+
+
+def test_no_key_means_401_even_with_the_store_stopped_and_a_key_means_one_line_503(variant, tmp_path, monkeypatch):
+    """401 comes before any store query: with Neo4j unreachable, a keyless request is still 401
+    at once; a keyed one is a one-line 503."""
+    key_file = tmp_path / "analyst.sha256"
+    key_file.write_text(sha(ANALYST_KEY) + "\n", encoding="utf-8")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    monkeypatch.setenv("NEO4J_URI", f"bolt://127.0.0.1:{dead}")
+    monkeypatch.setenv("RAG_TEST_APP_KEY_SHA256", sha(APP_KEY))
+    engine = Engine(load_config(variant("down", edit=with_principals(key_file))), ROOT)
+    with running(create_app(engine)) as url:
+        started = time.perf_counter()
+        r = httpx.post(f"{url}/v1/retrieve", json=QUESTION, timeout=60)
+        assert r.status_code == 401 and time.perf_counter() - started < 2
+        r = httpx.post(f"{url}/v1/retrieve", json=QUESTION, headers=bearer(APP_KEY), timeout=120)
+        assert r.status_code == 503, r.text
+        assert "\n" not in r.json()["detail"]
+        assert httpx.get(f"{url}/v1/health", timeout=30).json()["status"] == "degraded"
+    engine.close()
