@@ -134,6 +134,12 @@ def test_the_principal_is_the_actor_of_the_audit_record_and_no_key_is_kept(servi
     assert r.json()["answer"]["citations"]
     (record,) = [x for x in audit_trail(engine).records(event="query") if x.session_id == "svc-test"]
     assert record.actor == "analyst" and record.role == "employee"
+    # retrieval without an answer is audited too, for its principal
+    before = len(audit_trail(engine).records(event="query"))
+    r2 = httpx.post(f"{url}/v1/retrieve", json=QUESTION, headers=bearer(APP_KEY), timeout=60)
+    assert r2.status_code == 200, r2.text
+    records = audit_trail(engine).records(event="query")
+    assert len(records) == before + 1 and records[-1].actor == "public-app" and records[-1].role == "public"
     kept = r.text + record.model_dump_json() + "".join(x.model_dump_json() for x in engine.ledger.records())
     for key in (APP_KEY, ANALYST_KEY):
         assert key not in kept and sha(key) not in kept

@@ -34,7 +34,6 @@ from rag_engine.governance.principals import Principal, PrincipalRegistry
 from rag_engine.retrieval.candidates import RetrievalResult
 from rag_engine.retrieval.outcome import QueryOutcome
 from rag_engine.retrieval.query import run_query
-from rag_engine.retrieval.retriever import retrieve
 from rag_engine.store.connection import store_unreachable
 
 
@@ -140,11 +139,17 @@ def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> Fas
 
     @app.post("/v1/retrieve")
     async def retrieve_endpoint(body: RetrieveRequest, caller: Caller) -> RetrievalResult:
-        """Ranked candidates with provenance, no answer."""
+        """Ranked candidates with provenance, no answer. Run as a query without generation, so it
+        is audited like any other (what was permitted, withheld and returned, and for whom)."""
         role = caller.role(body.role)
-        return await run_in_threadpool(
-            lambda: retrieve(engine, body.question, role, k=body.k, collections=body.collections)
-        )
+
+        def run() -> RetrievalResult:
+            outcome = run_query(
+                engine, body.question, role, k=body.k, generate=False, collections=body.collections, actor=caller.id
+            )
+            return outcome.retrieval
+
+        return await run_in_threadpool(run)
 
     @app.post("/v1/query")
     async def query_endpoint(body: QueryRequest, caller: Caller) -> QueryOutcome:
