@@ -231,16 +231,12 @@ class CostWithinLimit(dg.AutomationCondition):
     """True when the paid work this asset would do now is estimated at most
     automation.max_auto_cost_usd; false means *awaiting approval*.
 
-    In the UI the asset's automation evaluation shows this node false with its description. The
-    estimate behind a false (model, calls, input and output tokens and where they come from, cost,
-    the limit) is a WARNING on the evaluation's logger (``context.log``), so it is in the code
-    server's log output (``dg dev``'s terminal, the code server's container log), not in the UI:
-    Dagster 1.13 has no public way to attach metadata to a custom condition's result
-    (``AutomationResult`` takes it only as a hidden parameter, and the UI renders no metadata of
-    automation-condition evaluations), and ``context.log`` is a child of the ``dagster`` logger,
-    not of the sensor tick's captured logger. The figures reach the UI when the operator
-    materializes the asset: the run's log states the estimated cost, calls and model before the
-    approval is checked (``require_paid_approval``)."""
+    In the UI the asset's automation evaluation shows this node false with its description; the UI
+    renders no metadata of a condition's evaluation, so the estimate behind a false (model, calls,
+    tokens and where they come from, cost, the limit, the inputs hash an approval binds) is
+    published as the asset's ``approval_status`` check by the ``paid_work_approval_status`` sensor
+    (``rag_assets.approval_status``). It is also a WARNING on the evaluation's logger
+    (``context.log``), in the code server's log output."""
 
     def __init__(self, config_path: str, kind: str):
         self.config_path = config_path
