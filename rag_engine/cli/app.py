@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperGroup
 
-from rag_engine import DEFAULT_CONFIG
+from rag_engine import DEFAULT_CONFIG, package_version
 from rag_engine.cli import commands
 from rag_engine.cli.common import BAD_INPUT, CHECK_FAILED, State, emit_json, err, state
 from rag_engine.errors import NotIngested, RagError, StoreUnavailable
@@ -84,11 +83,7 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        try:
-            v = version("rag-engine")
-        except PackageNotFoundError:
-            v = "unknown"
-        typer.echo(f"rag {v}")
+        typer.echo(f"rag {package_version()}")
         raise typer.Exit()
 
 

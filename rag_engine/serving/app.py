@@ -12,7 +12,6 @@ thread (the query path is blocking), so the event loop keeps serving health chec
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Request
@@ -20,6 +19,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from rag_engine import package_version
 from rag_engine.engine import Engine
 from rag_engine.errors import (
     Forbidden,
@@ -36,15 +36,7 @@ from rag_engine.retrieval.outcome import QueryOutcome
 from rag_engine.retrieval.query import run_query
 from rag_engine.store.connection import store_unreachable
 
-
-def _package_version() -> str:
-    try:
-        return version("rag-engine")
-    except PackageNotFoundError:
-        return "unknown"
-
-
-__version__ = _package_version()
+__version__ = package_version()
 
 STATUS: tuple[tuple[type[RagError], int], ...] = (
     (Unauthenticated, 401),
