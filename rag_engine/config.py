@@ -449,12 +449,34 @@ class PrincipalConfig(Frozen):
         return self
 
 
+class ServingLimitsConfig(Frozen):
+    """What keeps the query service up (``rag_engine/serving/limits.py`` says how each works)."""
+
+    requests_per_minute: int = Field(600, ge=1)
+    """Per principal: a token bucket refilled at this rate; over it, 429 with Retry-After."""
+    burst: int = Field(60, ge=1)
+    """Per principal: requests it may send at once after a quiet spell."""
+    concurrent_per_principal: int = Field(8, ge=1)
+    """Per principal: requests running at once; more is 429."""
+    workers: int = Field(8, ge=1, le=256)
+    """Engine calls running at once across all principals (threads and Neo4j sessions)."""
+    request_timeout_seconds: float = Field(30.0, gt=0)
+    """A request not answered within this is 504 (waiting for a worker included)."""
+    max_body_bytes: int = Field(65_536, ge=1024)
+    """A larger request body is 413 before it is parsed."""
+    shutdown_grace_seconds: int = Field(20, ge=0)
+    """On SIGTERM/SIGINT: stop accepting, then wait this long for requests in flight."""
+
+
 class ServingConfig(Frozen):
-    """The query service (`rag serve`): where it listens and who may call it."""
+    """The query service (`rag serve`): where it listens, who may call it, its limits."""
 
     host: str = "127.0.0.1"
     port: int = Field(8780, ge=1, le=65535)
     principals: tuple[PrincipalConfig, ...] = ()
+    operator_role: str = "operator"
+    """The role of operators (not a retrieval role): the MCP action tools need it."""
+    limits: ServingLimitsConfig = ServingLimitsConfig()
 
 
 class EngineConfig(Frozen):
@@ -500,7 +522,7 @@ class EngineConfig(Frozen):
         (typed, not a ValidationError) instead of silently granting nothing or something later."""
         known = {c for p in self.enabled_packs for c in p.collections}
         for principal in self.serving.principals:
-            unknown_roles = sorted(set(principal.roles) - set(self.roles))
+            unknown_roles = sorted(set(principal.roles) - set(self.roles) - {self.serving.operator_role})
             if unknown_roles:
                 raise ValueError(f"serving.principals.{principal.id}: unknown role(s) {unknown_roles}")
         ids = [p.id for p in self.serving.principals]

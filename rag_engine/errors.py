@@ -190,3 +190,23 @@ class Unauthenticated(RagError):
 
 class Forbidden(PolicyError):
     """An authenticated caller asked for a role its principal does not hold."""
+
+
+class ServiceLimit(RagError):
+    """The query service refused or cut a request to stay up (``serving.limits``)."""
+
+
+class RateLimited(ServiceLimit):
+    """A principal is over its request rate or its concurrency cap: retry after ``retry_after`` s."""
+
+    def __init__(self, message: str, retry_after: int):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class RequestTimeout(ServiceLimit):
+    """A request did not finish within the service's per-request timeout."""
+
+
+class RequestTooLarge(ServiceLimit):
+    """A request body over the service's size limit."""

@@ -8,84 +8,35 @@ restart, and the key itself nowhere in a response, the audit trail or the ledger
 
 from __future__ import annotations
 
-import hashlib
 import socket
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
-import yaml
 
 from rag_engine.config import load_config
 from rag_engine.engine import Engine
 from rag_engine.governance.audit import audit_trail
-from rag_engine.ingest.pipeline import ingest_pack
 from rag_engine.serving.app import create_app
 from tests.conftest import ROOT
-
-APP_KEY = "SENTINEL-app-key-4f1c2b9e7d0a4c3b8e6f5a2d1c0b9a87"
-ANALYST_KEY = "SENTINEL-analyst-key-0a1b2c3d4e5f60718293a4b5c6d7e8f9"
-NEW_ANALYST_KEY = "SENTINEL-analyst-rotated-9f8e7d6c5b4a39281706f5e4d3c2b1a0"
-
-
-def sha(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
-def with_principals(key_file: Path):
-    def edit(text: str) -> str:
-        cfg = yaml.safe_load(text)
-        cfg["serving"] = {
-            "principals": [
-                {"id": "public-app", "roles": ["public"], "key_sha256_env": "RAG_TEST_APP_KEY_SHA256"},
-                {"id": "analyst", "roles": ["employee", "public"], "key_sha256_file": str(key_file)},
-            ]
-        }
-        return yaml.safe_dump(cfg, sort_keys=False)
-
-    return edit
-
-
-@contextmanager
-def running(app) -> Iterator[str]:
-    """The app under uvicorn on a free loopback port, in a thread; yields its base URL."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 15
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+from tests.serving_support import (
+    ANALYST_KEY,
+    APP_KEY,
+    APP_KEY_ENV,
+    NEW_ANALYST_KEY,
+    OPERATOR_KEY,
+    bearer,
+    running,
+    service_over,
+    sha,
+    with_principals,
+)
 
 
 @pytest.fixture
 def service(variant, unique, tmp_path, monkeypatch):
-    key_file = tmp_path / "analyst.sha256"
-    key_file.write_text(f"{sha(ANALYST_KEY)}  # issued to the analyst\n", encoding="utf-8")
-    monkeypatch.setenv("RAG_TEST_APP_KEY_SHA256", sha(APP_KEY))
-    path = variant("serving", edit=with_principals(key_file))
-    engine = Engine(load_config(path), ROOT)
-    ingest_pack(engine, engine.pack(unique), extract=False)
-    with running(create_app(engine)) as url:
-        yield url, engine, key_file
-    engine.close()
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
+    with service_over(variant, unique, tmp_path, monkeypatch) as served:
+        yield served
 
 
 QUESTION = {"question": "How fast must a lost laptop be reported?"}
@@ -141,7 +92,7 @@ def test_the_principal_is_the_actor_of_the_audit_record_and_no_key_is_kept(servi
     records = audit_trail(engine).records(event="query")
     assert len(records) == before + 1 and records[-1].actor == "public-app" and records[-1].role == "public"
     kept = r.text + record.model_dump_json() + "".join(x.model_dump_json() for x in engine.ledger.records())
-    for key in (APP_KEY, ANALYST_KEY):
+    for key in (APP_KEY, ANALYST_KEY, OPERATOR_KEY):
         assert key not in kept and sha(key) not in kept
 
 
@@ -167,7 +118,7 @@ def test_no_key_means_401_even_with_the_store_stopped_and_a_key_means_one_line_5
         s.bind(("127.0.0.1", 0))
         dead = s.getsockname()[1]
     monkeypatch.setenv("NEO4J_URI", f"bolt://127.0.0.1:{dead}")
-    monkeypatch.setenv("RAG_TEST_APP_KEY_SHA256", sha(APP_KEY))
+    monkeypatch.setenv(APP_KEY_ENV, sha(APP_KEY))
     engine = Engine(load_config(variant("down", edit=with_principals(key_file))), ROOT)
     with running(create_app(engine)) as url:
         started = time.perf_counter()

@@ -1,4 +1,5 @@
-"""`rag serve`: the query service for applications, keyed on authenticated principals."""
+"""`rag serve`: the query service for applications; `rag mcp`: the MCP server over stdio for an
+agent that spawns the engine. Both are keyed on authenticated principals."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ def serve(
     port: Annotated[int | None, typer.Option("--port", help="Port (default serving.port).")] = None,
     json: JsonOpt = False,
 ) -> None:
-    """Serve /v1/retrieve, /v1/query and /v1/health (OpenAPI at /docs) until interrupted.
+    """Serve /v1/retrieve, /v1/query, /v1/passage, /v1/collections, /v1/health and MCP at /mcp
+    (OpenAPI at /docs) until interrupted.
 
     Every request but health needs `Authorization: Bearer <key>` of a principal in
     serving.principals; the request's role must be one of that principal's roles. Refuses to start
@@ -40,12 +42,50 @@ def serve(
             ctx,
             {
                 "url": f"http://{bind_host}:{bind_port}",
-                "routes": ["GET /v1/health", "POST /v1/retrieve", "POST /v1/query", "GET /openapi.json"],
+                "routes": [
+                    "GET /v1/health",
+                    "POST /v1/retrieve",
+                    "POST /v1/query",
+                    "POST /v1/passage",
+                    "GET /v1/collections",
+                    "POST /mcp",
+                    "GET /openapi.json",
+                ],
                 "principals": [p.id for p in s.principals],
             },
         )
     run(eng, bind_host, bind_port)
 
 
+KEY_ENV = "RAG_KEY"
+
+
+def mcp(ctx: typer.Context) -> None:
+    """Serve the MCP tools over stdio (for an agent that starts this command).
+
+    The key comes from the RAG_KEY environment variable (never an argument: argv is visible to
+    every user of the machine); it is checked once at start against serving.principals, and every
+    tool call runs as its principal. Read-only tools: search, fetch_passage, list_collections;
+    request_graph_cleanup and request_audit_purge only return an approval request."""
+    import os
+
+    from rag_engine.errors import Unauthenticated
+    from rag_engine.governance.principals import PrincipalRegistry
+    from rag_engine.serving.limits import EnginePool, Limiter
+    from rag_engine.serving.mcp_server import build_mcp
+
+    eng = engine(ctx, store=True)
+    registry = PrincipalRegistry(eng.cfg, eng.root, eng.env)
+    try:
+        principal = registry.authenticate(os.environ.get(KEY_ENV))
+    except Unauthenticated as exc:
+        err().print(f"rag mcp: {exc} (set {KEY_ENV} to a key of a principal in serving.principals)", markup=False)
+        raise typer.Exit(2) from None
+    limits = eng.cfg.serving.limits
+    server = build_mcp(eng, registry, Limiter(limits), EnginePool(limits), principal=principal)
+    server.run("stdio")
+
+
 def mount(app: typer.Typer) -> None:
     app.command("serve")(serve)
+    app.command("mcp")(mcp)

@@ -31,11 +31,16 @@ HEX = frozenset("0123456789abcdef")
 class Principal:
     id: str
     roles: tuple[str, ...]
+    """The retrieval roles it may ask for (the operator role is not one)."""
+    operator: bool = False
+    """Whether it holds ``serving.operator_role``: operator reads and approval requests."""
 
     def role(self, asked: str | None) -> str:
         """The role a request runs under: the one it asked for if this principal holds it, else
         its first role when it asked for none."""
         if asked is None:
+            if not self.roles:
+                raise Forbidden(f"principal {self.id} holds no retrieval role")
             return self.roles[0]
         if asked not in self.roles:
             raise Forbidden(f"principal {self.id} may not ask for role {asked!r}; its roles: {list(self.roles)}")
@@ -56,6 +61,7 @@ class PrincipalRegistry:
 
     def __init__(self, cfg: EngineConfig, root: Path, env: Mapping[str, str] | None = None):
         self._principals = cfg.serving.principals
+        self._operator_role = cfg.serving.operator_role
         self._root = root
         self._env = os.environ if env is None else env
         self._files: dict[str, tuple[tuple[int, int], frozenset[str]]] = {}
@@ -102,4 +108,7 @@ class PrincipalRegistry:
                     found = principal
         if found is None:
             raise Unauthenticated("invalid key")
-        return Principal(id=found.id, roles=found.roles)
+        operator = self._operator_role in found.roles
+        return Principal(
+            id=found.id, roles=tuple(r for r in found.roles if r != self._operator_role), operator=operator
+        )

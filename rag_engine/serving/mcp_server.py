@@ -1,0 +1,154 @@
+"""The MCP server: retrieval as read-only tools for agents, actions only as approval requests.
+
+Built on the official MCP Python SDK (``mcp.server.mcpserver.MCPServer``), served two ways: over
+streamable HTTP at ``/mcp`` of `rag serve` (the same port, the same keys: a request without a
+valid ``Authorization: Bearer`` key is refused with 401 before it reaches the MCP session), and
+over stdio by `rag mcp` for an agent that spawns the engine (the key comes from ``RAG_KEY`` in its
+environment, checked once at start).
+
+Tools marked ``readOnlyHint: true`` read only what the principal's role may read: ``search``
+(ranked passages with provenance), ``fetch_passage`` (one cited chunk), ``list_collections``.
+The design's split between retrieval and action is enforced here, not left to the agent: the two
+tools marked ``destructiveHint: true`` (``request_graph_cleanup``, ``request_audit_purge``) change
+nothing. They return the action's plan and the sha256 an approval must bind; a person approves and
+runs it through the operator path, and an approval for other inputs is refused there. Every tool
+call runs under the service's limits (rate, concurrency, pool, timeout).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+
+from rag_engine import package_version
+from rag_engine.engine import Engine
+from rag_engine.errors import RagError
+from rag_engine.governance.principals import Principal, PrincipalRegistry
+from rag_engine.serving import calls
+from rag_engine.serving.limits import EnginePool, Limiter, bounded
+
+T = TypeVar("T")
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+ASKS_APPROVAL = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+)
+SNIPPET_CHARS = 1200
+
+
+def bearer(authorization: str | None) -> str | None:
+    if not authorization:
+        return None
+    scheme, _, value = authorization.partition(" ")
+    return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+
+
+def tool_error(exc: RagError) -> ToolError:
+    """A typed engine error as the tool's error result: one line, its type first."""
+    return ToolError(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+
+
+def build_mcp(
+    engine: Engine,
+    registry: PrincipalRegistry,
+    limiter: Limiter,
+    pool: EnginePool,
+    *,
+    principal: Principal | None = None,
+) -> MCPServer:
+    """The MCP server over ``engine``. ``principal``: fixed for stdio (authenticated at start);
+    without it every call authenticates its HTTP request's bearer key again (keys are reloaded
+    on change, so a revoked key stops working mid-session)."""
+    server: MCPServer = MCPServer(
+        name="rag-engine",
+        title="RAG engine",
+        version=package_version(),
+        instructions=(
+            "Search the ingested regulated-domain corpora and fetch cited passages. Cite chunk_id. "
+            "Tools that change state only return an approval request for a person."
+        ),
+        log_level="WARNING",
+    )
+
+    def caller(ctx: Context) -> Principal:
+        if principal is not None:
+            return principal
+        headers = ctx.headers or {}
+        try:
+            return registry.authenticate(bearer(headers.get("authorization")))
+        except RagError as exc:
+            raise tool_error(exc) from None
+
+    async def run(who: Principal, fn: Callable[[], T]) -> T:
+        try:
+            return await bounded(limiter, pool, who.id, fn)
+        except RagError as exc:
+            raise tool_error(exc) from None
+
+    @server.tool(annotations=READ_ONLY)
+    async def search(
+        question: str, ctx: Context, k: int = 8, collections: list[str] | None = None, role: str | None = None
+    ) -> dict[str, Any]:
+        """Ranked passages for a question, with provenance (chunk_id, document, anchor, collection,
+        score). Only collections the caller's role may read are searched; collections asked for
+        but not readable are reported in `events`."""
+        who = caller(ctx)
+        result = await run(who, lambda: calls.retrieve(engine, who, question, role, k, collections))
+        return {
+            "role": result.role,
+            "collections": list(result.collections),
+            "passages": [
+                {
+                    "chunk_id": c.chunk_id,
+                    "doc_id": c.doc_id,
+                    "doc_title": c.doc_title,
+                    "anchor": c.anchor,
+                    "heading": c.heading,
+                    "collection": c.collection,
+                    "score": round(c.score, 6),
+                    "text": c.text[:SNIPPET_CHARS],
+                }
+                for c in result.candidates
+            ],
+            "events": [e for e in result.events if e.get("event") == "collections_blocked"],
+        }
+
+    @server.tool(annotations=READ_ONLY)
+    async def fetch_passage(chunk_id: str, ctx: Context, role: str | None = None) -> dict[str, Any]:
+        """The full current text of one passage by its chunk_id, if the caller's role may read it
+        (a passage it may not read is reported as not found, like one that does not exist)."""
+        who = caller(ctx)
+        found = await run(who, lambda: calls.passage(engine, who, chunk_id, role))
+        return {"found": found is not None, "passage": None if found is None else found.model_dump()}
+
+    @server.tool(annotations=READ_ONLY)
+    async def list_collections(ctx: Context) -> dict[str, Any]:
+        """The roles the caller holds and the collections each may read."""
+        who = caller(ctx)
+        try:
+            roles = calls.readable(engine, who)
+        except RagError as exc:
+            raise tool_error(exc) from None
+        return {"principal": who.id, "roles": [r.model_dump() for r in roles]}
+
+    @server.tool(annotations=ASKS_APPROVAL)
+    async def request_graph_cleanup(ctx: Context) -> dict[str, Any]:
+        """Ask for the removal of stale graph paths. Changes nothing: returns the plan and the
+        inputs hash a person must approve; only an approved operator command carries it out."""
+        who = caller(ctx)
+        req = await run(who, lambda: calls.approval_request(engine, who, "graph_cleanup"))
+        return req.model_dump(mode="json")
+
+    @server.tool(annotations=ASKS_APPROVAL)
+    async def request_audit_purge(ctx: Context) -> dict[str, Any]:
+        """Ask for the deletion of audit records past retention. Changes nothing: returns the plan
+        and the inputs hash a person must approve; only an approved operator command carries it out."""
+        who = caller(ctx)
+        req = await run(who, lambda: calls.approval_request(engine, who, "delete_audit_records"))
+        return req.model_dump(mode="json")
+
+    return server

@@ -1,0 +1,98 @@
+"""What the service tests share: keys (sentinels), a config edit adding principals and limits, and
+the app under uvicorn on a free loopback port."""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+import yaml
+
+APP_KEY = "SENTINEL-app-key-4f1c2b9e7d0a4c3b8e6f5a2d1c0b9a87"
+ANALYST_KEY = "SENTINEL-analyst-key-0a1b2c3d4e5f60718293a4b5c6d7e8f9"
+OPERATOR_KEY = "SENTINEL-operator-key-77aa55cc33ee11ff00dd22bb44996688"
+NEW_ANALYST_KEY = "SENTINEL-analyst-rotated-9f8e7d6c5b4a39281706f5e4d3c2b1a0"
+APP_KEY_ENV = "RAG_TEST_APP_KEY_SHA256"
+OPERATOR_KEY_ENV = "RAG_TEST_OPERATOR_KEY_SHA256"
+
+
+def sha(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def with_principals(key_file: Path, limits: dict[str, Any] | None = None):
+    """A config edit: three principals (a public app by env var, an analyst by key file, an
+    operator by env var) and, if given, service limits."""
+
+    def edit(text: str) -> str:
+        cfg = yaml.safe_load(text)
+        cfg["serving"] = {
+            "principals": [
+                {"id": "public-app", "roles": ["public"], "key_sha256_env": APP_KEY_ENV},
+                {"id": "analyst", "roles": ["employee", "public"], "key_sha256_file": str(key_file)},
+                {"id": "ops", "roles": ["employee", "operator"], "key_sha256_env": OPERATOR_KEY_ENV},
+            ]
+        }
+        if limits:
+            cfg["serving"]["limits"] = limits
+        return yaml.safe_dump(cfg, sort_keys=False)
+
+    return edit
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def running(app) -> Iterator[str]:
+    """The app under uvicorn on a free loopback port, in a thread; yields its base URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@contextmanager
+def service_over(variant, unique: str, tmp_path: Path, monkeypatch, limits: dict[str, Any] | None = None):
+    """The KB pack copy ingested (no extraction) and served with the three principals; yields
+    (url, engine, analyst key file)."""
+    from rag_engine.config import load_config
+    from rag_engine.engine import Engine
+    from rag_engine.ingest.pipeline import ingest_pack
+    from rag_engine.serving.app import create_app
+    from tests.conftest import ROOT
+
+    key_file = tmp_path / "analyst.sha256"
+    key_file.write_text(f"{sha(ANALYST_KEY)}  # issued to the analyst\n", encoding="utf-8")
+    monkeypatch.setenv(APP_KEY_ENV, sha(APP_KEY))
+    monkeypatch.setenv(OPERATOR_KEY_ENV, sha(OPERATOR_KEY))
+    engine = Engine(load_config(variant("serving", edit=with_principals(key_file, limits))), ROOT)
+    ingest_pack(engine, engine.pack(unique), extract=False)
+    try:
+        with running(create_app(engine)) as url:
+            yield url, engine, key_file
+    finally:
+        engine.close()
