@@ -23,6 +23,18 @@ APP_KEY_ENV = "RAG_TEST_APP_KEY_SHA256"
 OPERATOR_KEY_ENV = "RAG_TEST_OPERATOR_KEY_SHA256"
 
 
+PUBLIC_FAQ = """---
+id: TCK-12
+collection: kb_public
+---
+# Customer FAQ
+
+## Lost laptop
+A customer who lost a laptop bought from us reports it to support, who lock the device.
+"""
+"""A public document beside the variant's internal ones, so a public key finds something."""
+
+
 def sha(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
@@ -77,7 +89,8 @@ def running(app) -> Iterator[str]:
 
 @contextmanager
 def service_over(variant, unique: str, tmp_path: Path, monkeypatch, limits: dict[str, Any] | None = None):
-    """The KB pack copy ingested (no extraction) and served with the three principals; yields
+    """The KB pack copy (two internal documents and a public FAQ) ingested without extraction and
+    served with the three principals; yields
     (url, engine, analyst key file)."""
     from rag_engine.config import load_config
     from rag_engine.engine import Engine
@@ -87,6 +100,7 @@ def service_over(variant, unique: str, tmp_path: Path, monkeypatch, limits: dict
 
     key_file = tmp_path / "analyst.sha256"
     key_file.write_text(f"{sha(ANALYST_KEY)}  # issued to the analyst\n", encoding="utf-8")
+    (tmp_path / "corpus" / "faq.md").write_text(PUBLIC_FAQ, encoding="utf-8")
     monkeypatch.setenv(APP_KEY_ENV, sha(APP_KEY))
     monkeypatch.setenv(OPERATOR_KEY_ENV, sha(OPERATOR_KEY))
     engine = Engine(load_config(variant("serving", edit=with_principals(key_file, limits))), ROOT)

@@ -31,9 +31,8 @@ def test_a_principal_gets_its_burst_then_waits_for_its_rate_and_others_are_not_h
     for _ in range(2):
         with limiter.admit("a"):
             pass
-    with pytest.raises(RateLimited) as refused:
-        with limiter.admit("a"):
-            pass
+    with pytest.raises(RateLimited) as refused, limiter.admit("a"):
+        pass
     assert refused.value.retry_after == 2  # 30 per minute: one token every 2 s
     with limiter.admit("b"):  # another principal has its own bucket
         pass
@@ -45,9 +44,8 @@ def test_a_principal_gets_its_burst_then_waits_for_its_rate_and_others_are_not_h
 def test_a_principal_over_its_concurrency_cap_is_refused_until_one_finishes():
     limiter = Limiter(ServingLimitsConfig(concurrent_per_principal=1), clock=Clock())
     with limiter.admit("a"):
-        with pytest.raises(RateLimited, match="1 requests running") as refused:
-            with limiter.admit("a"):
-                pass
+        with pytest.raises(RateLimited, match="1 requests running") as refused, limiter.admit("a"):
+            pass
         assert refused.value.retry_after == 1
         with limiter.admit("b"):
             pass
