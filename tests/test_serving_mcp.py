@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 from typing import Any
 
@@ -37,10 +38,12 @@ ASKS_APPROVAL = {"request_graph_cleanup", "request_audit_purge"}
 
 
 async def over_http(url: str, key: str, calls: list[tuple[str, dict[str, Any]]]) -> tuple[Any, list[Any]]:
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=60) as http:
-        async with Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client:
-            tools = await client.list_tools()
-            return tools, [await client.call_tool(name, args) for name, args in calls]
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=60) as http,
+        Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client,
+    ):
+        tools = await client.list_tools()
+        return tools, [await client.call_tool(name, args) for name, args in calls]
 
 
 @pytest.fixture
@@ -121,7 +124,7 @@ def test_an_action_tool_returns_an_approval_request_and_changes_nothing(served):
 
 
 def test_over_stdio_the_key_comes_from_the_environment(variant, unique, tmp_path, monkeypatch):
-    with service_over(variant, unique, tmp_path, monkeypatch) as (_, engine, _):
+    with service_over(variant, unique, tmp_path, monkeypatch):
         config = str(next(tmp_path.glob("engine-serving.yaml")))
         env = {
             **os.environ,
@@ -140,5 +143,16 @@ def test_over_stdio_the_key_comes_from_the_environment(variant, unique, tmp_path
         result = asyncio.run(session(APP_KEY))
         assert not result.is_error and result.structured_content["role"] == "public"
         assert {p["collection"] for p in result.structured_content["passages"]} == {"kb_public"}
-        with pytest.raises(Exception):  # noqa: B017 - the process exits at once: the SDK reports a closed connection
-            asyncio.run(session("not-a-key"))
+        # a bad key: the process refuses to start, one line, exit 2, the key not echoed
+        bad = "SENTINEL-not-a-key-5d4c3b2a1908f7e6d5c4b3a29180f7e6"
+        refused = subprocess.run(
+            [sys.executable, "-m", "rag_engine.cli", "mcp"],
+            env={**env, "RAG_KEY": bad},
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
+        assert refused.returncode == 2, refused.stderr
+        assert "invalid key" in refused.stderr and bad not in refused.stderr + refused.stdout

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from rag_engine.cli.common import JsonOpt, emit_json, engine, err, use_json
+from rag_engine.cli.common import BAD_INPUT, JsonOpt, emit_json, engine, err, use_json
 
 
 def serve(
@@ -80,7 +80,7 @@ def mcp(ctx: typer.Context) -> None:
         principal = registry.authenticate(os.environ.get(KEY_ENV))
     except Unauthenticated as exc:
         err().print(f"rag mcp: {exc} (set {KEY_ENV} to a key of a principal in serving.principals)", markup=False)
-        raise typer.Exit(2) from None
+        raise typer.Exit(BAD_INPUT) from None
     limits = eng.cfg.serving.limits
     server = build_mcp(eng, registry, Limiter(limits), EnginePool(limits), principal=principal)
     server.run("stdio")
