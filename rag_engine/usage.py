@@ -1,10 +1,20 @@
 """The usage record of one model call: what the ledger stores and what a ``ProviderError`` carries.
 
 Below both the error tree and the ledger, so neither imports the other; it imports nothing of the engine.
+
+``acting_as`` names the principal a block of work runs for: every usage record written inside it
+(by ``ModelClient``, however deep in the query path the call is) carries that ``actor``. A context
+variable rather than a parameter on every model call, because the calls sit several layers below the
+query (expansion, the question's embedding, rerank, generation) and none of those layers has any
+other use for the caller's identity. Work handed to a thread pool keeps it only when submitted with
+``contextvars.copy_context().run`` (the question's embedding is).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Literal
@@ -20,6 +30,9 @@ class UsageRecord(BaseModel):
     id: int | None = None
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     run_id: str | None = None
+    actor: str | None = None
+    """The authenticated principal the call was made for (a query's ``actor``); None for work no
+    principal asked for (ingestion, scheduled runs) and for a query run without a key."""
     purpose: str
     provider: str
     requested_model: str
@@ -33,3 +46,21 @@ class UsageRecord(BaseModel):
     error_type: str | None = None
     pricing_version: str | None = None
     cost: Decimal | None = None
+
+
+_ACTOR: ContextVar[str | None] = ContextVar("rag_engine_actor", default=None)
+
+
+def current_actor() -> str | None:
+    """The principal the current work runs for (``acting_as``), else None."""
+    return _ACTOR.get()
+
+
+@contextmanager
+def acting_as(actor: str | None) -> Iterator[None]:
+    """Run the block for ``actor``: usage records written inside it carry it (None: nobody)."""
+    token = _ACTOR.set(actor)
+    try:
+        yield
+    finally:
+        _ACTOR.reset(token)

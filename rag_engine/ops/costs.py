@@ -1,4 +1,4 @@
-"""``rag costs``: the usage ledger summarised by provider, model and run.
+"""``rag costs``: the usage ledger summarised by provider, model and run (or principal: ``by_actor``).
 
 Unknown costs are shown as unknown, never as 0, and the ledger URL (which may hold a database
 password) is never printed.
@@ -44,11 +44,15 @@ def costs_summary(
     root: str | Path,
     run_id: str | None = None,
     env: Mapping[str, str] | None = None,
+    by_actor: bool = False,
 ) -> dict[str, Any]:
-    """Rows per provider / model / run (JSON-safe), the totals and the pricing currency."""
+    """Rows per provider / model / run (JSON-safe), the totals and the pricing currency. With
+    ``by_actor`` the rows are per provider / model / actor (the principal the calls were made for;
+    ``(none)`` for calls no principal asked for)."""
     ledger = UsageLedger(ledger_url(cfg, os.environ if env is None else env, root))
+    by = "actor" if by_actor else "run_id"
     try:
-        frame = ledger.summary_frame(run_id)
+        frame = ledger.summary_frame(run_id, by=by)
     finally:
         ledger.dispose()
     known = [c for c in frame["cost"] if c is not None] if len(frame) else []
@@ -63,7 +67,7 @@ def costs_summary(
     except ConfigError:
         currency = None
     rows = [{k: _plain(v) for k, v in row.items()} for row in frame.to_dict(orient="records")]
-    return {"run_id": run_id, "rows": rows, "totals": totals, "currency": currency}
+    return {"run_id": run_id, "by": by, "rows": rows, "totals": totals, "currency": currency}
 
 
 _COLUMNS = (
@@ -85,12 +89,14 @@ def costs_table(summary: dict[str, Any]) -> Table:
     """The summary as one table, a row per provider / model / run; cells never wrap, so a row
     stays one line however narrow the output (a pipe gets the table's natural width)."""
     table = Table(title="usage and cost" + (f" of run {summary['run_id']}" if summary["run_id"] else ""))
-    for key, header in _COLUMNS:
-        numeric = key not in ("provider", "requested_model", "run_id")
+    by = summary.get("by", "run_id")
+    columns = [("actor", "actor") if key == "run_id" and by == "actor" else (key, h) for key, h in _COLUMNS]
+    for key, header in columns:
+        numeric = key not in ("provider", "requested_model", "run_id", "actor")
         table.add_column(header, justify="right" if numeric else "left", no_wrap=True)
     for row in summary["rows"]:
         cells = []
-        for key, _ in _COLUMNS:
+        for key, _ in columns:
             value = row.get(key)
             if key == "cost":
                 cells.append(_money(value))

@@ -40,7 +40,7 @@ from rag_engine.providers.results import (
     TokenUsage,
 )
 from rag_engine.providers.vectors import check_vectors
-from rag_engine.usage import UsageRecord
+from rag_engine.usage import UsageRecord, current_actor
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +172,7 @@ class ModelClient:
         usage = answer.usage if answer is not None else TokenUsage()
         record = UsageRecord(
             run_id=run_id,
+            actor=current_actor(),
             purpose=purpose,
             provider=answer.provider if answer is not None else self.spec.provider.name,
             requested_model=self.spec.model.served_model,

@@ -7,6 +7,9 @@ call cost under the pricing version of its day, and later price changes never re
 
 Costs are stored as exact decimal text rather than a NUMERIC column, because SQLite has no
 decimal type and would round-trip through binary floats.
+
+Columns added after a ledger was first created (``ADDED_COLUMNS``: nullable, so every old row
+stays valid) are added in place when a ledger is opened; nothing is ever dropped or rewritten.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ usage_records = Table(
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("run_id", String(200), nullable=True),
+    Column("actor", String(200), nullable=True),
     Column("purpose", String(200), nullable=False),
     Column("provider", String(200), nullable=False),
     Column("requested_model", String(200), nullable=False),
@@ -84,6 +88,9 @@ usage_records = Table(
 )
 
 _COLUMNS = [c.name for c in usage_records.columns]
+
+ADDED_COLUMNS = ("actor",)
+"""Columns newer than the first ledgers, added (nullable) to a ledger that lacks them when opened."""
 
 
 def _make_engine(url: str) -> Engine:
@@ -126,12 +133,14 @@ class UsageLedger:
         return self._engine.dialect.name
 
     def _create_table(self) -> None:
-        """Create the table once; tolerate another process winning the race to create it."""
+        """Create the table once; tolerate another process winning the race to create it. Then
+        add any column an older ledger lacks (``migrate``)."""
         try:
             _metadata.create_all(self._engine, checkfirst=True)
         except DBAPIError:
             if not inspect(self._engine).has_table(usage_records.name):
                 raise
+        migrate(self._engine)
 
     # -- write -----------------------------------------------------------------------
     def record(self, rec: UsageRecord) -> UsageRecord:
@@ -169,11 +178,33 @@ class UsageLedger:
             for row in conn.execution_options(yield_per=batch).execute(query):
                 yield tuple(row)
 
-    def summary_frame(self, run_id: str | None = None) -> pd.DataFrame:
-        return summarize(self.records(run_id))
+    def summary_frame(self, run_id: str | None = None, by: str = "run_id") -> pd.DataFrame:
+        return summarize(self.records(run_id), by=by)
 
     def dispose(self) -> None:
         self._engine.dispose()
+
+
+def migrate(engine: Engine) -> list[str]:
+    """Add the ``ADDED_COLUMNS`` an existing ``usage_records`` table lacks, in place and additively
+    (nullable, no default, no row rewritten); returns the columns added. Tolerates another process
+    adding the same column at the same time."""
+    present = {c["name"] for c in inspect(engine).get_columns(usage_records.name)}
+    added = []
+    for name in ADDED_COLUMNS:
+        if name in present:
+            continue
+        column = usage_records.c[name]
+        ddl = f"ALTER TABLE {usage_records.name} ADD COLUMN {name} {column.type.compile(dialect=engine.dialect)}"
+        try:
+            with engine.begin() as conn:
+                conn.exec_driver_sql(ddl)
+        except DBAPIError:
+            if name not in {c["name"] for c in inspect(engine).get_columns(usage_records.name)}:
+                raise
+            continue  # another process added it first
+        added.append(name)
+    return added
 
 
 def _to_record(row: RowMapping) -> UsageRecord:
@@ -214,23 +245,31 @@ def _distinct(values: pd.Series) -> str:
     return ",".join(sorted({str(v) for v in values if v is not None and not pd.isna(v)}))
 
 
-def summarize(records: list[UsageRecord]) -> pd.DataFrame:
-    """Totals per provider / requested model / run.
+SUMMARY_GROUPS = ("run_id", "actor")
+"""What the summary's third key may be: the run, or the principal the calls were made for."""
+
+
+def summarize(records: list[UsageRecord], by: str = "run_id") -> pd.DataFrame:
+    """Totals per provider / requested model / run (``by="actor"``: per principal instead).
 
     ``cost`` sums the calls whose cost is known (Decimal, exact) and is None when none is;
     ``unknown_cost_calls`` keeps the unpriced calls visible instead of counting them as free.
+    A missing run id or actor is grouped as ``(none)``.
     """
     import pandas as pd
 
+    if by not in SUMMARY_GROUPS:
+        raise ValueError(f"summarize by one of {SUMMARY_GROUPS}, not {by!r}")
+    columns = [by if c == "run_id" else c for c in SUMMARY_COLUMNS]
     if not records:
-        return pd.DataFrame(columns=SUMMARY_COLUMNS)
+        return pd.DataFrame(columns=columns)
     frame = pd.DataFrame([r.model_dump() for r in records])
-    frame["run_id"] = frame["run_id"].astype(object).where(frame["run_id"].notna(), "(none)")
+    frame[by] = frame[by].astype(object).where(frame[by].notna(), "(none)")
     frame["is_error"] = frame["status"] == "error"
     frame["unknown_cost"] = frame["cost"].isna()
     for col in ("cached_input_tokens", "reasoning_tokens"):
         frame[col] = pd.array(frame[col], dtype="Int64")
-    grouped = frame.groupby(["provider", "requested_model", "run_id"], sort=True, dropna=False)
+    grouped = frame.groupby(["provider", "requested_model", by], sort=True, dropna=False)
     out = grouped.agg(
         calls=("status", "size"),
         errors=("is_error", "sum"),
@@ -245,7 +284,7 @@ def summarize(records: list[UsageRecord]) -> pd.DataFrame:
     ).reset_index()
     for col in ("calls", "errors", "input_tokens", "output_tokens", "unknown_cost_calls"):
         out[col] = out[col].astype(int)
-    return out[SUMMARY_COLUMNS]
+    return out[columns]
 
 
 # -- where the ledger lives --------------------------------------------------------------

@@ -21,6 +21,7 @@ from rag_engine.retrieval.local_inference import expand_query
 from rag_engine.retrieval.local_inference import rerank as model_rerank
 from rag_engine.retrieval.outcome import QueryAudit, QueryOutcome
 from rag_engine.retrieval.retriever import retrieve, stamped
+from rag_engine.usage import acting_as
 
 SYSTEM_PROMPT = (
     "You answer questions about a regulated corpus using only the numbered context blocks. "
@@ -66,9 +67,40 @@ def run_query(
     to the audit trail, which gets one record per query (``outcome.QueryAudit``); a session id longer
     than ``audit.SESSION_ID_MAX`` or with other characters is a QueryInputError before anything runs.
     ``rerank``: whether the feature reranker runs (default ``retrieval.rerank.method``).
-    ``actor``: the authenticated principal asking (the query service), recorded in every audit
-    record of the query."""
-    audit = QueryAudit(engine, session_id, run_id, generate, actor)  # begun before retrieval
+    ``actor``: the authenticated principal asking (the query service, `rag query` with a key),
+    recorded in every audit record of the query and every usage record of its model calls."""
+    with acting_as(actor):  # the actor of every model call below: expansion, embedding, rerank, generation
+        return _run_query(
+            engine,
+            question,
+            role,
+            QueryAudit(engine, session_id, run_id, generate, actor),  # begun before retrieval
+            k=k,
+            generate=generate,
+            local_inference=local_inference,
+            conversation=conversation,
+            weights=weights,
+            session_id=session_id,
+            collections=collections,
+            rerank=rerank,
+        )
+
+
+def _run_query(
+    engine: Engine,
+    question: str,
+    role: str,
+    audit: QueryAudit,
+    *,
+    k: int | None,
+    generate: bool,
+    local_inference: bool,
+    conversation: list[dict[str, Any]] | None,
+    weights: dict[str, float] | None,
+    session_id: str | None,
+    collections: list[str] | None,
+    rerank: bool | None,
+) -> QueryOutcome:
     run_id = audit.run_id
     started = time.perf_counter()
     events: list[dict[str, Any]] = []

@@ -13,6 +13,7 @@ transaction, one trace and one title cache; the candidate types and fusion live 
 
 from __future__ import annotations
 
+import contextvars
 import time
 from collections.abc import Iterator
 from collections.abc import Set as AbstractSet
@@ -87,7 +88,10 @@ class QueryEmbedding:
     def __init__(self, engine: Engine, query: str):
         self.budget_s = engine.cfg.retrieval.query_embed_timeout_s
         self._started = time.perf_counter()
-        self._future: Future[tuple[list[float], float]] = _EMBEDDER_POOL.submit(_timed_embed, engine, query)
+        # in a copy of the caller's context, so the call's usage record keeps its actor (usage.acting_as)
+        self._future: Future[tuple[list[float], float]] = _EMBEDDER_POOL.submit(
+            contextvars.copy_context().run, _timed_embed, engine, query
+        )
 
     def outcome(self, *, wait: bool) -> tuple[list[float], float] | RagError | None:
         """(vector, embed ms), the error that stopped it, or None when not done and ``wait`` is False."""
