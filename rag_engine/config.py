@@ -469,13 +469,17 @@ class ServingLimitsConfig(Frozen):
 
 
 class ServingConfig(Frozen):
-    """The query service (`rag serve`): where it listens, who may call it, its limits."""
+    """The query service (`rag serve`): where it listens, who may call it, its limits; and who may operate.
+
+    ``operator_role``: the role a principal needs for operator reads (`rag audit`, `status`,
+    `costs`) and approvals (every `--approved-by`) once any principal is configured. A principal
+    holds it beside its retrieval roles; it is not a retrieval role (no collections; it must not
+    name one of ``roles``) and a query cannot run under it. The MCP action tools need it too."""
 
     host: str = "127.0.0.1"
     port: int = Field(8780, ge=1, le=65535)
     principals: tuple[PrincipalConfig, ...] = ()
-    operator_role: str = "operator"
-    """The role of operators (not a retrieval role): the MCP action tools need it."""
+    operator_role: str = Field("operator", pattern=r"^[A-Za-z0-9_.-]{1,100}$")
     limits: ServingLimitsConfig = ServingLimitsConfig()
 
 
@@ -521,6 +525,11 @@ class EngineConfig(Frozen):
         """A role naming a collection no enabled pack has is a typo or a stale grant: refused
         (typed, not a ValidationError) instead of silently granting nothing or something later."""
         known = {c for p in self.enabled_packs for c in p.collections}
+        if self.serving.operator_role in self.roles:
+            raise ValueError(
+                f"serving.operator_role {self.serving.operator_role!r} is also a retrieval role (roles:); "
+                "the operator role grants operator commands, not collections: give it another name"
+            )
         for principal in self.serving.principals:
             unknown_roles = sorted(set(principal.roles) - set(self.roles) - {self.serving.operator_role})
             if unknown_roles:

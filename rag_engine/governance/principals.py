@@ -9,6 +9,14 @@ changes and an environment variable on every call, so rotating a key (add the ne
 remove the old) or revoking one (remove its digest) takes effect without a restart.
 
 A key's value is never stored, logged or echoed: errors name the principal or say "invalid key".
+
+Operators. ``serving.operator_role`` is held beside retrieval roles but is none itself: the registry
+keeps it apart (``Principal.operator``), so no query runs under it. Once any principal is configured,
+operator reads and approvals need a principal holding it (``PrincipalRegistry.operator``) and an
+approval is made in that principal's name (``approver``): the name a person types is checked, never
+trusted. With no principal configured (one operator on one machine: the demo, a first run) the
+operator is unauthenticated and an approval carries the typed name as ``local:<name>``; a principal
+id cannot hold ``:``, so such an approval is never mistaken for an authenticated one.
 """
 
 from __future__ import annotations
@@ -25,6 +33,11 @@ from rag_engine.config import EngineConfig, PrincipalConfig, under_root
 from rag_engine.errors import Forbidden, Unauthenticated
 
 HEX = frozenset("0123456789abcdef")
+
+
+UNAUTHENTICATED_PREFIX = "local:"
+"""What an approval's ``approved_by`` starts with when no principal is configured: a name typed at
+the machine, not an identity anyone checked."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +121,38 @@ class PrincipalRegistry:
                     found = principal
         if found is None:
             raise Unauthenticated("invalid key")
-        operator = self._operator_role in found.roles
         return Principal(
-            id=found.id, roles=tuple(r for r in found.roles if r != self._operator_role), operator=operator
+            id=found.id,
+            roles=tuple(r for r in found.roles if r != self._operator_role),
+            operator=self._operator_role in found.roles,
         )
+
+    def operator(self, key: str | None, command: str) -> Principal:
+        """The principal of ``key`` if it holds the operator role: ``Unauthenticated`` for no key or
+        a bad one, ``Forbidden`` for a principal without the role. ``command`` names what was asked."""
+        principal = self.authenticate(key)
+        if not principal.operator:
+            raise Forbidden(
+                f"principal {principal.id} does not hold the operator role ({self._operator_role!r}, "
+                f"serving.operator_role): {command} refused"
+            )
+        return principal
+
+
+def approver(operator: Principal | None, claimed: str) -> str:
+    """Who an approval is made by. With an authenticated ``operator``: that principal's id; a
+    ``claimed`` name (``--approved-by``) other than it is refused (``Forbidden``: an approval cannot
+    be made in someone else's name), a blank one is taken as not given. Without one (no principal
+    configured): the claimed name marked ``local:<name>``, or the claim as it is when blank (the
+    approval then refuses it) or already marked."""
+    name = claimed.strip()
+    if operator is not None:
+        if name and name != operator.id:
+            raise Forbidden(
+                f"--approved-by {name!r} is not the authenticated principal {operator.id!r}: "
+                "an approval cannot be made in someone else's name; leave --approved-by out"
+            )
+        return operator.id
+    if not name or name.startswith(UNAUTHENTICATED_PREFIX):
+        return claimed
+    return UNAUTHENTICATED_PREFIX + name
