@@ -2,7 +2,8 @@
 
 Every typed engine error (RagError) becomes one red line ``error: <Type>: <message>`` on stderr and
 exit 2 (in JSON mode stdout gets ``{"error": ...}`` instead of nothing else); a Neo4j driver error
-that escaped the engine is named for what it means. Tracebacks only with --debug.
+that escaped the engine is named for what it means. Tracebacks only with --debug. Refused
+credentials are typed errors too (``Unauthenticated``, ``Forbidden``: ``cli.auth``), so exit 2.
 """
 
 from __future__ import annotations
@@ -76,7 +77,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
     help="RAG engine operator CLI: ingest, query, status and graph upkeep, without the orchestrator.\n\n"
-    "Exit codes: 0 ok, 1 a check or gate failed, 2 bad input, config or an unreachable store.",
+    "Exit codes: 0 ok, 1 a check or gate failed, 2 bad input, config, a refused key or role, or an "
+    "unreachable store.",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -94,12 +96,22 @@ def root(
         str, typer.Option("--config", help="Engine config file, relative to the project root.", envvar="RAG_CONFIG")
     ] = DEFAULT_CONFIG,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and engine logs (INFO).")] = False,
+    key_file: Annotated[
+        str | None,
+        typer.Option(
+            "--key-file",
+            help="A file holding your key (else the RAG_KEY environment variable; never a command-line "
+            "argument). With principals configured, `audit`, `status`, `costs` and approvals need an "
+            "operator's key; `query` runs as the key's principal.",
+            envvar="RAG_KEY_FILE",
+        ),
+    ] = None,
     _: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
     st = state(ctx)
-    st.config, st.debug = config, debug
+    st.config, st.debug, st.key_file = config, debug, key_file
     # driver notifications (deprecations, 'index already exists' on a fresh store) read like errors
     logging.getLogger("neo4j.notifications").setLevel(logging.DEBUG if debug else logging.ERROR)
     logging.getLogger("neo4j").setLevel(logging.DEBUG if debug else logging.ERROR)

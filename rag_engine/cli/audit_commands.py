@@ -6,11 +6,13 @@ from typing import Annotated, Any
 
 import typer
 
+from rag_engine.cli import auth
 from rag_engine.cli.common import JsonOpt, emit_json, engine, err, out, use_json
 
 audit_app = typer.Typer(
     help="The append-only audit trail (queries, governance events, approvals), in the ledger database.\n\n"
-    "Without a sub-command: list records, oldest first, filtered by the options.",
+    "Without a sub-command: list records, oldest first, filtered by the options. With principals "
+    "configured (serving.principals) every audit command needs an operator's key (RAG_KEY).",
     invoke_without_command=True,
 )
 
@@ -63,6 +65,7 @@ def audit_list(
 
     use_json(ctx, json)
     eng = engine(ctx)
+    auth.operator(ctx, eng, "rag audit")
     records = audit_trail(eng).records(
         session_id=session, role=role, event=event, limit=limit, since=parse_since(since) if since else None
     )
@@ -92,7 +95,12 @@ def audit_list(
 def audit_purge(
     ctx: typer.Context,
     approved_by: Annotated[
-        str, typer.Option("--approved-by", help="Who approves the deletion (required unless --dry-run).")
+        str,
+        typer.Option(
+            "--approved-by",
+            help="Who approves the deletion (required unless --dry-run). With principals configured: the "
+            "operator key's principal (RAG_KEY), which this may only repeat.",
+        ),
     ] = "",
     reason: Annotated[str, typer.Option("--reason", help="Why (required unless --dry-run).")] = "",
     inputs_hash: Annotated[
@@ -112,6 +120,8 @@ def audit_purge(
 
     use_json(ctx, json)
     eng = engine(ctx)
+    op = auth.operator(ctx, eng, "rag audit purge")
+    approved_by = auth.approver(op, approved_by)
     trail, days = audit_trail(eng), eng.cfg.audit.retention_days
     data: dict[str, Any]
     if dry_run:
@@ -136,7 +146,7 @@ def audit_purge(
         if dry_run:
             out().print(f"inputs_hash: {data['inputs_hash']}", markup=False)
             err().print(
-                f"approve with: rag audit purge --approved-by WHO --reason WHY --inputs-hash {data['inputs_hash']}",
+                f"approve with: rag audit purge {auth.approve_as(op)}--reason WHY --inputs-hash {data['inputs_hash']}",
                 markup=False,
             )
 

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from rag_engine.cli import render
+from rag_engine.cli import auth, render
 from rag_engine.cli.common import (
     BAD_INPUT,
     CHECK_FAILED,
@@ -151,8 +151,10 @@ def query(
         str | None,
         typer.Option(
             "--role",
-            help="The caller's role: decides which collections may be read (required). An operator's flag on "
-            "this machine: applications call `rag serve`, where the role comes from their key.",
+            help="The role to query as: decides which collections may be read. An operator's flag on this "
+            "machine, not an identity: applications call `rag serve`, where the role comes from their key. "
+            "With a key (RAG_KEY or `rag --key-file`) the role must be one its principal holds (default: "
+            "its first) and the principal is the query's actor; without one --role is required.",
         ),
     ] = None,
     k: Annotated[
@@ -187,7 +189,10 @@ def query(
     use_json(ctx, json)
     check_session_id(session)  # bad input before any store or model is touched
     eng = engine(ctx)
-    if role is None:  # required, and the user needs to know the choices
+    principal = auth.query_principal(ctx, eng)  # a key given: its principal asks, within its roles
+    if principal is not None:
+        role = principal.role(role)
+    elif role is None:  # required, and the user needs to know the choices
         from rag_engine.errors import PolicyError
 
         raise PolicyError(f"--role is required: one of {', '.join(eng.cfg.roles)} (config/engine.yaml, roles:)")
@@ -195,7 +200,14 @@ def query(
     engine_store_check(ctx, eng)
     _check_ingested(eng, collections)
     outcome = run_query(
-        eng, question, role, k=k, generate=not no_generate, session_id=session, collections=collection or None
+        eng,
+        question,
+        role,
+        k=k,
+        generate=not no_generate,
+        session_id=session,
+        collections=collection or None,
+        actor=principal.id if principal is not None else None,
     )
     if json:
         emit_json(ctx, outcome.model_dump(mode="json"))
@@ -335,7 +347,12 @@ def quality(ctx: typer.Context, json: JsonOpt = False) -> None:
 def cleanup(
     ctx: typer.Context,
     approved_by: Annotated[
-        str, typer.Option("--approved-by", help="Who approves the removal (required unless --dry-run).")
+        str,
+        typer.Option(
+            "--approved-by",
+            help="Who approves the removal (required unless --dry-run). With principals configured: the "
+            "operator key's principal (RAG_KEY), which this may only repeat.",
+        ),
     ] = "",
     reason: Annotated[str, typer.Option("--reason", help="Why (required unless --dry-run).")] = "",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would be removed; change nothing.")] = False,
@@ -347,14 +364,18 @@ def cleanup(
     ] = None,
     json: JsonOpt = False,
 ) -> None:
-    """Remove stale graph paths (orphans, dangling edges, superseded chunks): needs --approved-by and --reason."""
+    """Remove stale graph paths (orphans, dangling edges, superseded chunks): needs --approved-by and --reason.
+
+    With principals configured: an operator's key (RAG_KEY), whose principal is the approver."""
     from rag_engine.governance.approvals import GRAPH_CLEANUP, Approval
     from rag_engine.governance.approvals import inputs_hash as hash_of
     from rag_engine.governance.audit import audit_trail
     from rag_engine.graph.cleanup import cleanup_inputs, run_cleanup
 
     use_json(ctx, json)
-    eng = engine(ctx, store=True)
+    eng = engine(ctx)
+    approved_by = auth.approver(auth.operator(ctx, eng, "rag cleanup"), approved_by)  # before the store
+    engine_store_check(ctx, eng)
     packs = list(eng.packs)
     plan = cleanup_inputs(eng.driver, eng.database, packs)
     if dry_run:
@@ -441,11 +462,24 @@ def costs(
             "costs.query_rate_per_hour; extraction and indexing spend apart.",
         ),
     ] = False,
+    by_actor: Annotated[
+        bool,
+        typer.Option(
+            "--by-actor",
+            help="Rows by provider, model and actor (the principal the calls were made for; (none) for "
+            "ingestion, scheduled runs and queries without a key) instead of by run.",
+        ),
+    ] = False,
     json: JsonOpt = False,
 ) -> None:
-    """Usage and cost from the ledger, by provider, model and run (unknown costs stay unknown)."""
+    """Usage and cost from the ledger, by provider, model and run (unknown costs stay unknown).
+
+    With principals configured: an operator's key (RAG_KEY)."""
     use_json(ctx, json)
     eng = engine(ctx)
+    auth.operator(ctx, eng, "rag costs")
+    if by_model and by_actor:
+        raise typer.BadParameter("choose one of --by-model, --by-actor", param_hint="--by-actor")
     if by_model:
         from rag_engine.ops.quality_per_dollar import as_json, render
         from rag_engine.ops.quality_per_dollar import by_model as table_by_model
@@ -462,9 +496,9 @@ def costs(
         return
     from rag_engine.ops.costs import costs_summary, costs_table, costs_totals
 
-    summary = costs_summary(eng.cfg, eng.root, run_id=run_id)
+    summary = costs_summary(eng.cfg, eng.root, run_id=run_id, env=eng.env, by_actor=by_actor)
     if json:
-        emit_json(ctx, {k: summary[k] for k in ("run_id", "rows", "totals")})
+        emit_json(ctx, {k: summary[k] for k in ("run_id", "by", "rows", "totals")})
         return
     console = out(wide=True)
     if not summary["rows"]:
@@ -480,11 +514,14 @@ def status(ctx: typer.Context, json: JsonOpt = False) -> None:
 
     Config hash, embedder and index state, packs with document/chunk counts, graph quality
     (blocking checks first), the latest eval gate, spend by model (24 h, all time) and the
-    automation state when DAGSTER_HOME is set."""
+    automation state when DAGSTER_HOME is set. With principals configured: an operator's key (RAG_KEY)."""
     from rag_engine.ops.status import collect_status
 
     use_json(ctx, json)
-    data = collect_status(engine(ctx, store=True))
+    eng = engine(ctx)
+    auth.operator(ctx, eng, "rag status")  # before the store is touched
+    engine_store_check(ctx, eng)
+    data = collect_status(eng)
     if json:
         emit_json(ctx, data)
     else:
@@ -497,7 +534,12 @@ def reindex(
         bool, typer.Option("--keep-old", help="Keep the retired index and its vectors (switching back is then cheap).")
     ] = False,
     approved_by: Annotated[
-        str, typer.Option("--approved-by", help="Who approves the cut-over (needed unless a gate passed for it).")
+        str,
+        typer.Option(
+            "--approved-by",
+            help="Who approves the cut-over (needed unless a gate passed for it). With principals "
+            "configured: the operator key's principal (RAG_KEY), which this may only repeat.",
+        ),
     ] = "",
     reason: Annotated[str, typer.Option("--reason", help="Why the cut-over is approved.")] = "",
     inputs_hash: Annotated[
@@ -514,13 +556,17 @@ def reindex(
     """Blue/green re-index to the configured embedder; queries keep the old index until the switch.
 
     The switch is an approved action (--approved-by, --reason) unless an eval gate passed for the
-    new embedder; without either the new index is built and the switch refused (ApprovalRequired)."""
+    new embedder; without either the new index is built and the switch refused (ApprovalRequired).
+    With principals configured: an operator's key (RAG_KEY), whose principal is the approver."""
     from rag_engine.governance.approvals import REINDEX_CUTOVER, Approval
     from rag_engine.governance.approvals import inputs_hash as hash_of
     from rag_engine.ingest.reindex import GATE_PASSED, cutover_plan, render_text, run_reindex
 
     use_json(ctx, json)
-    eng = engine(ctx, store=True)
+    eng = engine(ctx)
+    op = auth.operator(ctx, eng, "rag reindex")  # before the store
+    approved_by = auth.approver(op, approved_by)
+    engine_store_check(ctx, eng)
     plan = cutover_plan(eng)
     if dry_run:
         gate = (plan or {}).get("gate") or {}
@@ -539,7 +585,7 @@ def reindex(
             if data["approval_needed"]:
                 out().print(f"inputs_hash: {data['inputs_hash']}", markup=False)
                 err().print(
-                    f"approve with: rag reindex --approved-by WHO --reason WHY --inputs-hash {data['inputs_hash']}",
+                    f"approve with: rag reindex {auth.approve_as(op)}--reason WHY --inputs-hash {data['inputs_hash']}",
                     markup=False,
                 )
         return

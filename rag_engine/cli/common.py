@@ -25,7 +25,8 @@ EXIT_CODES = {
     OK: "ok",
     CHECK_FAILED: "a check or gate failed: ingest partitions or extraction calls failed, "
     "a blocking graph quality check failed",
-    BAD_INPUT: "bad input or config, a typed engine error, Neo4j unreachable, nothing ingested yet",
+    BAD_INPUT: "bad input or config, a typed engine error, a refused key or role, Neo4j unreachable, "
+    "nothing ingested yet",
 }
 
 JsonOpt = Annotated[
@@ -43,6 +44,8 @@ class State:
     config: str = DEFAULT_CONFIG
     debug: bool = False
     json: bool = False
+    key_file: str | None = None
+    """`rag --key-file`: where the caller's key is (``cli.auth``); else ``RAG_KEY``."""
 
 
 def state(ctx: ClickContext) -> State:
