@@ -97,3 +97,30 @@ def test_config_models_are_frozen():
     with pytest.raises(ValidationError, match="frozen"):
         cfg.retrieval.final_k = 3  # type: ignore[misc]
     assert yaml.safe_load(BASE)["version"] == 1
+
+
+def _with_serving(tmp_path: Path, serving: dict) -> Path:
+    cfg = yaml.safe_load(BASE)
+    cfg["serving"] = serving
+    return _write(tmp_path, yaml.safe_dump(cfg, sort_keys=False))
+
+
+def test_the_operator_role_is_held_beside_retrieval_roles_and_is_none_itself(tmp_path):
+    from rag_engine.errors import Forbidden
+    from rag_engine.governance.principals import PrincipalRegistry, key_digest
+
+    ops = {"id": "ops-1", "roles": ["operator", "employee"], "key_sha256_env": "OPS_SHA"}
+    cfg = load_config(_with_serving(tmp_path, {"principals": [ops]}))
+    assert cfg.serving.operator_role == "operator"
+    principal = PrincipalRegistry(cfg, ROOT, {"OPS_SHA": key_digest("k" * 40)}).authenticate("k" * 40)
+    assert principal.operator and principal.roles == ("employee",)  # no query runs under the operator role
+    with pytest.raises(Forbidden):
+        principal.role("operator")
+    only_ops = {**ops, "roles": ["operator"]}
+    cfg = load_config(_with_serving(tmp_path, {"principals": [only_ops]}))
+    with pytest.raises(Forbidden, match="no retrieval role"):
+        PrincipalRegistry(cfg, ROOT, {"OPS_SHA": key_digest("k" * 40)}).authenticate("k" * 40).role(None)
+    with pytest.raises(ConfigError, match="also a retrieval role"):
+        load_config(_with_serving(tmp_path, {"operator_role": "employee", "principals": [ops]}))
+    with pytest.raises(ConfigError, match="unknown role"):  # a renamed operator role is not a free pass
+        load_config(_with_serving(tmp_path, {"operator_role": "ops", "principals": [ops]}))
