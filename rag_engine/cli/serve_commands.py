@@ -57,18 +57,15 @@ def serve(
     run(eng, bind_host, bind_port)
 
 
-KEY_ENV = "RAG_KEY"
-
-
 def mcp(ctx: typer.Context) -> None:
     """Serve the MCP tools over stdio (for an agent that starts this command).
 
-    The key comes from the RAG_KEY environment variable (never an argument: argv is visible to
-    every user of the machine); it is checked once at start against serving.principals, and every
-    tool call runs as its principal. Read-only tools: search, fetch_passage, list_collections;
-    request_graph_cleanup and request_audit_purge only return an approval request."""
-    import os
-
+    The key comes from the RAG_KEY environment variable or `rag --key-file PATH` (never an
+    argument: argv is visible to every user of the machine); it is checked once at start against
+    serving.principals, and every tool call runs as its principal. Read-only tools: search,
+    fetch_passage, list_collections; request_graph_cleanup and request_audit_purge only return an
+    approval request. No --json: stdout is the MCP protocol."""
+    from rag_engine.cli.auth import KEY_ENV, cli_key
     from rag_engine.errors import Unauthenticated
     from rag_engine.governance.principals import PrincipalRegistry
     from rag_engine.serving.limits import EnginePool, Limiter
@@ -77,9 +74,12 @@ def mcp(ctx: typer.Context) -> None:
     eng = engine(ctx, store=True)
     registry = PrincipalRegistry(eng.cfg, eng.root, eng.env)
     try:
-        principal = registry.authenticate(os.environ.get(KEY_ENV))
+        principal = registry.authenticate(cli_key(ctx))
     except Unauthenticated as exc:
-        err().print(f"rag mcp: {exc} (set {KEY_ENV} to a key of a principal in serving.principals)", markup=False)
+        err().print(
+            f"rag mcp: {exc} (set {KEY_ENV} or `rag --key-file PATH` to a key of a principal in serving.principals)",
+            markup=False,
+        )
         raise typer.Exit(BAD_INPUT) from None
     limits = eng.cfg.serving.limits
     server = build_mcp(eng, registry, Limiter(limits), EnginePool(limits), principal=principal)
