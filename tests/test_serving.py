@@ -8,6 +8,7 @@ restart, and the key itself nowhere in a response, the audit trail or the ledger
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 
@@ -129,3 +130,31 @@ def test_no_key_means_401_even_with_the_store_stopped_and_a_key_means_one_line_5
         assert "\n" not in r.json()["detail"]
         assert httpx.get(f"{url}/v1/health", timeout=30).json()["status"] == "degraded"
     engine.close()
+
+
+def sse_events(text: str) -> list[tuple[str, str]]:
+    events = []
+    for block in text.strip().split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines())
+        events.append((fields["event"], fields["data"]))
+    return events
+
+
+def test_the_answer_streams_as_server_sent_events_retrieval_first(service):
+    url, _, _ = service
+    r = httpx.post(
+        f"{url}/v1/query/stream",
+        json={**QUESTION, "role": "employee", "generate": False},
+        headers=bearer(ANALYST_KEY),
+        timeout=60,
+    )
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream"), r.text
+    events = sse_events(r.text)
+    assert [name for name, _ in events] == ["retrieval", "answer", "done"]
+    retrieval, answer = json.loads(events[0][1]), json.loads(events[1][1])
+    assert retrieval["role"] == "employee" and retrieval["candidates"]
+    assert set(answer["citations"]) <= {c["chunk_id"] for c in retrieval["candidates"]}
+    # refusals come before the stream: plain statuses, not events
+    r = httpx.post(f"{url}/v1/query/stream", json={**QUESTION, "role": "employee"}, headers=bearer(APP_KEY), timeout=60)
+    assert r.status_code == 403 and r.json()["error"] == "Forbidden"
+    assert httpx.post(f"{url}/v1/query/stream", json=QUESTION, timeout=60).status_code == 401

@@ -9,12 +9,14 @@ paths and the citations.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rag_engine.engine import Engine
 from rag_engine.errors import RagError
 from rag_engine.providers.clients import ModelClient
 from rag_engine.retrieval.answer import answer_question, extractive_answer, insufficient
+from rag_engine.retrieval.candidates import RetrievalResult
 from rag_engine.retrieval.context import assemble_context
 from rag_engine.retrieval.evidence import AliasGroups, evidence_coverage
 from rag_engine.retrieval.local_inference import expand_query
@@ -61,6 +63,7 @@ def run_query(
     collections: list[str] | None = None,
     rerank: bool | None = None,
     actor: str | None = None,
+    on_retrieved: Callable[[RetrievalResult], None] | None = None,
 ) -> QueryOutcome:
     """``weights`` overrides the configured per-leg fusion weights for this call (ablations).
     ``session_id`` and ``collections`` (requested; those the role may not read are blocked) go
@@ -68,7 +71,9 @@ def run_query(
     than ``audit.SESSION_ID_MAX`` or with other characters is a QueryInputError before anything runs.
     ``rerank``: whether the feature reranker runs (default ``retrieval.rerank.method``).
     ``actor``: the authenticated principal asking (the query service, `rag query` with a key),
-    recorded in every audit record of the query and every usage record of its model calls."""
+    recorded in every audit record of the query and every usage record of its model calls.
+    ``on_retrieved``: called with the ranked candidates as soon as they are known, before the
+    answer is generated (the query service streams them first)."""
     with acting_as(actor):  # the actor of every model call below: expansion, embedding, rerank, generation
         return _run_query(
             engine,
@@ -83,6 +88,7 @@ def run_query(
             session_id=session_id,
             collections=collections,
             rerank=rerank,
+            on_retrieved=on_retrieved,
         )
 
 
@@ -100,6 +106,7 @@ def _run_query(
     session_id: str | None,
     collections: list[str] | None,
     rerank: bool | None,
+    on_retrieved: Callable[[RetrievalResult], None] | None,
 ) -> QueryOutcome:
     run_id = audit.run_id
     started = time.perf_counter()
@@ -114,6 +121,8 @@ def _run_query(
         if local_inference
         else result.candidates
     )
+    if on_retrieved is not None:
+        on_retrieved(result.model_copy(update={"candidates": candidates}))
     context = assemble_context(
         [*candidates, *result.expansions],
         budgets=engine.cfg.context,

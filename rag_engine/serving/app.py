@@ -16,14 +16,16 @@ waits ``shutdown_grace_seconds`` for requests in flight; the pool then finishes 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -94,6 +96,15 @@ class Health(BaseModel):
     version: str
     store: str
     workers_busy: int
+
+
+def first_line(exc: Exception) -> str:
+    return str(exc).split("\n")[0]
+
+
+def sse(event: str, data: str) -> str:
+    """One server-sent event (the JSON data holds no newline)."""
+    return f"event: {event}\ndata: {data}\n\n"
 
 
 def error_body(status: int, exc: Exception, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -271,6 +282,66 @@ def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> Fas
             ),
         )
         return outcome
+
+    @app.post(
+        "/v1/query/stream",
+        response_class=StreamingResponse,
+        responses={200: {"content": {"text/event-stream": {}}, "description": "server-sent events"}},
+    )
+    async def query_stream_endpoint(body: QueryRequest, caller: Caller) -> StreamingResponse:
+        """The query as server-sent events: ``retrieval`` (the ranked candidates, as soon as they
+        are known), then ``answer`` (the cited answer) and ``done`` (events, latency), or one
+        ``error`` event. Keys, roles and limits are checked before the stream starts, so a refusal
+        is a plain 401/403/429, never a stream."""
+        role = caller.role(body.role)
+        admission = contextlib.ExitStack()
+        admission.enter_context(limiter.admit(caller.id))
+        loop = asyncio.get_running_loop()
+        retrieved: asyncio.Queue[RetrievalResult] = asyncio.Queue()
+
+        def publish(result: RetrievalResult) -> None:
+            loop.call_soon_threadsafe(retrieved.put_nowait, result)
+
+        def work() -> QueryOutcome:
+            return calls.query(
+                engine,
+                caller,
+                body.question,
+                role,
+                k=body.k,
+                collections=body.collections,
+                session_id=body.session_id,
+                generate=body.generate,
+                on_retrieved=publish,
+            )
+
+        answered = asyncio.ensure_future(pool.run(work))
+
+        async def events() -> AsyncIterator[str]:
+            with admission:
+                first = asyncio.ensure_future(retrieved.get())
+                await asyncio.wait({first, answered}, return_when=asyncio.FIRST_COMPLETED)
+                if first.done():
+                    yield sse("retrieval", first.result().model_dump_json())
+                else:
+                    first.cancel()
+                try:
+                    outcome = await answered
+                except Exception as exc:  # noqa: BLE001 - the stream has begun: the error is its last event
+                    failure: RagError = (
+                        exc
+                        if isinstance(exc, RagError)
+                        else StoreUnavailable("Neo4j is not answering")
+                        if store_unreachable(exc) is not None
+                        else RagError("internal error")
+                    )
+                    yield sse("error", json.dumps({"error": type(failure).__name__, "detail": first_line(failure)}))
+                    return
+                yield sse("answer", outcome.answer.model_dump_json())
+                done = {"events": list(outcome.events), "latency_ms": outcome.latency_ms}
+                yield sse("done", json.dumps(done, default=str))
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
 
     @app.post("/v1/passage", response_model=calls.Passage, responses={404: {"description": "no readable passage"}})
     async def passage_endpoint(body: PassageRequest, caller: Caller) -> Any:

@@ -12,6 +12,7 @@ action but never carry it out.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -83,6 +84,7 @@ def query(
     collections: list[str] | None = None,
     session_id: str | None = None,
     generate: bool = True,
+    on_retrieved: Callable[[RetrievalResult], None] | None = None,
 ) -> QueryOutcome:
     return run_query(
         engine,
@@ -93,6 +95,7 @@ def query(
         session_id=session_id,
         collections=collections,
         actor=caller.id,
+        on_retrieved=on_retrieved,
     )
 
 
