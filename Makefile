@@ -12,7 +12,7 @@ export RAG_TEST_PG_LEDGER_URL ?= postgresql+psycopg2://postgres@127.0.0.1:$(PG_L
 EMBED_LOCAL_PORT ?= 8765
 export RAG_EMBED_ENDPOINT ?= http://127.0.0.1:$(EMBED_LOCAL_PORT)/v1
 
-.PHONY: setup lint demo test dev neo4j-start neo4j-stop postgres-start postgres-stop embed-start embed-stop bench eval eval-gate eval-gate-dagster baseline clean
+.PHONY: setup lint demo test dev neo4j-start neo4j-stop postgres-start postgres-stop embed-start embed-stop bench bench-serving eval eval-gate eval-gate-dagster baseline clean
 
 # PYTHONWARNINGS=ignore: setuptools' editable-install warning block is not for a newcomer
 $(VENV)/.installed: pyproject.toml
@@ -90,6 +90,22 @@ bench: setup
 	export NEO4J_URI=bolt://127.0.0.1:$(BENCH_NEO4J_PORT) RAG_LEDGER_URL=sqlite:///$(BENCH_DIR)/ledger.sqlite; \
 	$(PY) -m evals.bench.ingest --scale $(BENCH_SCALE) --json $(BENCH_DIR)/ingest.json; \
 	$(PY) -m evals.bench.query --sizes $(BENCH_SIZES) --repeat 3 --json $(BENCH_DIR)/query.json
+
+# The query service under load: `rag serve` as its own process on loopback, BENCH_CLIENTS concurrent
+# clients for BENCH_SECONDS per path, paired with the in-process call it makes (same threads, same
+# questions, alternating slices) over a BENCH_SERVING_CHUNKS store: var/bench/serving.json. Its own
+# fresh Neo4j (the bench port, its own state under var/bench/serving); the other bench results stay.
+BENCH_SERVING_CHUNKS ?= 10000
+BENCH_CLIENTS ?= 50
+BENCH_SECONDS ?= 60
+BENCH_SERVING_DIR := $(BENCH_DIR)/serving
+bench-serving: setup
+	rm -rf $(BENCH_SERVING_DIR) && mkdir -p $(BENCH_SERVING_DIR)
+	NEO4J_LOCAL_PORT=$(BENCH_NEO4J_PORT) NEO4J_LOCAL_DIR=$(BENCH_SERVING_DIR)/neo4j tools/neo4j-local/start.sh
+	@set -e; trap 'NEO4J_LOCAL_DIR=$(BENCH_SERVING_DIR)/neo4j tools/neo4j-local/stop.sh >/dev/null' EXIT; \
+	export NEO4J_URI=bolt://127.0.0.1:$(BENCH_NEO4J_PORT) RAG_LEDGER_URL=sqlite:///$(BENCH_SERVING_DIR)/ledger.sqlite; \
+	$(PY) -m evals.bench.serving --chunks $(BENCH_SERVING_CHUNKS) --clients $(BENCH_CLIENTS) --seconds $(BENCH_SECONDS) \
+		--out-dir $(BENCH_SERVING_DIR) --json $(BENCH_DIR)/serving.json
 
 # Evals run on their own, freshly created Neo4j so test data never leaks into the numbers.
 EVAL_NEO4J_PORT ?= 7697
