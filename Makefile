@@ -12,7 +12,7 @@ export RAG_TEST_PG_LEDGER_URL ?= postgresql+psycopg2://postgres@127.0.0.1:$(PG_L
 EMBED_LOCAL_PORT ?= 8765
 export RAG_EMBED_ENDPOINT ?= http://127.0.0.1:$(EMBED_LOCAL_PORT)/v1
 
-.PHONY: setup lint demo test dev neo4j-start neo4j-stop postgres-start postgres-stop embed-start embed-stop bench eval eval-gate eval-gate-dagster baseline clean
+.PHONY: setup lint demo test dev neo4j-start neo4j-stop postgres-start postgres-stop embed-start embed-stop serve-stop bench bench-serving eval eval-gate eval-gate-dagster baseline clean
 
 # PYTHONWARNINGS=ignore: setuptools' editable-install warning block is not for a newcomer
 $(VENV)/.installed: pyproject.toml
@@ -47,6 +47,10 @@ embed-start: $(VENV)/.installed
 embed-stop:
 	tools/embed-local/stop.sh
 
+# the query service `make test` started (tools/serve-local)
+serve-stop:
+	@if [ -d $(TEST_SERVE_DIR) ]; then SERVE_LOCAL_DIR=$(TEST_SERVE_DIR) tools/serve-local/stop.sh; fi
+
 # Static checks, no services: ruff lint, ruff format (check only), mypy, and `rag packs lint` on the
 # enabled packs. Every tool runs even when an earlier one fails, so one CI log shows all findings.
 lint: setup
@@ -66,9 +70,21 @@ demo: setup neo4j-start embed-start
 # pytest exits 5 when it collected no tests: that is a failure, never a silent pass.
 TEST_NEO4J_PORT ?= 7688
 TEST_NEO4J_DIR := $(CURDIR)/var/test/neo4j
+# The query service the tests call (tools/serve-local, RAG_SERVE_URL): `rag serve` on the test Neo4j
+# with the tests' own config and principals (tests/support/serve_config.py: it writes the config and
+# prints the key digests the service reads). Restarted on every run, so it serves this checkout's code;
+# it stays up afterwards like the other services (`make serve-stop`).
+TEST_SERVE_PORT ?= 8781
+TEST_SERVE_DIR := $(CURDIR)/var/test/serve
+TEST_SERVE_ENV := SERVE_LOCAL_PORT=$(TEST_SERVE_PORT) SERVE_LOCAL_DIR=$(TEST_SERVE_DIR) SERVE_LOCAL_CONFIG=$(TEST_SERVE_DIR)/engine.yaml
 test: setup postgres-start embed-start
 	NEO4J_LOCAL_PORT=$(TEST_NEO4J_PORT) NEO4J_LOCAL_DIR=$(TEST_NEO4J_DIR) tools/neo4j-local/start.sh
-	@NEO4J_URI=bolt://127.0.0.1:$(TEST_NEO4J_PORT) $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	@mkdir -p $(TEST_SERVE_DIR) && $(TEST_SERVE_ENV) tools/serve-local/stop.sh >/dev/null
+	@set -e; digests="$$($(PY) -m tests.support.serve_config $(TEST_SERVE_DIR)/engine.yaml)"; eval "$$digests"; \
+	NEO4J_URI=bolt://127.0.0.1:$(TEST_NEO4J_PORT) RAG_LEDGER_URL=sqlite:///$(TEST_SERVE_DIR)/ledger.sqlite \
+	$(TEST_SERVE_ENV) tools/serve-local/start.sh
+	@NEO4J_URI=bolt://127.0.0.1:$(TEST_NEO4J_PORT) RAG_SERVE_URL=http://127.0.0.1:$(TEST_SERVE_PORT) \
+	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 dev: setup neo4j-start embed-start
@@ -90,6 +106,22 @@ bench: setup
 	export NEO4J_URI=bolt://127.0.0.1:$(BENCH_NEO4J_PORT) RAG_LEDGER_URL=sqlite:///$(BENCH_DIR)/ledger.sqlite; \
 	$(PY) -m evals.bench.ingest --scale $(BENCH_SCALE) --json $(BENCH_DIR)/ingest.json; \
 	$(PY) -m evals.bench.query --sizes $(BENCH_SIZES) --repeat 3 --json $(BENCH_DIR)/query.json
+
+# The query service under load: `rag serve` as its own process on loopback, BENCH_CLIENTS concurrent
+# clients for BENCH_SECONDS per path, paired with the in-process call it makes (same threads, same
+# questions, alternating slices) over a BENCH_SERVING_CHUNKS store: var/bench/serving.json. Its own
+# fresh Neo4j (the bench port, its own state under var/bench/serving); the other bench results stay.
+BENCH_SERVING_CHUNKS ?= 10000
+BENCH_CLIENTS ?= 50
+BENCH_SECONDS ?= 60
+BENCH_SERVING_DIR := $(BENCH_DIR)/serving
+bench-serving: setup
+	rm -rf $(BENCH_SERVING_DIR) && mkdir -p $(BENCH_SERVING_DIR)
+	NEO4J_LOCAL_PORT=$(BENCH_NEO4J_PORT) NEO4J_LOCAL_DIR=$(BENCH_SERVING_DIR)/neo4j tools/neo4j-local/start.sh
+	@set -e; trap 'NEO4J_LOCAL_DIR=$(BENCH_SERVING_DIR)/neo4j tools/neo4j-local/stop.sh >/dev/null' EXIT; \
+	export NEO4J_URI=bolt://127.0.0.1:$(BENCH_NEO4J_PORT) RAG_LEDGER_URL=sqlite:///$(BENCH_SERVING_DIR)/ledger.sqlite; \
+	$(PY) -m evals.bench.serving --chunks $(BENCH_SERVING_CHUNKS) --clients $(BENCH_CLIENTS) --seconds $(BENCH_SECONDS) \
+		--out-dir $(BENCH_SERVING_DIR) --json $(BENCH_DIR)/serving.json
 
 # Evals run on their own, freshly created Neo4j so test data never leaks into the numbers.
 EVAL_NEO4J_PORT ?= 7697
@@ -125,5 +157,5 @@ baseline: eval
 	cp $(EVAL_DIR)/report.json evals/reports/BASELINE.json
 	cp $(EVAL_DIR)/xref.json evals/reports/XREF_BASELINE.json
 
-clean: neo4j-stop postgres-stop embed-stop
-	rm -rf var tools/neo4j-local/.state tools/postgres-local/.state tools/embed-local/.state
+clean: serve-stop neo4j-stop postgres-stop embed-stop
+	rm -rf var tools/neo4j-local/.state tools/postgres-local/.state tools/embed-local/.state tools/serve-local/.state

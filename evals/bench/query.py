@@ -142,6 +142,18 @@ def grow(engine: Engine, pack: str, pool: list[str], start: int, stop: int, rng:
     return time.perf_counter() - t0
 
 
+def prepare_store(engine: Engine) -> None:
+    """The schema and the active embedder's vector index (SystemExit if another embedder's is there)."""
+    schema.ensure_schema(engine.driver, engine.database)
+    spec = engine.registry.embedding
+    if spec.model.dimension is None:  # config validation requires one on every embedding model
+        raise ConfigError(f"embedding model {spec.name!r} has no dimension")
+    try:
+        schema.ensure_vector_index(engine.driver, engine.database, spec.identity, spec.model.dimension)
+    except EmbedderMismatch as exc:
+        raise SystemExit(f"the benchmark needs a database without another embedder's index: {exc}") from None
+
+
 def cleanup(engine: Engine, pack: str) -> None:
     with engine.driver.session(database=engine.database) as s:
         s.run(
@@ -261,14 +273,7 @@ def main() -> None:
 
     logging.getLogger("neo4j").setLevel(logging.ERROR)  # the driver's notifications are not results
     engine = bench_engine()
-    schema.ensure_schema(engine.driver, engine.database)
-    spec = engine.registry.embedding
-    if spec.model.dimension is None:  # config validation requires one on every embedding model
-        raise ConfigError(f"embedding model {spec.name!r} has no dimension")
-    try:
-        schema.ensure_vector_index(engine.driver, engine.database, spec.identity, spec.model.dimension)
-    except EmbedderMismatch as exc:
-        raise SystemExit(f"the benchmark needs a database without another embedder's index: {exc}") from None
+    prepare_store(engine)
     pool, qs = sentence_pool(engine), questions(engine)
     pack = args.pack or f"benchq_{uuid.uuid4().hex[:8]}"
     results: list[dict[str, Any]] = []

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from rag_engine.config import ServingLimitsConfig
-from rag_engine.errors import RateLimited, RequestTimeout
+from rag_engine.errors import RateLimited, RequestTimeout, StoreUnavailable
+from rag_engine.store.connection import store_unreachable
 
 T = TypeVar("T")
 
@@ -131,6 +132,19 @@ class EnginePool:
 
 
 async def bounded(limiter: Limiter, pool: EnginePool, principal: str, fn: Callable[[], T]) -> T:
-    """One engine call of ``principal`` under every limit: rate, concurrency, pool, timeout."""
+    """One engine call of ``principal`` under every limit: rate, concurrency, pool, timeout.
+
+    A driver error saying the store stopped answering (or an error raised because of one) comes
+    out as ``StoreUnavailable``: a typed error the routes answer with a one-line 503 and keep the
+    connection, where an untyped one would reach the server as an unhandled exception (a traceback
+    per request, and the client's keep-alive connection closed after the response)."""
     with limiter.admit(principal):
-        return await pool.run(fn)
+        try:
+            return await pool.run(fn)
+        except StoreUnavailable:
+            raise
+        except Exception as exc:
+            gone = store_unreachable(exc)
+            if gone is None:
+                raise
+            raise StoreUnavailable(f"Neo4j is not answering ({type(gone).__name__}); retry later") from None

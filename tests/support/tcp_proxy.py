@@ -1,7 +1,8 @@
 """A loopback TCP proxy a test can cut: the store "stops" mid-run without stopping the shared one.
 
 Connections to ``proxy.port`` are forwarded to the target; ``cut()`` closes the listener and
-every open connection, so the next connect is refused, as with a stopped server.
+every open connection, so the next connect is refused, as with a stopped server; ``restore()``
+listens on the same port again, as with a server that came back.
 """
 
 from __future__ import annotations
@@ -19,21 +20,25 @@ class TcpProxy:
         self._open: list[socket.socket] = []
         self._lock = threading.Lock()
         self._cut = threading.Event()
-        threading.Thread(target=self._accept, name="tcp-proxy", daemon=True).start()
+        self._listen(self._listener)
 
-    def _accept(self) -> None:
-        while not self._cut.is_set():
+    def _listen(self, listener: socket.socket) -> None:
+        threading.Thread(target=self._accept, args=(listener,), name="tcp-proxy", daemon=True).start()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
             try:
-                client, _ = self._listener.accept()
-            except OSError:
+                client, _ = listener.accept()
+            except OSError:  # closed by cut()
                 return
             try:
                 upstream = socket.create_connection(self.target, timeout=5)
             except OSError:
                 client.close()
                 continue
+            upstream.settimeout(None)
             with self._lock:
-                if self._cut.is_set():
+                if self._cut.is_set() or listener is not self._listener:
                     client.close()
                     upstream.close()
                     return
@@ -55,14 +60,25 @@ class TcpProxy:
 
     def cut(self) -> None:
         """Refuse new connections and drop the open ones."""
-        self._cut.set()
-        self._listener.close()
         with self._lock:
+            self._cut.set()
+            with contextlib.suppress(OSError):
+                self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() blocked on it
+            self._listener.close()
             for s in self._open:
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
                 s.close()
             self._open.clear()
+
+    def restore(self) -> None:
+        """Listen on the same port again after ``cut()``: new connections reach the target."""
+        with self._lock:
+            if not self._cut.is_set():
+                return
+            self._listener = socket.create_server(("127.0.0.1", self.port))  # SO_REUSEADDR on POSIX
+            self._cut.clear()
+            self._listen(self._listener)
 
     def __enter__(self) -> TcpProxy:
         return self

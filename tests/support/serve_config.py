@@ -1,0 +1,64 @@
+"""The config of the query service `make test` starts (tools/serve-local), and its keys.
+
+``python -m tests.support.serve_config OUT.yaml`` writes the shipped config with three test
+principals and low limits, its artifacts and embedding cache beside OUT, and prints one
+``export NAME=<sha256>`` line per principal for the shell that starts the service: the service
+gets the digests of the test keys, never the keys. The keys are sentinels, so a test can look for
+them where they must not be.
+
+Limits: 60 requests per minute with a burst of 5 per principal, so a handful of requests sent at
+once by one principal gets a 429 (tests/test_serving_process.py); each test uses few requests of
+its own principal, and a principal's burst is back within seconds for the next run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+APP_KEY = "SENTINEL-serve-app-key-5b0e1d7c9a3f4e2d8c6b4a29f1e0d3c7"
+ANALYST_KEY = "SENTINEL-serve-analyst-key-a8c6e4f2b0d9c7e5a3f1b9d7c5e3a1f0"
+THROTTLED_KEY = "SENTINEL-serve-throttled-key-3e5c7a9b1d2f4e6a8c0b2d4f6a8c0e2b"
+PRINCIPALS = {
+    "svc-app": (["public"], "RAG_TEST_SERVE_APP_KEY_SHA256", APP_KEY),
+    "svc-analyst": (["employee", "public"], "RAG_TEST_SERVE_ANALYST_KEY_SHA256", ANALYST_KEY),
+    "svc-throttled": (["public"], "RAG_TEST_SERVE_THROTTLED_KEY_SHA256", THROTTLED_KEY),
+}
+LIMITS = {"requests_per_minute": 60, "burst": 5, "shutdown_grace_seconds": 20}
+
+
+def digest_env() -> dict[str, str]:
+    """Each principal's key-digest variable and the SHA-256 of its test key."""
+    return {env: hashlib.sha256(key.encode()).hexdigest() for _, env, key in PRINCIPALS.values()}
+
+
+def write(out: Path) -> Path:
+    cfg = yaml.safe_load((ROOT / "config" / "engine.yaml").read_text(encoding="utf-8"))
+    cfg["storage"]["artifacts_dir"] = str(out.parent / "artifacts")
+    cfg["storage"]["embedding_cache"] = str(out.parent / "embedding_cache.sqlite")
+    cfg["serving"] = {
+        "principals": [
+            {"id": pid, "roles": roles, "key_sha256_env": env} for pid, (roles, env, _) in PRINCIPALS.items()
+        ],
+        "limits": LIMITS,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+    return out
+
+
+def main() -> None:
+    if len(sys.argv) != 2:
+        raise SystemExit("usage: python -m tests.support.serve_config OUT.yaml")
+    write(Path(sys.argv[1]).resolve())
+    for name, digest in digest_env().items():
+        print(f"export {name}={digest}")
+
+
+if __name__ == "__main__":
+    main()
