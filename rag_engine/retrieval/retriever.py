@@ -93,6 +93,10 @@ class QueryEmbedding:
             contextvars.copy_context().run, _timed_embed, engine, query
         )
 
+    def cancel(self) -> None:
+        """Drop the embedding if it has not started (one already running finishes)."""
+        self._future.cancel()
+
     def outcome(self, *, wait: bool) -> tuple[list[float], float] | RagError | None:
         """(vector, embed ms), the error that stopped it, or None when not done and ``wait`` is False."""
         if not wait and not self._future.done():
@@ -199,9 +203,17 @@ def retrieve(
     # so does the live SQL leg, for the permitted collections only
     live = start_live_leg(engine, query, decision.collections, _EMBEDDER_POOL) if legs["live"] > 0 else None
     packs = [p for p in engine.packs.values() if set(p.manifest.collections) & set(decision.collections)]
-    with read_transaction(engine.driver, engine.database) as rx:
-        use_rerank = cfg.rerank.method == "features" if rerank is None else rerank
-        _legs(engine, rx, query, k, legs, decision, packs, embedding, live, trace, result, (use_rerank, with_features))
+    try:
+        with read_transaction(engine.driver, engine.database) as rx:
+            use_rerank = cfg.rerank.method == "features" if rerank is None else rerank
+            _legs(
+                engine, rx, query, k, legs, decision, packs, embedding, live, trace, result, (use_rerank, with_features)
+            )
+    except BaseException:
+        # the store failed: an embedding still queued would only delay the questions after this one
+        if embedding is not None:
+            embedding.cancel()
+        raise
     result.trace = trace.steps
     return stamped(result, retrieved_at=datetime.now(UTC))
 
