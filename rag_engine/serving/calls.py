@@ -60,7 +60,8 @@ class ApprovalRequest(BaseModel):
     inputs: dict[str, Any]
     inputs_hash: str
     approve_with: str
-    """The operator command that carries it out once a person approves exactly these inputs."""
+    """The operator command that carries it out once a person approves exactly these inputs: run
+    with that person's operator key, so the approval is made in their name, never the agent's."""
     status: Literal["awaiting_approval"] = "awaiting_approval"
 
 
@@ -134,7 +135,7 @@ def approval_request(engine: Engine, caller: Principal, action: Action) -> Appro
         requested_by=caller.id,
         inputs=inputs,
         inputs_hash=digest,
-        approve_with=f'{command} --approved-by <you> --reason "<why>" --inputs-hash {digest}',
+        approve_with=f'{command} --reason "<why>" --inputs-hash {digest}  (run by a person with an operator key in RAG_KEY; the approval is in their name)',
     )
     audit_trail(engine).append(
         AuditRecord(
