@@ -135,7 +135,10 @@ def approval_request(engine: Engine, caller: Principal, action: Action) -> Appro
         requested_by=caller.id,
         inputs=inputs,
         inputs_hash=digest,
-        approve_with=f'{command} --reason "<why>" --inputs-hash {digest}  (run by a person with an operator key in RAG_KEY; the approval is in their name)',
+        approve_with=(
+            f'{command} --reason "<why>" --inputs-hash {digest}  '
+            "(run by a person with an operator key in RAG_KEY; the approval is in their name)"
+        ),
     )
     audit_trail(engine).append(
         AuditRecord(
