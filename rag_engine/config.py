@@ -159,6 +159,15 @@ class LocalCostConfig(Frozen):
             cost = self.usd_per_hour * latency_ms / (_SECONDS_PER_HOUR * 1000)
         return cost.quantize(_COST_QUANTUM)
 
+    @property
+    def label(self) -> str:
+        """The rate in a few words, for a table cell: ``machine 0.10 USD/h @ 60 tok/s``."""
+        if self.usd_per_million_tokens is not None:
+            return f"local {self.usd_per_million_tokens} USD/M tok"
+        if self.tokens_per_second is None:
+            return f"machine {self.usd_per_hour} USD/h x s"
+        return f"machine {self.usd_per_hour} USD/h @ {self.tokens_per_second:g} tok/s"
+
     def describe(self) -> str:
         """The rate in words, for reports: ``machine time 0.1 USD/h x measured seconds`` and the like."""
         if self.usd_per_million_tokens is not None:

@@ -1,7 +1,8 @@
 """``rag costs``: the usage ledger summarised by provider, model and run.
 
 Unknown costs are shown as unknown, never as 0, and the ledger URL (which may hold a database
-password) is never printed.
+password) is never printed. Each row names the pricing versions its calls were priced under: a
+pricing file's, or a local provider's machine-time rate (``local_cost``).
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ _COLUMNS = (
     ("reasoning_tokens", "reasoning tok"),
     ("cost", "cost"),
     ("unknown_cost_calls", "unknown cost"),
+    ("pricing_versions", "pricing"),
 )
 
 
@@ -86,7 +88,7 @@ def costs_table(summary: dict[str, Any]) -> Table:
     stays one line however narrow the output (a pipe gets the table's natural width)."""
     table = Table(title="usage and cost" + (f" of run {summary['run_id']}" if summary["run_id"] else ""))
     for key, header in _COLUMNS:
-        numeric = key not in ("provider", "requested_model", "run_id")
+        numeric = key not in ("provider", "requested_model", "run_id", "pricing_versions")
         table.add_column(header, justify="right" if numeric else "left", no_wrap=True)
     for row in summary["rows"]:
         cells = []
@@ -94,7 +96,7 @@ def costs_table(summary: dict[str, Any]) -> Table:
             value = row.get(key)
             if key == "cost":
                 cells.append(_money(value))
-            elif value is None:
+            elif value is None or value == "":
                 cells.append("n/a")
             else:
                 cells.append(str(value))

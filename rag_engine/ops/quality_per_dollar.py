@@ -5,8 +5,10 @@
 Quality comes from eval reports (``costs.report_dirs`` and ``evals.reports_dir``): per generation
 model the newest report it answered, its nDCG@10 and citation hit rate. Cost comes from the usage
 ledger: the model's measured tokens per answer call (purpose ``answer``; one call per generated
-answer) priced with the *current* pricing file, plus the shared query-side calls (query
-embedding, expansion, rerank) at their recorded mean cost per call. Then
+answer) priced with the *current* pricing file, or, for a model on our own machine (its provider's
+``local_cost``), the current machine-time rate: per token at a derived rate, or the measured
+seconds per answer call; plus the shared query-side calls (query embedding, expansion, rerank) at
+their recorded mean cost per call. Then
 
     quality per dollar = nDCG@10 / cost per query        (nDCG points one dollar buys per query)
     cost per hour      = cost per query x costs.query_rate_per_hour
@@ -32,10 +34,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from rag_engine.config import EngineConfig, under_root
+from rag_engine.config import EngineConfig, LocalCostConfig, under_root
 from rag_engine.errors import ConfigError
 from rag_engine.providers.ledger import UsageLedger
-from rag_engine.providers.pricing import PriceTable, price_key, pricing_for
+from rag_engine.providers.pricing import PriceTable, local_cost_for, price_key, pricing_for
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +72,8 @@ class ModelRow(_Frozen):
     input_tokens_per_query: float | None = None
     output_tokens_per_query: float | None = None
     price_key: str | None = None
+    priced_by: str | None = None
+    """How the answer calls are priced: the pricing file's entry, or the provider's machine-time rate."""
     generation_cost_per_query: Decimal | None = None
     shared_cost_per_query: Decimal | None = None
     cost_per_query: Decimal | None = None
@@ -176,14 +180,16 @@ class _Usage:
     cost: Decimal | None = None
     unknown_cost_calls: int = 0
     ok_cost: Decimal = field(default_factory=Decimal)
+    ok_latency_ms: int = 0
+    """Measured milliseconds of the ok calls: machine time, for a model priced by the second."""
 
 
 def ledger_usage(ledger: UsageLedger) -> dict[tuple[str, str, str], _Usage]:
     """(purpose, provider, requested model) -> measured tokens and recorded cost, streamed."""
     out: dict[tuple[str, str, str], _Usage] = {}
     columns = ("purpose", "provider", "requested_model", "status", "input_tokens", "cached_input_tokens")
-    for purpose, provider, model, status, n_in, n_cached, n_out, cost in ledger.stream(
-        *columns, "output_tokens", "cost"
+    for purpose, provider, model, status, n_in, n_cached, n_out, cost, latency_ms in ledger.stream(
+        *columns, "output_tokens", "cost", "latency_ms"
     ):
         u = out.setdefault((purpose, provider, model), _Usage())
         u.calls += 1
@@ -191,6 +197,7 @@ def ledger_usage(ledger: UsageLedger) -> dict[tuple[str, str, str], _Usage]:
         u.input_tokens += n_in
         u.cached_input_tokens += n_cached or 0
         u.output_tokens += n_out
+        u.ok_latency_ms += latency_ms if status == "ok" else 0
         if cost is None:
             u.unknown_cost_calls += 1
         else:
@@ -233,7 +240,9 @@ def model_row(
     report: ReportSummary | None,
     usage: dict[tuple[str, str, str], _Usage],
     shared: Decimal | None,
+    local: LocalCostConfig | None = None,
 ) -> ModelRow:
+    """``local``: the machine-time rate of the model's provider (it replaces the pricing file's)."""
     notes: list[str] = []
     extractive = (provider, served_model) == EXTRACTIVE
     key = None if extractive else price_key(pricing_ref, provider, served_model)
@@ -241,7 +250,15 @@ def model_row(
     ok_calls = (u.calls - u.errors) if u else 0
     gen_cost: Decimal | None
     tokens_in = tokens_out = None
-    priced = prices is not None and key is not None and key in prices.models
+    priced = local is not None or (prices is not None and key is not None and key in prices.models)
+    priced_by = None
+    if extractive:
+        priced_by = "no model call"
+    elif local is not None:
+        priced_by = local.label
+        notes.append(f"priced by {local.describe()}")
+    elif priced and prices is not None:
+        priced_by = f"pricing file {key}"
     if not extractive and not priced:
         notes.append(f"cost unknown: no price for {key} in {cfg.pricing_file}")
     if extractive:
@@ -254,7 +271,15 @@ def model_row(
         )
     else:
         tokens_in, tokens_out = u.input_tokens / ok_calls, u.output_tokens / ok_calls
-        total = None if prices is None else prices.price(key, u.input_tokens, u.cached_input_tokens, u.output_tokens)
+        total: Decimal | None
+        if local is not None:  # machine time: the tokens at the derived rate, or the measured seconds
+            total = local.cost(latency_ms=u.ok_latency_ms, tokens=u.input_tokens + u.output_tokens)
+            if local.basis == "seconds":
+                notes.append(f"machine time: {u.ok_latency_ms / ok_calls / 1000:.2f} s per answer call, measured")
+        else:
+            total = (
+                None if prices is None else prices.price(key, u.input_tokens, u.cached_input_tokens, u.output_tokens)
+            )
         gen_cost = None if total is None else _plain(total / ok_calls)
     if report is None:
         notes.append(f"no eval report answered by {provider}/{served_model}: quality unknown")
@@ -281,6 +306,7 @@ def model_row(
         input_tokens_per_query=None if tokens_in is None else round(tokens_in, 1),
         output_tokens_per_query=None if tokens_out is None else round(tokens_out, 1),
         price_key=key,
+        priced_by=priced_by,
         generation_cost_per_query=gen_cost,
         shared_cost_per_query=shared,
         cost_per_query=cost,
@@ -347,6 +373,7 @@ def rows_for(
         m = cfg.model(name)
         if m is None:
             raise ConfigError(f"{name!r} is not a configured model")
+        provider = cfg.provider(m.provider)
         out.append(
             model_row(
                 name=m.name,
@@ -359,6 +386,7 @@ def rows_for(
                 report=reports.get((m.provider, m.served_model)),
                 usage=usage,
                 shared=shared,
+                local=None if provider is None else local_cost_for(provider, m),
             )
         )
     return out
@@ -443,6 +471,7 @@ def row_cells(r: ModelRow) -> list[str]:
         money(r.cost_per_query),
         qpd,
         money(r.cost_per_hour, 4),
+        r.priced_by or "unknown",
     ]
 
 
@@ -455,6 +484,7 @@ ROW_HEADERS = (
     "cost/query",
     "nDCG@10 per $",
     "cost/hour",
+    "priced by",
 )
 
 
@@ -464,7 +494,8 @@ def model_table(rows: Iterable[ModelRow], title: str) -> Any:
 
     table = Table(title=title, title_justify="left")
     for i, h in enumerate(ROW_HEADERS):
-        table.add_column(h, justify="left" if i == 0 else "right")
+        last = i == len(ROW_HEADERS) - 1  # the rate stays on one line; headers of numbers may wrap
+        table.add_column(h, justify="left" if i == 0 or last else "right", no_wrap=i == 0 or last)
     for r in rows:
         table.add_row(*row_cells(r))
     return table
@@ -483,8 +514,9 @@ def render(table: CostTable) -> list[Any]:
         )
     ]
     lines = [
-        f"* the default generation model. cost/query = the model's answer tokens at current prices "
-        f"+ shared query-side calls ({money(table.rows[0].shared_cost_per_query) if table.rows else '-'} {cur})."
+        f"* the default generation model. cost/query = the model's answer calls at current prices (the pricing "
+        f"file, or its provider's machine-time rate: priced by) + shared query-side calls "
+        f"({money(table.rows[0].shared_cost_per_query) if table.rows else '-'} {cur})."
     ]
     for r in table.rows:
         lines += [f"{r.model}: {n}" for n in r.notes]

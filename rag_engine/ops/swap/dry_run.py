@@ -212,8 +212,9 @@ def _quality_rows(
     root: Path,
     notes: list[str],
 ) -> tuple[ModelRow, ...]:
-    """The current and the candidate generation model's quality-per-dollar rows (each priced by its
-    own config), when both have an eval report; else a note naming the missing report."""
+    """The current and the candidate generation model's quality-per-dollar rows, each priced by its
+    own config (the pricing file, or its provider's machine-time rate); a model without an eval
+    report keeps its row (its price and cost are still known) and gets a note naming the report."""
     from rag_engine.ops.quality_per_dollar import latest_reports, ledger_usage, rows_for
     from rag_engine.providers.ledger import UsageLedger, ledger_url
 
@@ -232,7 +233,6 @@ def _quality_rows(
             "`python -m evals.runner --config <config naming it> --generate --output var/eval/<model>.json` "
             "to compare the rows"
         )
-        return ()
     return (cur, cand)
 
 
