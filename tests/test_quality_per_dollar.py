@@ -187,6 +187,29 @@ def test_cli_costs_by_model_text_and_json(setup, tmp_path):
     assert res.exit_code == 2
 
 
+def test_a_model_without_answer_calls_is_priced_on_the_default_models_tokens(setup, tmp_path):
+    """A hosted model never called here: its cost per query is projected from the default model's
+    answers to the same prompts, at its own price, and marked as a projection; a model priced by the
+    second cannot be projected (its speed is unknown)."""
+    cfg_path, _ = setup
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    ledger = UsageLedger(url)
+    for rec in (_use("answer", DEMO, 500, 50, "0.0003"), _use("query", EMBED, 12, 0, "0.00001")):
+        ledger.record(rec)
+    ledger.dispose()
+    table = by_model(load_config(cfg_path), ROOT, url)
+    rows = {r.model: r for r in table.rows}
+    mini = rows["gpt-4o-mini"]
+    assert mini.answer_calls == 0 and mini.tokens_projected_from == "demo-chat"
+    assert (mini.input_tokens_per_query, mini.output_tokens_per_query) == (500, 50)
+    assert mini.generation_cost_per_query == Decimal("0.000105")  # (500 x 0.15 + 50 x 0.60) / 1e6
+    assert mini.cost_per_query == Decimal("0.000115") and mini.quality_per_dollar == round(0.8 / 0.000115, 2)
+    assert any("projected from demo-chat's 1 answer calls on the same prompts" in n for n in mini.notes)
+    assert rows["local-chat"].cost_per_query is None and rows["local-chat"].tokens_projected_from is None
+    text = "\n".join(str(part) for part in render(table)[1:2])
+    assert "~ projected" in text
+
+
 def test_render_has_the_extractive_row_when_a_report_has_no_model(setup, tmp_path):
     cfg_path, reports = setup
     _report(reports / "extractive.json", "none", "extractive", 0.7, 0.5, datetime.now(UTC))

@@ -13,8 +13,10 @@ their recorded mean cost per call. Then
     quality per dollar = nDCG@10 / cost per query        (nDCG points one dollar buys per query)
     cost per hour      = cost per query x costs.query_rate_per_hour
 
-A model without a price is "unknown", never free; a model with no answer calls in the ledger has
-no measured tokens, said so. Extraction and indexing spend are one-off costs of building the
+A model without a price is "unknown", never free. A model with no answer calls in the ledger
+takes its tokens per query from the default generation model's answers to the same prompts (the
+swap dry run: from the current model's), marked as a projection, and priced at its own rate; a
+model priced by the second cannot be projected (its speed is unknown) and stays unknown, said so. Extraction and indexing spend are one-off costs of building the
 graph and the index: they are listed apart and never folded into the per-query cost.
 
 Longer than 500 lines because the report's figures (ledger sums, eval quality, prices) and their
@@ -69,6 +71,9 @@ class ModelRow(_Frozen):
     ndcg_at_10: float | None = None
     citation_hit_rate: float | None = None
     answer_calls: int = 0
+    tokens_projected_from: str | None = None
+    """Without answer calls of its own: the model whose answer calls on the same prompts gave the
+    tokens per query (a projection: the answers' length may differ), priced at this model's rate."""
     input_tokens_per_query: float | None = None
     output_tokens_per_query: float | None = None
     price_key: str | None = None
@@ -241,13 +246,26 @@ def model_row(
     usage: dict[tuple[str, str, str], _Usage],
     shared: Decimal | None,
     local: LocalCostConfig | None = None,
+    proxy: tuple[str, str, str] | None = None,
 ) -> ModelRow:
-    """``local``: the machine-time rate of the model's provider (it replaces the pricing file's)."""
+    """``local``: the machine-time rate of the model's provider (it replaces the pricing file's).
+    ``proxy``: (name, provider, served model) of a model whose answer calls give the tokens per
+    query when this one has none (the same prompts); never for a model priced by the second."""
     notes: list[str] = []
     extractive = (provider, served_model) == EXTRACTIVE
     key = None if extractive else price_key(pricing_ref, provider, served_model)
     u = usage.get((ANSWER_PURPOSE, provider, served_model))
     ok_calls = (u.calls - u.errors) if u else 0
+    projected_from = None
+    if not ok_calls and proxy is not None and (local is None or local.basis == "tokens"):
+        p = usage.get((ANSWER_PURPOSE, proxy[1], proxy[2]))
+        if p is not None and p.calls > p.errors:
+            u, projected_from = p, proxy[0]
+            notes.append(
+                f"no answer calls of its own: tokens per query projected from {proxy[0]}'s {p.calls - p.errors} "
+                "answer calls on the same prompts (its answers' length may differ)"
+            )
+    measured = (u.calls - u.errors) if u else 0
     gen_cost: Decimal | None
     tokens_in = tokens_out = None
     priced = local is not None or (prices is not None and key is not None and key in prices.models)
@@ -263,24 +281,24 @@ def model_row(
         notes.append(f"cost unknown: no price for {key} in {cfg.pricing_file}")
     if extractive:
         gen_cost = Decimal(0)
-    elif not ok_calls or u is None:
+    elif not measured or u is None:
         gen_cost = None
         notes.append(
             f"no answer calls of {provider}/{served_model} in the ledger: tokens per query not measured "
             "(run the eval with --generate)"
         )
     else:
-        tokens_in, tokens_out = u.input_tokens / ok_calls, u.output_tokens / ok_calls
+        tokens_in, tokens_out = u.input_tokens / measured, u.output_tokens / measured
         total: Decimal | None
         if local is not None:  # machine time: the tokens at the derived rate, or the measured seconds
             total = local.cost(latency_ms=u.ok_latency_ms, tokens=u.input_tokens + u.output_tokens)
             if local.basis == "seconds":
-                notes.append(f"machine time: {u.ok_latency_ms / ok_calls / 1000:.2f} s per answer call, measured")
+                notes.append(f"machine time: {u.ok_latency_ms / measured / 1000:.2f} s per answer call, measured")
         else:
             total = (
                 None if prices is None else prices.price(key, u.input_tokens, u.cached_input_tokens, u.output_tokens)
             )
-        gen_cost = None if total is None else _plain(total / ok_calls)
+        gen_cost = None if total is None else _plain(total / measured)
     if report is None:
         notes.append(f"no eval report answered by {provider}/{served_model}: quality unknown")
     cost = None if gen_cost is None or shared is None else _plain(gen_cost + shared)
@@ -303,6 +321,7 @@ def model_row(
         ndcg_at_10=ndcg,
         citation_hit_rate=report.citation_hit_rate if report else None,
         answer_calls=ok_calls,
+        tokens_projected_from=projected_from,
         input_tokens_per_query=None if tokens_in is None else round(tokens_in, 1),
         output_tokens_per_query=None if tokens_out is None else round(tokens_out, 1),
         price_key=key,
@@ -364,9 +383,15 @@ def rows_for(
     models: Iterable[str],
     usage: dict[tuple[str, str, str], _Usage],
     reports: dict[tuple[str, str], ReportSummary],
+    proxy: tuple[str, str, str] | None = None,
 ) -> list[ModelRow]:
-    """Rows for configured generation models of ``cfg`` (by name), priced with ``cfg``'s pricing."""
+    """Rows for configured generation models of ``cfg`` (by name), priced with ``cfg``'s pricing; a
+    model without answer calls takes its tokens per query from ``proxy`` (name, provider, served
+    model; default: ``cfg``'s default generation model)."""
     prices = _prices(cfg, root)
+    if proxy is None:
+        d = cfg.model(cfg.defaults.generation_model)
+        proxy = (d.name, d.provider, d.served_model) if d is not None else None
     shared, _ = _shared_cost(cfg, usage)
     out = []
     for name in models:
@@ -387,6 +412,7 @@ def rows_for(
                 usage=usage,
                 shared=shared,
                 local=None if provider is None else local_cost_for(provider, m),
+                proxy=proxy if proxy is not None and proxy[0] != m.name else None,
             )
         )
     return out
@@ -462,13 +488,16 @@ def row_cells(r: ModelRow) -> list[str]:
         qpd = "free"
     else:
         qpd = _num(r.quality_per_dollar, ",.0f") if r.quality_per_dollar is not None else "unknown"
+    guess = "~" if r.tokens_projected_from else ""  # projected from another model's answer calls
     return [
         r.model + (" *" if r.default else ""),
         _num(r.ndcg_at_10),
         _num(r.citation_hit_rate),
         str(r.answer_calls),
-        "-" if r.input_tokens_per_query is None else f"{r.input_tokens_per_query:.0f}/{r.output_tokens_per_query:.0f}",
-        money(r.cost_per_query),
+        "-"
+        if r.input_tokens_per_query is None
+        else f"{guess}{r.input_tokens_per_query:.0f}/{r.output_tokens_per_query:.0f}",
+        guess + money(r.cost_per_query),
         qpd,
         money(r.cost_per_hour, 4),
         r.priced_by or "unknown",
@@ -516,7 +545,8 @@ def render(table: CostTable) -> list[Any]:
     lines = [
         f"* the default generation model. cost/query = the model's answer calls at current prices (the pricing "
         f"file, or its provider's machine-time rate: priced by) + shared query-side calls "
-        f"({money(table.rows[0].shared_cost_per_query) if table.rows else '-'} {cur})."
+        f"({money(table.rows[0].shared_cost_per_query) if table.rows else '-'} {cur}). "
+        "~ projected: tokens of another model's answers to the same prompts."
     ]
     for r in table.rows:
         lines += [f"{r.model}: {n}" for n in r.notes]

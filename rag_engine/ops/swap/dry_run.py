@@ -225,7 +225,9 @@ def _quality_rows(
         ledger.dispose()
     reports = latest_reports(cfg, root)
     cur = rows_for(cfg, root, [current], usage, reports)[0]
-    cand = rows_for(cand_cfg, root, [candidate], usage, reports)[0]
+    now = cfg.model(current)
+    proxy = (now.name, now.provider, now.served_model) if now is not None else None  # the same prompts
+    cand = rows_for(cand_cfg, root, [candidate], usage, reports, proxy=proxy)[0]
     missing = [r.model for r in (cur, cand) if r.report is None]
     if missing:
         notes.append(
