@@ -16,8 +16,9 @@ their recorded mean cost per call. Then
 A model without a price is "unknown", never free. A model with no answer calls in the ledger
 takes its tokens per query from the default generation model's answers to the same prompts (the
 swap dry run: from the current model's), marked as a projection, and priced at its own rate; a
-model priced by the second cannot be projected (its speed is unknown) and stays unknown, said so. Extraction and indexing spend are one-off costs of building the
-graph and the index: they are listed apart and never folded into the per-query cost.
+model priced by the second cannot be projected (its speed is unknown) and stays unknown, said so.
+Extraction and indexing spend are one-off costs of building the graph and the index: they are
+listed apart and never folded into the per-query cost.
 
 Longer than 500 lines because the report's figures (ledger sums, eval quality, prices) and their
 table are one computation read top-down.

@@ -70,6 +70,8 @@ def pricing(cfg: EngineConfig, ident: Identity, root: Path) -> tuple[Pricing, An
         ), table
 
     def fmt(v: Decimal | None) -> str | None:
+        if v is not None and local is not None:  # a derived rate: shown to a millionth of a dollar
+            v = v.quantize(Decimal("1e-6")).normalize()
         return None if v is None else format(v, "f")
 
     return Pricing(
