@@ -500,7 +500,7 @@ def row_cells(r: ModelRow) -> list[str]:
         else f"{guess}{r.input_tokens_per_query:.0f}/{r.output_tokens_per_query:.0f}",
         guess + money(r.cost_per_query),
         qpd,
-        money(r.cost_per_hour, 4),
+        (guess if r.cost_per_hour is not None else "") + money(r.cost_per_hour, 4),
         r.priced_by or "unknown",
     ]
 
