@@ -151,7 +151,7 @@ def score_query(
             "cited": tuple(cited),
             "answered_insufficient": answered_insufficient,
             "latency_ms": float(latency_ms),
-            "cost_usd": None if cost_usd is None else str(cost_usd),
+            "cost_usd": None if cost_usd is None else format(Decimal(cost_usd), "f"),  # never 1E-7
             **values,
             "citation_hit": citation_hit(cited, gold, expect_insufficient),
             "insufficient_correct": insufficient_correct(answered_insufficient, expect_insufficient),

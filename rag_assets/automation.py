@@ -57,7 +57,9 @@ EVAL_ANSWER_TOKENS = 512
 
 
 def model_is_free(engine: Engine, model_name: str) -> bool:
-    """A local model without a price (replay cassettes, llama.cpp, the embedding server)."""
+    """A local model without a pricing file price (replay cassettes, llama.cpp, the embedding server):
+    its work runs by itself. A provider's ``local_cost`` (machine time) is recorded on every call and
+    reported, but it is not paid work held for approval: the machine runs whether or not it is used."""
     spec = engine.registry.spec(model_name)
     return not spec.provider.hosted and spec.model.pricing_ref is None
 

@@ -88,6 +88,99 @@ class RateLimitConfig(Frozen):
     tokens_per_minute: int | None = Field(None, ge=1)
 
 
+def _exact_decimal(value: Any) -> Any:
+    """YAML may hand over a float (unquoted 0.1): go through its shortest repr, not its binary value."""
+    return Decimal(repr(value)) if isinstance(value, float) else value
+
+
+_SECONDS_PER_HOUR = Decimal(3600)
+_COST_QUANTUM = Decimal("1e-12")
+"""Local costs are rounded to a trillionth of a dollar: a derived rate has no exact decimal form."""
+
+
+class LocalCostConfig(Frozen):
+    """What a call to a model on our own machine costs: the machine's time, never "free" or "unknown".
+
+    One rate, in one of two forms:
+
+    - ``usd_per_hour`` (the machine's price per hour, or its share of it): a call costs
+      ``usd_per_hour x its measured seconds`` (``latency_ms`` of its usage record, waits included).
+      With ``tokens_per_second`` (a throughput measured on the machine) the hourly rate becomes a
+      per-token rate instead, ``usd_per_hour / 3600 / tokens_per_second`` per token (input + output):
+      the same cost for the same request under any load, so an eval gate can judge it.
+    - ``usd_per_million_tokens``: a per-token rate given directly (derived elsewhere).
+
+    ``version`` is written on every usage record priced with it (``pricing_version``), as a pricing
+    file's version is: a new rate is a new version, and old records keep theirs.
+    """
+
+    version: str = Field(min_length=1, max_length=100)
+    usd_per_hour: Decimal | None = Field(None, ge=0)
+    tokens_per_second: float | None = Field(None, gt=0)
+    usd_per_million_tokens: Decimal | None = Field(None, ge=0)
+
+    _exact = field_validator("usd_per_hour", "usd_per_million_tokens", mode="before")(_exact_decimal)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> LocalCostConfig:
+        if self.usd_per_hour is not None and self.usd_per_million_tokens is not None:
+            raise ValueError(
+                "usd_per_hour and usd_per_million_tokens are two forms of one rate: give one "
+                "(usd_per_hour with tokens_per_second derives the per-token rate)"
+            )
+        if self.tokens_per_second is not None and self.usd_per_hour is None:
+            raise ValueError("tokens_per_second turns usd_per_hour into a per-token rate: it needs usd_per_hour")
+        if self.usd_per_hour is None and self.usd_per_million_tokens is None:
+            raise ValueError("needs usd_per_hour (machine time) or usd_per_million_tokens (a per-token rate)")
+        return self
+
+    @property
+    def basis(self) -> Literal["seconds", "tokens"]:
+        """What a call is charged for: its measured seconds, or its tokens."""
+        return "seconds" if self.tokens_per_second is None and self.usd_per_million_tokens is None else "tokens"
+
+    @property
+    def per_million_tokens(self) -> Decimal | None:
+        """The per-token rate in USD per million tokens (given or derived); None on the seconds basis."""
+        if self.usd_per_million_tokens is not None:
+            return self.usd_per_million_tokens
+        if self.usd_per_hour is None or self.tokens_per_second is None:
+            return None
+        throughput = Decimal(repr(self.tokens_per_second))
+        return self.usd_per_hour / _SECONDS_PER_HOUR / throughput * 1_000_000
+
+    def cost(self, *, latency_ms: int, tokens: int) -> Decimal:
+        """One call's cost: ``tokens`` (input + output) at the per-token rate, else its seconds."""
+        rate = self.per_million_tokens
+        if rate is not None:
+            cost = rate * tokens / 1_000_000
+        else:
+            assert self.usd_per_hour is not None, "the seconds basis has an hourly rate (checked above)"
+            cost = self.usd_per_hour * latency_ms / (_SECONDS_PER_HOUR * 1000)
+        return cost.quantize(_COST_QUANTUM)
+
+    @property
+    def label(self) -> str:
+        """The rate in a few words, for a table cell: ``machine 0.10 USD/h @ 60 tok/s``."""
+        if self.usd_per_million_tokens is not None:
+            return f"local {self.usd_per_million_tokens} USD/M tok"
+        if self.tokens_per_second is None:
+            return f"machine {self.usd_per_hour} USD/h x s"
+        return f"machine {self.usd_per_hour} USD/h @ {self.tokens_per_second:g} tok/s"
+
+    def describe(self) -> str:
+        """The rate in words, for reports: ``machine time 0.1 USD/h x measured seconds`` and the like."""
+        if self.usd_per_million_tokens is not None:
+            return f"local rate {self.usd_per_million_tokens} USD per million tokens ({self.version})"
+        rate = self.per_million_tokens
+        if rate is None:
+            return f"machine time {self.usd_per_hour} USD/h x measured seconds ({self.version})"
+        return (
+            f"machine time {self.usd_per_hour} USD/h at {self.tokens_per_second:g} tokens/s "
+            f"= {rate.quantize(Decimal('1e-6')).normalize()} USD per million tokens ({self.version})"
+        )
+
+
 class ProviderConfig(Frozen):
     name: str
     kind: ProviderKind
@@ -105,8 +198,20 @@ class ProviderConfig(Frozen):
     max_retries: int = Field(3, ge=0, le=10)
     backoff_base_s: float = Field(0.5, ge=0)
     rate_limit: RateLimitConfig = RateLimitConfig()
+    local_cost: LocalCostConfig | None = None
+    """Providers on our own machine: what their calls cost (machine time). Models with a
+    ``pricing_ref`` are priced by the pricing file instead; a hosted provider is always."""
 
     _names = field_validator("credential_env", "endpoint_env")(_env_name)
+
+    @model_validator(mode="after")
+    def _local_cost_is_local(self) -> ProviderConfig:
+        if self.hosted and self.local_cost is not None:
+            raise ValueError(
+                f"provider {self.name!r} is hosted: its models are priced by the pricing file "
+                "(pricing_ref), not by local_cost"
+            )
+        return self
 
 
 class InputModes(Frozen):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from decimal import Decimal
 from pathlib import Path
 
 import dagster as dg
@@ -265,7 +266,10 @@ def test_cassette_replay_answers_golden_questions_with_citations(answer_cassette
     for q in by_model:  # a generated answer cites what the context held: anchors of the ranking
         assert q.cited and set(q.cited) <= set(q.ranked) | {a for r in generated.rankings.values() for a in r.bm25}
     assert any(q.citation_hit == 1.0 for q in by_model)
-    assert generated.metrics.cost_per_query_usd is None  # demo-chat has no price: unknown, never zero
+    # demo-chat is priced as machine time per recorded token (demo_replay's local_cost), the query
+    # embedding likewise (local_embed's): a known cost, the same in every run of the same requests
+    assert generated.metrics.cost_per_query_usd is not None and Decimal(generated.metrics.cost_per_query_usd) > 0
+    assert [q.cost_usd for q in again.queries] == [q.cost_usd for q in generated.queries]
     # generation never changes the ranking
     assert [q.ranked for q in generated.queries] == [q.ranked for q in extractive.queries]
 

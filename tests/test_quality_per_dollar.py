@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy
 import yaml
 
-from rag_engine.config import load_config
+from rag_engine.config import LocalCostConfig, load_config
 from rag_engine.governance.audit import AuditRecord, AuditTrail
 from rag_engine.ops.quality_per_dollar import by_model, render
 from rag_engine.providers.ledger import UsageLedger
@@ -25,7 +25,7 @@ from tests.conftest import ROOT
 from tests.support.cli import rag
 
 OPENAI = ("openai", "gpt-4o-mini")  # priced in config/pricing.yaml (0.15 / 0.075 cached / 0.60 per million)
-DEMO = ("demo_replay", "gpt-4o-mini-2024-07-18")  # demo-chat: no price, so its cost is unknown
+DEMO = ("demo_replay", "gpt-4o-mini-2024-07-18")  # demo-chat: priced as machine time per recorded token
 EMBED = ("local_embed", "multilingual-e5-small-q4")  # the default embedder: the shared query-side call
 
 
@@ -110,6 +110,12 @@ def pg_ledger_url(postgres_url: str) -> Iterator[str]:
     admin.dispose()
 
 
+def _replay_rate() -> LocalCostConfig:
+    replay = load_config(ROOT / "config" / "engine.yaml").provider("demo_replay")
+    assert replay is not None and replay.local_cost is not None
+    return replay.local_cost
+
+
 def _check_table(cfg_path: Path, url: str) -> None:
     table = by_model(load_config(cfg_path), ROOT, url)
     rows = {r.model: r for r in table.rows}
@@ -123,11 +129,17 @@ def _check_table(cfg_path: Path, url: str) -> None:
     assert mini.quality_per_dollar == round(0.8 / 0.0004225, 2)
     assert mini.answer_calls == 2 and mini.input_tokens_per_query == 2000 and mini.output_tokens_per_query == 200
     assert demo.ndcg_at_10 == 0.75 and demo.answer_calls == 1
-    assert demo.cost_per_query is None and demo.quality_per_dollar is None and demo.cost_per_hour is None
-    assert any("no price for demo_replay/gpt-4o-mini-2024-07-18" in n for n in demo.notes)
+    # demo-chat: its 550 recorded tokens at demo_replay's machine-time rate (local_cost), not the pricing file
+    assert demo.generation_cost_per_query == _replay_rate().cost(latency_ms=0, tokens=550).normalize()
+    assert demo.cost_per_query == demo.generation_cost_per_query + Decimal("0.00001")
+    assert demo.quality_per_dollar == round(0.75 / float(demo.cost_per_query), 2)
+    assert demo.priced_by == "machine 0.10 USD/h @ 60 tok/s" and mini.priced_by == "pricing file gpt-4o-mini"
+    assert any(n.startswith("priced by machine time 0.10 USD/h at 60 tokens/s = 0.462963 USD") for n in demo.notes)
     assert demo.default  # demo-chat is the configured default
     local = rows["local-chat"]  # configured, never measured, no report: said so, not zero
     assert local.cost_per_query is None and any("no answer calls" in n for n in local.notes)
+    assert local.priced_by == "machine 0.10 USD/h x s"
+    assert "priced by machine time 0.10 USD/h x measured seconds (machine-2026-12-04)" in local.notes
     assert any("no eval report" in n for n in local.notes)
     # extraction and indexing spend apart from query spend
     assert table.spend_totals["extraction"] == Decimal("0.002")
@@ -160,17 +172,42 @@ def test_cli_costs_by_model_text_and_json(setup, tmp_path):
     assert res.exit_code == 0, res.output
     text = res.stdout
     assert "quality per dollar by generation model" in text and "1,893" in text  # nDCG@10 per $
-    assert "demo-chat: cost unknown: no price for demo_replay/gpt-4o-mini-2024-07-18" in text
+    assert "machine 0.10 USD/h @ 60 tok/s" in text and "pricing file gpt-4o-mini" in text
+    assert "demo-chat: priced by machine time 0.10 USD/h at 60 tokens/s" in text
     assert "recorded spend by purpose" in text and "graph_extraction" in text
     res = rag("--config", str(cfg_path), "costs", "--by-model", "--json", env=env)
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
     mini = next(r for r in data["rows"] if r["model"] == "gpt-4o-mini")
     assert mini["cost_per_query"] == "0.0004225" and mini["cost_per_hour"] == "0.04225"
-    assert next(r for r in data["rows"] if r["model"] == "demo-chat")["cost_per_query"] is None
+    demo = next(r for r in data["rows"] if r["model"] == "demo-chat")
+    assert Decimal(demo["cost_per_query"]) > 0 and demo["priced_by"].startswith("machine ")
     assert data["spend_totals"]["extraction"] == "0.002"
     res = rag("--config", str(cfg_path), "costs", "--by-model", "--run-id", "x", "--json", env=env)
     assert res.exit_code == 2
+
+
+def test_a_model_without_answer_calls_is_priced_on_the_default_models_tokens(setup, tmp_path):
+    """A hosted model never called here: its cost per query is projected from the default model's
+    answers to the same prompts, at its own price, and marked as a projection; a model priced by the
+    second cannot be projected (its speed is unknown)."""
+    cfg_path, _ = setup
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    ledger = UsageLedger(url)
+    for rec in (_use("answer", DEMO, 500, 50, "0.0003"), _use("query", EMBED, 12, 0, "0.00001")):
+        ledger.record(rec)
+    ledger.dispose()
+    table = by_model(load_config(cfg_path), ROOT, url)
+    rows = {r.model: r for r in table.rows}
+    mini = rows["gpt-4o-mini"]
+    assert mini.answer_calls == 0 and mini.tokens_projected_from == "demo-chat"
+    assert (mini.input_tokens_per_query, mini.output_tokens_per_query) == (500, 50)
+    assert mini.generation_cost_per_query == Decimal("0.000105")  # (500 x 0.15 + 50 x 0.60) / 1e6
+    assert mini.cost_per_query == Decimal("0.000115") and mini.quality_per_dollar == round(0.8 / 0.000115, 2)
+    assert any("projected from demo-chat's 1 answer calls on the same prompts" in n for n in mini.notes)
+    assert rows["local-chat"].cost_per_query is None and rows["local-chat"].tokens_projected_from is None
+    text = "\n".join(str(part) for part in render(table)[1:2])
+    assert "~ projected" in text
 
 
 def test_render_has_the_extractive_row_when_a_report_has_no_model(setup, tmp_path):
@@ -204,8 +241,9 @@ def test_usage_costs_asset_by_model(setup, tmp_path, monkeypatch):
     meta = result.asset_materializations_for_node("usage_costs")[0].metadata
     rows = {r.data["model"]: r.data for r in meta["by_model"].value.records}
     assert rows["gpt-4o-mini"]["cost_per_query_usd"] == pytest.approx(0.0004225)
-    assert rows["demo-chat (default)"]["cost_per_query_usd"] is None
-    assert "no price for" in rows["demo-chat (default)"]["note"]
+    demo = float(_replay_rate().cost(latency_ms=0, tokens=550)) + 0.00001
+    assert rows["demo-chat (default)"]["cost_per_query_usd"] == pytest.approx(demo)
+    assert "no price for" not in rows["demo-chat (default)"]["note"]
     assert meta["extraction_spend_usd"].value == pytest.approx(0.002)
     assert meta["query_spend_usd"].value == pytest.approx(0.000785)
 
@@ -266,17 +304,20 @@ def test_swap_dry_run_shows_both_rows_when_both_have_reports(variant, tmp_path):
         path = variant("qpd-swap", edit=edit(fake.base_url))
         eng = _engine(path, tmp_path, OPENAI_API_KEY="sk-test-not-a-secret")
         only_current = dry_run(eng, role="generation", candidate="gpt-4o-mini", config_path=path)
-        assert only_current.quality_per_dollar == ()
+        current, candidate = only_current.quality_per_dollar  # both rows: the candidate's quality unknown
+        assert current.quality_per_dollar is not None and candidate.quality_per_dollar is None
+        assert candidate.cost_per_query == Decimal("0.0004225")  # its price and measured tokens are known
         assert any("no eval report answered by gpt-4o-mini" in n for n in only_current.notes)
         _report(reports / "mini.json", *OPENAI, 0.8, 0.7, datetime.now(UTC))
         report = dry_run(eng, role="generation", candidate="gpt-4o-mini", config_path=path)
         eng.close()
     current, candidate = report.quality_per_dollar
     assert (current.model, candidate.model) == ("demo-chat", "gpt-4o-mini")
-    assert current.cost_per_query is None and candidate.cost_per_query == Decimal("0.0004225")
+    assert current.cost_per_query is not None and candidate.cost_per_query == Decimal("0.0004225")
     text = render_text(report)
     assert "quality per dollar (current, then candidate):" in text and "1,893" in text
-    assert "demo-chat: cost unknown: no price for" in text
+    assert "machine 0.10 USD/h @ 60 tok/s" in text  # how demo-chat is priced, beside the file's price
+    assert "candidate: gpt-4o-mini input 0.15, cached input 0.075, output 0.60 USD per million tokens" in text
 
 
 def test_a_report_with_failed_model_calls_does_not_set_the_quality(tmp_path):

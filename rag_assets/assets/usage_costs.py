@@ -99,6 +99,7 @@ BY_MODEL = (
     ("cost_per_query_usd", "float"),
     ("quality_per_dollar", "float"),
     ("cost_per_hour_usd", "float"),
+    ("priced_by", "string"),
     ("note", "string"),
 )
 
@@ -118,6 +119,7 @@ def _record(r: ModelRow) -> dg.TableRecord:
             "cost_per_query_usd": _float(r.cost_per_query),
             "quality_per_dollar": r.quality_per_dollar,
             "cost_per_hour_usd": _float(r.cost_per_hour),
+            "priced_by": r.priced_by or "unknown",
             "note": "; ".join(r.notes),
         }
     )

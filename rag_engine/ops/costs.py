@@ -1,7 +1,8 @@
 """``rag costs``: the usage ledger summarised by provider, model and run (or principal: ``by_actor``).
 
 Unknown costs are shown as unknown, never as 0, and the ledger URL (which may hold a database
-password) is never printed.
+password) is never printed. Each row names the pricing versions its calls were priced under: a
+pricing file's, or a local provider's machine-time rate (``local_cost``).
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ _COLUMNS = (
     ("reasoning_tokens", "reasoning tok"),
     ("cost", "cost"),
     ("unknown_cost_calls", "unknown cost"),
+    ("pricing_versions", "pricing"),
 )
 
 
@@ -92,7 +94,7 @@ def costs_table(summary: dict[str, Any]) -> Table:
     by = summary.get("by", "run_id")
     columns = [("actor", "actor") if key == "run_id" and by == "actor" else (key, h) for key, h in _COLUMNS]
     for key, header in columns:
-        numeric = key not in ("provider", "requested_model", "run_id", "actor")
+        numeric = key not in ("provider", "requested_model", "run_id", "actor", "pricing_versions")
         table.add_column(header, justify="right" if numeric else "left", no_wrap=True)
     for row in summary["rows"]:
         cells = []
@@ -100,7 +102,7 @@ def costs_table(summary: dict[str, Any]) -> Table:
             value = row.get(key)
             if key == "cost":
                 cells.append(_money(value))
-            elif value is None:
+            elif value is None or value == "":
                 cells.append("n/a")
             else:
                 cells.append(str(value))

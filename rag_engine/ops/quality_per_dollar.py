@@ -5,15 +5,20 @@
 Quality comes from eval reports (``costs.report_dirs`` and ``evals.reports_dir``): per generation
 model the newest report it answered, its nDCG@10 and citation hit rate. Cost comes from the usage
 ledger: the model's measured tokens per answer call (purpose ``answer``; one call per generated
-answer) priced with the *current* pricing file, plus the shared query-side calls (query
-embedding, expansion, rerank) at their recorded mean cost per call. Then
+answer) priced with the *current* pricing file, or, for a model on our own machine (its provider's
+``local_cost``), the current machine-time rate: per token at a derived rate, or the measured
+seconds per answer call; plus the shared query-side calls (query embedding, expansion, rerank) at
+their recorded mean cost per call. Then
 
     quality per dollar = nDCG@10 / cost per query        (nDCG points one dollar buys per query)
     cost per hour      = cost per query x costs.query_rate_per_hour
 
-A model without a price is "unknown", never free; a model with no answer calls in the ledger has
-no measured tokens, said so. Extraction and indexing spend are one-off costs of building the
-graph and the index: they are listed apart and never folded into the per-query cost.
+A model without a price is "unknown", never free. A model with no answer calls in the ledger
+takes its tokens per query from the default generation model's answers to the same prompts (the
+swap dry run: from the current model's), marked as a projection, and priced at its own rate; a
+model priced by the second cannot be projected (its speed is unknown) and stays unknown, said so.
+Extraction and indexing spend are one-off costs of building the graph and the index: they are
+listed apart and never folded into the per-query cost.
 
 Longer than 500 lines because the report's figures (ledger sums, eval quality, prices) and their
 table are one computation read top-down.
@@ -32,10 +37,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from rag_engine.config import EngineConfig, under_root
+from rag_engine.config import EngineConfig, LocalCostConfig, under_root
 from rag_engine.errors import ConfigError
 from rag_engine.providers.ledger import UsageLedger
-from rag_engine.providers.pricing import PriceTable, price_key, pricing_for
+from rag_engine.providers.pricing import PriceTable, local_cost_for, price_key, pricing_for
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +72,14 @@ class ModelRow(_Frozen):
     ndcg_at_10: float | None = None
     citation_hit_rate: float | None = None
     answer_calls: int = 0
+    tokens_projected_from: str | None = None
+    """Without answer calls of its own: the model whose answer calls on the same prompts gave the
+    tokens per query (a projection: the answers' length may differ), priced at this model's rate."""
     input_tokens_per_query: float | None = None
     output_tokens_per_query: float | None = None
     price_key: str | None = None
+    priced_by: str | None = None
+    """How the answer calls are priced: the pricing file's entry, or the provider's machine-time rate."""
     generation_cost_per_query: Decimal | None = None
     shared_cost_per_query: Decimal | None = None
     cost_per_query: Decimal | None = None
@@ -176,14 +186,16 @@ class _Usage:
     cost: Decimal | None = None
     unknown_cost_calls: int = 0
     ok_cost: Decimal = field(default_factory=Decimal)
+    ok_latency_ms: int = 0
+    """Measured milliseconds of the ok calls: machine time, for a model priced by the second."""
 
 
 def ledger_usage(ledger: UsageLedger) -> dict[tuple[str, str, str], _Usage]:
     """(purpose, provider, requested model) -> measured tokens and recorded cost, streamed."""
     out: dict[tuple[str, str, str], _Usage] = {}
     columns = ("purpose", "provider", "requested_model", "status", "input_tokens", "cached_input_tokens")
-    for purpose, provider, model, status, n_in, n_cached, n_out, cost in ledger.stream(
-        *columns, "output_tokens", "cost"
+    for purpose, provider, model, status, n_in, n_cached, n_out, cost, latency_ms in ledger.stream(
+        *columns, "output_tokens", "cost", "latency_ms"
     ):
         u = out.setdefault((purpose, provider, model), _Usage())
         u.calls += 1
@@ -191,6 +203,7 @@ def ledger_usage(ledger: UsageLedger) -> dict[tuple[str, str, str], _Usage]:
         u.input_tokens += n_in
         u.cached_input_tokens += n_cached or 0
         u.output_tokens += n_out
+        u.ok_latency_ms += latency_ms if status == "ok" else 0
         if cost is None:
             u.unknown_cost_calls += 1
         else:
@@ -233,29 +246,60 @@ def model_row(
     report: ReportSummary | None,
     usage: dict[tuple[str, str, str], _Usage],
     shared: Decimal | None,
+    local: LocalCostConfig | None = None,
+    proxy: tuple[str, str, str] | None = None,
 ) -> ModelRow:
+    """``local``: the machine-time rate of the model's provider (it replaces the pricing file's).
+    ``proxy``: (name, provider, served model) of a model whose answer calls give the tokens per
+    query when this one has none (the same prompts); never for a model priced by the second."""
     notes: list[str] = []
     extractive = (provider, served_model) == EXTRACTIVE
     key = None if extractive else price_key(pricing_ref, provider, served_model)
     u = usage.get((ANSWER_PURPOSE, provider, served_model))
     ok_calls = (u.calls - u.errors) if u else 0
+    projected_from = None
+    if not ok_calls and proxy is not None and (local is None or local.basis == "tokens"):
+        p = usage.get((ANSWER_PURPOSE, proxy[1], proxy[2]))
+        if p is not None and p.calls > p.errors:
+            u, projected_from = p, proxy[0]
+            notes.append(
+                f"no answer calls of its own: tokens per query projected from {proxy[0]}'s {p.calls - p.errors} "
+                "answer calls on the same prompts (its answers' length may differ)"
+            )
+    measured = (u.calls - u.errors) if u else 0
     gen_cost: Decimal | None
     tokens_in = tokens_out = None
-    priced = prices is not None and key is not None and key in prices.models
+    priced = local is not None or (prices is not None and key is not None and key in prices.models)
+    priced_by = None
+    if extractive:
+        priced_by = "no model call"
+    elif local is not None:
+        priced_by = local.label
+        notes.append(f"priced by {local.describe()}")
+    elif priced and prices is not None:
+        priced_by = f"pricing file {key}"
     if not extractive and not priced:
         notes.append(f"cost unknown: no price for {key} in {cfg.pricing_file}")
     if extractive:
         gen_cost = Decimal(0)
-    elif not ok_calls or u is None:
+    elif not measured or u is None:
         gen_cost = None
         notes.append(
             f"no answer calls of {provider}/{served_model} in the ledger: tokens per query not measured "
             "(run the eval with --generate)"
         )
     else:
-        tokens_in, tokens_out = u.input_tokens / ok_calls, u.output_tokens / ok_calls
-        total = None if prices is None else prices.price(key, u.input_tokens, u.cached_input_tokens, u.output_tokens)
-        gen_cost = None if total is None else _plain(total / ok_calls)
+        tokens_in, tokens_out = u.input_tokens / measured, u.output_tokens / measured
+        total: Decimal | None
+        if local is not None:  # machine time: the tokens at the derived rate, or the measured seconds
+            total = local.cost(latency_ms=u.ok_latency_ms, tokens=u.input_tokens + u.output_tokens)
+            if local.basis == "seconds":
+                notes.append(f"machine time: {u.ok_latency_ms / measured / 1000:.2f} s per answer call, measured")
+        else:
+            total = (
+                None if prices is None else prices.price(key, u.input_tokens, u.cached_input_tokens, u.output_tokens)
+            )
+        gen_cost = None if total is None else _plain(total / measured)
     if report is None:
         notes.append(f"no eval report answered by {provider}/{served_model}: quality unknown")
     cost = None if gen_cost is None or shared is None else _plain(gen_cost + shared)
@@ -278,9 +322,11 @@ def model_row(
         ndcg_at_10=ndcg,
         citation_hit_rate=report.citation_hit_rate if report else None,
         answer_calls=ok_calls,
+        tokens_projected_from=projected_from,
         input_tokens_per_query=None if tokens_in is None else round(tokens_in, 1),
         output_tokens_per_query=None if tokens_out is None else round(tokens_out, 1),
         price_key=key,
+        priced_by=priced_by,
         generation_cost_per_query=gen_cost,
         shared_cost_per_query=shared,
         cost_per_query=cost,
@@ -338,15 +384,22 @@ def rows_for(
     models: Iterable[str],
     usage: dict[tuple[str, str, str], _Usage],
     reports: dict[tuple[str, str], ReportSummary],
+    proxy: tuple[str, str, str] | None = None,
 ) -> list[ModelRow]:
-    """Rows for configured generation models of ``cfg`` (by name), priced with ``cfg``'s pricing."""
+    """Rows for configured generation models of ``cfg`` (by name), priced with ``cfg``'s pricing; a
+    model without answer calls takes its tokens per query from ``proxy`` (name, provider, served
+    model; default: ``cfg``'s default generation model)."""
     prices = _prices(cfg, root)
+    if proxy is None:
+        d = cfg.model(cfg.defaults.generation_model)
+        proxy = (d.name, d.provider, d.served_model) if d is not None else None
     shared, _ = _shared_cost(cfg, usage)
     out = []
     for name in models:
         m = cfg.model(name)
         if m is None:
             raise ConfigError(f"{name!r} is not a configured model")
+        provider = cfg.provider(m.provider)
         out.append(
             model_row(
                 name=m.name,
@@ -359,6 +412,8 @@ def rows_for(
                 report=reports.get((m.provider, m.served_model)),
                 usage=usage,
                 shared=shared,
+                local=None if provider is None else local_cost_for(provider, m),
+                proxy=proxy if proxy is not None and proxy[0] != m.name else None,
             )
         )
     return out
@@ -434,15 +489,19 @@ def row_cells(r: ModelRow) -> list[str]:
         qpd = "free"
     else:
         qpd = _num(r.quality_per_dollar, ",.0f") if r.quality_per_dollar is not None else "unknown"
+    guess = "~" if r.tokens_projected_from else ""  # projected from another model's answer calls
     return [
         r.model + (" *" if r.default else ""),
         _num(r.ndcg_at_10),
         _num(r.citation_hit_rate),
         str(r.answer_calls),
-        "-" if r.input_tokens_per_query is None else f"{r.input_tokens_per_query:.0f}/{r.output_tokens_per_query:.0f}",
-        money(r.cost_per_query),
+        "-"
+        if r.input_tokens_per_query is None
+        else f"{guess}{r.input_tokens_per_query:.0f}/{r.output_tokens_per_query:.0f}",
+        guess + money(r.cost_per_query),
         qpd,
-        money(r.cost_per_hour, 4),
+        (guess if r.cost_per_hour is not None else "") + money(r.cost_per_hour, 4),
+        r.priced_by or "unknown",
     ]
 
 
@@ -455,6 +514,7 @@ ROW_HEADERS = (
     "cost/query",
     "nDCG@10 per $",
     "cost/hour",
+    "priced by",
 )
 
 
@@ -464,7 +524,8 @@ def model_table(rows: Iterable[ModelRow], title: str) -> Any:
 
     table = Table(title=title, title_justify="left")
     for i, h in enumerate(ROW_HEADERS):
-        table.add_column(h, justify="left" if i == 0 else "right")
+        last = i == len(ROW_HEADERS) - 1  # the rate stays on one line; headers of numbers may wrap
+        table.add_column(h, justify="left" if i == 0 or last else "right", no_wrap=i == 0 or last)
     for r in rows:
         table.add_row(*row_cells(r))
     return table
@@ -483,8 +544,10 @@ def render(table: CostTable) -> list[Any]:
         )
     ]
     lines = [
-        f"* the default generation model. cost/query = the model's answer tokens at current prices "
-        f"+ shared query-side calls ({money(table.rows[0].shared_cost_per_query) if table.rows else '-'} {cur})."
+        f"* the default generation model. cost/query = the model's answer calls at current prices (the pricing "
+        f"file, or its provider's machine-time rate: priced by) + shared query-side calls "
+        f"({money(table.rows[0].shared_cost_per_query) if table.rows else '-'} {cur}). "
+        "~ projected: tokens of another model's answers to the same prompts."
     ]
     for r in table.rows:
         lines += [f"{r.model}: {n}" for n in r.notes]

@@ -2,7 +2,8 @@
 
 Order of a call: capability check (before any I/O, so a misconfigured request never costs a
 cent), backend call (HTTP with retries, cassette, or local hash), output parsing, then exactly
-one usage record, written for failed calls too. ``build_client`` picks the backend from the
+one usage record, written for failed calls too, priced by the pricing file or, for a provider on
+our own machine, by its ``local_cost`` (machine time). ``build_client`` picks the backend from the
 provider kind.
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from rag_engine.config import EngineConfig, under_root
+from rag_engine.config import EngineConfig, LocalCostConfig, under_root
 from rag_engine.errors import (
     CapabilityNotSupported,
     ConfigError,
@@ -28,7 +29,7 @@ from rag_engine.errors import (
     ProviderResponseInvalid,
 )
 from rag_engine.providers.ledger import UsageLedger
-from rag_engine.providers.pricing import PriceTable, local_compute
+from rag_engine.providers.pricing import PriceTable, local_compute, local_cost_for
 from rag_engine.providers.ratelimit import RateLimiter, limiter_for
 from rag_engine.providers.registry import ModelSpec, resolve_endpoint
 from rag_engine.providers.results import (
@@ -148,7 +149,19 @@ class ModelClient:
         return EmbeddingResult(vectors=answer.vectors, usage=record)
 
     # -- metering ---------------------------------------------------------------------
-    def _cost(self, answer: Completion | Embeddings | None, usage: TokenUsage) -> Decimal | None:
+    def _local_cost(self, answer: Completion | Embeddings | None) -> LocalCostConfig | None:
+        """The machine-time rate of this call: the provider's, when this provider answered (a replay
+        provider in record mode hands a miss to a live provider, which is not our machine's time)."""
+        if answer is not None and answer.provider != self.spec.provider.name:
+            return None
+        return local_cost_for(self.spec.provider, self.spec.model)
+
+    def _cost(self, answer: Completion | Embeddings | None, usage: TokenUsage, latency_ms: int) -> Decimal | None:
+        local = self._local_cost(answer)
+        if local is not None:  # machine time: the call's seconds, or its tokens at a derived rate
+            if local.basis == "tokens" and not usage.reported:
+                return None
+            return local.cost(latency_ms=latency_ms, tokens=usage.input_tokens + usage.output_tokens)
         if isinstance(answer, Embeddings) and not answer.priced:
             return Decimal(0)  # local compute: known to be free
         if answer is None and local_compute(self.spec.provider, self.spec.model):
@@ -170,6 +183,9 @@ class ModelClient:
         error: BaseException | None = None,
     ) -> UsageRecord:
         usage = answer.usage if answer is not None else TokenUsage()
+        latency_ms = round((time.perf_counter() - started) * 1000)
+        local = self._local_cost(answer)
+        version = local.version if local is not None else self._pricing.version if self._pricing is not None else None
         record = UsageRecord(
             run_id=run_id,
             actor=current_actor(),
@@ -181,11 +197,11 @@ class ModelClient:
             cached_input_tokens=usage.cached_input_tokens,
             output_tokens=usage.output_tokens,
             reasoning_tokens=usage.reasoning_tokens,
-            latency_ms=round((time.perf_counter() - started) * 1000),
+            latency_ms=latency_ms,
             status="ok" if error is None else "error",
             error_type=type(error).__name__ if error is not None else None,
-            pricing_version=self._pricing.version if self._pricing is not None else None,
-            cost=self._cost(answer, usage),
+            pricing_version=version,
+            cost=self._cost(answer, usage, latency_ms),
         )
         if self._ledger is not None:
             try:

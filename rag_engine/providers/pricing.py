@@ -3,6 +3,10 @@
 Prices are Decimal end to end: a ledger that sums thousands of sub-cent calls must add up to
 the invoice, which floats do not. Every cost carries the pricing ``version`` it was computed
 with; a new price means a new version, and old usage records are never re-priced.
+
+Models on our own machine are priced by their provider's ``local_cost`` (machine time, its own
+version; ``rag_engine.config.LocalCostConfig``) instead of this file, unless they name a
+``pricing_ref``.
 """
 
 from __future__ import annotations
@@ -15,17 +19,29 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from rag_engine import yaml_safe
-from rag_engine.config import EngineConfig, ModelConfig, ProviderConfig, under_root
+from rag_engine.config import EngineConfig, LocalCostConfig, ModelConfig, ProviderConfig, under_root
 from rag_engine.errors import ConfigError
 
 _MILLION = Decimal(1_000_000)
 
 
+def local_cost_for(provider: ProviderConfig, model: ModelConfig) -> LocalCostConfig | None:
+    """The machine-time rate a model's calls are priced at: its provider's ``local_cost``, unless
+    the model names a ``pricing_ref`` (then the pricing file prices it, as any hosted model)."""
+    return provider.local_cost if model.pricing_ref is None else None
+
+
 def local_compute(provider: ProviderConfig, model: ModelConfig) -> bool:
-    """Embeddings from a provider that is not hosted run on our own cores: every call costs 0,
-    answered or failed, whatever the pricing file holds. (Generation on a local server is not
-    assumed free: its cost model is the pricing file's.)"""
-    return model.role == "embedding" and not provider.hosted and provider.kind != "replay"
+    """Embeddings from a provider that is not hosted and has no ``local_cost`` run on our own cores
+    at no recorded cost: every call costs 0, answered or failed, whatever the pricing file holds.
+    (Generation on a local server is not assumed free: without a ``local_cost`` its cost model is
+    the pricing file's.)"""
+    return (
+        model.role == "embedding"
+        and not provider.hosted
+        and provider.kind != "replay"
+        and local_cost_for(provider, model) is None
+    )
 
 
 def _exact_decimal(value: Any) -> Any:

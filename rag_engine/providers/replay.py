@@ -1,4 +1,5 @@
-"""Replay provider: answers from a recorded JSONL cassette, so demos and CI run offline and free.
+"""Replay provider: answers from a recorded JSONL cassette, so demos and CI run offline and deterministically
+(priced, when its provider has a ``local_cost``, as the machine time of the local model it stands for).
 
 Entries are keyed by a hash of what determines the answer (operation, served model, messages or
 inputs, output schema), never by anything secret. A miss is a typed error naming the hash, not

@@ -99,7 +99,9 @@ def test_hosted_generation_swap(variant, tmp_path, fake):
     assert report.current.provider == "demo_replay" and report.current.mode == "local"
     assert not report.capability_losses
     assert report.pricing_candidate.known and report.pricing_candidate.input_per_million == "0.15"
-    assert not report.pricing_current.known and "cost unknown" in report.pricing_current.gap
+    # demo-chat (replay) is priced as this machine's time per recorded token (demo_replay's local_cost)
+    assert report.pricing_current.known and report.pricing_current.pricing_version == "machine-2026-12-04-replay"
+    assert report.pricing_current.input_per_million == "0.462963"
     assert [c.kind for c in report.consequences] == ["eval_required"]
     assert "--generate" in report.consequences[0].commands[0]
     assert "providers.openai.enabled: false -> true" in report.changes
@@ -129,7 +131,9 @@ def test_local_generation_swap(variant, tmp_path, fake):
     # the engine answers through a schema: without structured_output it parses tolerantly (not blocking)
     assert [(loss.capability, loss.blocking) for loss in report.capability_losses] == [("structured_output", False)]
     assert "tolerant" in text
-    assert not report.pricing_candidate.known and "no pricing_ref" in report.pricing_candidate.gap
+    # local_llm is priced by each call's measured seconds: known, but no per-token price to estimate with
+    assert report.pricing_candidate.known and report.pricing_candidate.input_per_million is None
+    assert "measured seconds" in (report.pricing_candidate.gap or "")
     assert report.consequences[0].kind == "eval_required"
 
     down = variant("gen-down", edit=_endpoints(fake.base_url, f"http://127.0.0.1:{_closed_port()}/v1"))
@@ -167,9 +171,11 @@ def test_local_embedding_swap(ingested, variant, tmp_path, fake):
     (c,) = report.consequences
     assert c.kind == "reindex" and c.chunks == _active(eng) and c.chunks > 0
     assert c.rate_source.startswith("measured") and c.estimated_seconds is not None
-    # an embedder on our own cores is local compute: known to cost 0, as `rag costs` records it
-    assert report.pricing_candidate.known and report.pricing_candidate.input_per_million == "0"
-    assert c.estimated_cost_usd == "0.000000" and "at the candidate's rate" in c.cost_note
+    # an embedder on our own cores costs machine time: local_embed's per-token rate (local_cost)
+    assert report.pricing_candidate.known and report.pricing_candidate.input_per_million == "0.069444"
+    assert report.pricing_candidate.pricing_version == "machine-2026-12-04"
+    assert c.estimated_cost_usd is not None and c.estimated_input_tokens
+    assert "at the candidate's rate" in c.cost_note
     assert "dimension" not in c.summary  # 384 -> 384: same dimension, another vector space
     assert "rag reindex --keep-old" in text
 

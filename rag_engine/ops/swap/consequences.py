@@ -23,7 +23,7 @@ from rag_engine.ops.swap.report import Consequence, Identity, Pricing
 
 
 def pricing(cfg: EngineConfig, ident: Identity, root: Path) -> tuple[Pricing, Any]:
-    from rag_engine.providers.pricing import ModelPrice, load_pricing, local_compute, price_key
+    from rag_engine.providers.pricing import ModelPrice, load_pricing, local_compute, local_cost_for, price_key
 
     if ident.model is None:
         return Pricing(price_key=None, pricing_version=None, known=False, gap="role off: no model, no cost"), None
@@ -39,7 +39,20 @@ def pricing(cfg: EngineConfig, ident: Identity, root: Path) -> tuple[Pricing, An
             price_key=key, pricing_version=None, known=False, gap=f"cost unknown: pricing file unreadable ({exc})"
         ), None
     provider = cfg.provider(model.provider)
-    if provider is not None and local_compute(provider, model):
+    local = local_cost_for(provider, model) if provider is not None else None
+    if local is not None:
+        rate = local.per_million_tokens
+        if rate is None:  # priced by the second: no per-token price to estimate work with
+            return Pricing(
+                price_key=key,
+                pricing_version=local.version,
+                known=True,
+                basis=local.describe(),
+                gap="per-token estimates unknown: priced by each call's measured seconds",
+            ), None
+        per_token = ModelPrice(input_per_million=rate, cached_input_per_million=rate, output_per_million=rate)
+        table = table.model_copy(update={"version": local.version, "models": {**table.models, key: per_token}})
+    elif provider is not None and local_compute(provider, model):
         free = ModelPrice(input_per_million=Decimal(0), output_per_million=Decimal(0))
         table = table.model_copy(update={"models": {**table.models, key: free}})
     price = table.models.get(key)
@@ -57,12 +70,15 @@ def pricing(cfg: EngineConfig, ident: Identity, root: Path) -> tuple[Pricing, An
         ), table
 
     def fmt(v: Decimal | None) -> str | None:
+        if v is not None and local is not None:  # a derived rate: shown to a millionth of a dollar
+            v = v.quantize(Decimal("1e-6")).normalize()
         return None if v is None else format(v, "f")
 
     return Pricing(
         price_key=key,
         pricing_version=table.version,
         known=True,
+        basis=local.describe() if local is not None else f"pricing file {key}",
         input_per_million=fmt(price.input_per_million),
         cached_input_per_million=fmt(price.cached_input_per_million),
         output_per_million=fmt(price.output_per_million),

@@ -212,8 +212,9 @@ def _quality_rows(
     root: Path,
     notes: list[str],
 ) -> tuple[ModelRow, ...]:
-    """The current and the candidate generation model's quality-per-dollar rows (each priced by its
-    own config), when both have an eval report; else a note naming the missing report."""
+    """The current and the candidate generation model's quality-per-dollar rows, each priced by its
+    own config (the pricing file, or its provider's machine-time rate); a model without an eval
+    report keeps its row (its price and cost are still known) and gets a note naming the report."""
     from rag_engine.ops.quality_per_dollar import latest_reports, ledger_usage, rows_for
     from rag_engine.providers.ledger import UsageLedger, ledger_url
 
@@ -224,7 +225,9 @@ def _quality_rows(
         ledger.dispose()
     reports = latest_reports(cfg, root)
     cur = rows_for(cfg, root, [current], usage, reports)[0]
-    cand = rows_for(cand_cfg, root, [candidate], usage, reports)[0]
+    now = cfg.model(current)
+    proxy = (now.name, now.provider, now.served_model) if now is not None else None  # the same prompts
+    cand = rows_for(cand_cfg, root, [candidate], usage, reports, proxy=proxy)[0]
     missing = [r.model for r in (cur, cand) if r.report is None]
     if missing:
         notes.append(
@@ -232,7 +235,6 @@ def _quality_rows(
             "`python -m evals.runner --config <config naming it> --generate --output var/eval/<model>.json` "
             "to compare the rows"
         )
-        return ()
     return (cur, cand)
 
 

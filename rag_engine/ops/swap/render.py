@@ -27,6 +27,10 @@ def _ident_lines(label: str, i: Identity) -> list[str]:
 
 
 def _price_line(label: str, p: Pricing) -> str:
+    if p.known and p.input_per_million is None:  # machine time by the second
+        return f"{label}: {p.price_key} {p.basis} ({p.gap})"
+    if p.known and p.basis and not p.basis.startswith("pricing file"):
+        return f"{label}: {p.price_key} {p.basis}"
     if p.known:
         cached = f", cached input {p.cached_input_per_million}" if p.cached_input_per_million else ""
         return (

@@ -54,6 +54,8 @@ class Pricing(_Frozen):
     price_key: str | None
     pricing_version: str | None
     known: bool
+    basis: str | None = None
+    """What the price is: a pricing file entry, or a provider's machine-time rate (local_cost)."""
     input_per_million: str | None = None
     cached_input_per_million: str | None = None
     output_per_million: str | None = None
