@@ -52,7 +52,7 @@ import numpy as np
 import yaml
 
 from evals.bench.query import BENCH_EMBEDDER, ROLE, WEIGHTS, cleanup, grow, prepare_store, questions, sentence_pool
-from rag_engine import DEFAULT_CONFIG
+from rag_engine import DEFAULT_CONFIG, yaml_safe
 from rag_engine.config import under_root
 from rag_engine.engine import Engine, project_root
 from rag_engine.retrieval.query import run_query
@@ -65,7 +65,7 @@ SERVICE, CONTROL = "service", "in_process"
 def bench_config(root: Path, out: Path, clients: int, workers: int) -> Path:
     """The shipped config with the hash embedder active (dense leg on, as the query benchmark),
     one principal keyed by ``KEY_ENV`` and limits above the load; written under ``out``."""
-    cfg = yaml.safe_load(under_root(root, DEFAULT_CONFIG).read_text(encoding="utf-8"))
+    cfg = yaml_safe.load_file(under_root(root, DEFAULT_CONFIG))
     cfg["defaults"]["embedding_model"] = BENCH_EMBEDDER
     for model in cfg["models"]:
         if model["name"] == BENCH_EMBEDDER:
