@@ -471,6 +471,10 @@ class ContextBudgetsConfig(Frozen):
     documents: int = Field(3000, ge=0)
     conversation: int = Field(1000, ge=0)
     tools: int = Field(500, ge=0)
+    answer: int | None = Field(None, ge=16)
+    """Sent as max_tokens with every answer call (None: none sent, the server's own limit). A small
+    local model may otherwise write until its context is full; an answer cut here fails the schema
+    and the query answers extractively."""
 
 
 class EvalsConfig(Frozen):
