@@ -4,9 +4,10 @@ For each model, a sample of one pack's chunks (spread over the whole corpus, the
 every model) goes through what the llm_extraction step does per chunk: the engine's prompt
 (``build_messages``), ``ModelClient.generate`` with the extraction schema and the step's
 ``max_tokens``, then the engine's own ``validate`` (type whitelist, grounding in the chunk). Per
-model: chunks run, tokens per chunk (as the server reported them) against the minimum (one-line
-instruction, the chunk, a minimal answer: ``evals.bench.extraction``), calls that failed by
-reason (schema-invalid output, timeout, ...), entities and relationships proposed and kept,
+model: chunks run, tokens per chunk (as the provider reported them) against the minimum (one-line
+instruction, the chunk, the same answer without what the engine knows, estimated at ~4 characters
+a token: ``evals.bench.extraction``), calls that failed by reason (an answer cut at max_tokens, one
+that does not match the schema, a timeout, ...), entities and relationships proposed and kept,
 records rejected by reason, seconds per chunk, and the projected time to extract each pack whose
 extraction is on (its chunk count x seconds per chunk, one call at a time as the local server
 serves them).
@@ -35,7 +36,7 @@ from typing import Any
 from evals.bench.extraction import MINIMAL_INSTRUCTION, minimal_answer
 from rag_engine.config import EngineConfig
 from rag_engine.engine import Engine, project_root
-from rag_engine.errors import ProviderError
+from rag_engine.errors import ProviderError, ProviderResponseInvalid
 from rag_engine.graph.entity_resolution import EntityResolver
 from rag_engine.graph.extraction import build_messages, prompt_hash, validate
 from rag_engine.graph.models import RawExtraction
@@ -78,6 +79,14 @@ def spread(items: list[ChunkRecord], n: int) -> list[ChunkRecord]:
     return [items[math.floor(i * step)] for i in range(n)]
 
 
+def _failure(exc: ProviderError, max_tokens: int) -> str:
+    """Why a call failed: its error type; an invalid answer that used every allowed output token
+    was cut at max_tokens (incomplete JSON), any other invalid answer did not match the schema."""
+    if isinstance(exc, ProviderResponseInvalid) and exc.usage is not None and exc.usage.output_tokens:
+        return "cut_at_max_tokens" if exc.usage.output_tokens >= max_tokens else "schema_invalid"
+    return type(exc).__name__
+
+
 def measure(engine: Engine, pack_name: str, sample: list[ChunkRecord], pack_sizes: dict[str, int]) -> dict[str, Any]:
     pack = engine.pack(pack_name)
     spec = engine.registry.extraction
@@ -101,7 +110,7 @@ def measure(engine: Engine, pack_name: str, sample: list[ChunkRecord], pack_size
             )
         except ProviderError as exc:
             seconds.append(time.perf_counter() - started)
-            failed[type(exc).__name__] += 1
+            failed[_failure(exc, engine.cfg.budgets.max_output_tokens)] += 1
             if exc.usage is not None:
                 tokens.append(exc.usage.input_tokens + exc.usage.output_tokens)
             continue
