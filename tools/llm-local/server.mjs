@@ -65,7 +65,8 @@ async function grammarFor(body) {
     schema = typeof so.json === "string" ? JSON.parse(so.json) : so.json;
   } else if (rf && typeof rf === "object" && rf.type && rf.type !== "text") {
     if (rf.type === "json_schema") schema = rf.json_schema?.schema ?? rf.schema;
-    else if (rf.type === "json_object") schema = rf.schema ?? { type: "object" };
+    else if (rf.type === "json_object" && rf.schema === undefined) return grammarNamed("json"); // any JSON
+    else if (rf.type === "json_object") schema = rf.schema;
     else throw new BadRequest(`response_format type must be one of "text", "json_object" or "json_schema", got ${JSON.stringify(rf.type)}`);
     if (!schema || typeof schema !== "object") throw new BadRequest("response_format carries no schema");
   } else {
@@ -80,6 +81,11 @@ async function grammarFor(body) {
     }
   }
   return grammars.get(key);
+}
+
+async function grammarNamed(name) {
+  if (!grammars.has(name)) grammars.set(name, await llama.getGrammarFor(name));
+  return grammars.get(name);
 }
 
 function history(messages) {
