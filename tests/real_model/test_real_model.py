@@ -255,7 +255,9 @@ def test_usage_records_carry_the_servers_token_counts(engine: Engine) -> None:
 
 def test_timeouts_are_bounded_and_free_the_server(engine: Engine) -> None:
     slow = _client(engine, timeout_s=1.0, max_retries=0)
-    long_prompt = [{"role": "user", "content": "Write a long essay about data protection. " * 20}]
+    # ~1,000 prompt tokens: evaluating them alone takes longer than the timeout, whatever the model
+    # would answer (one thread evaluates 60-300 prompt tokens/s)
+    long_prompt = [{"role": "user", "content": "Summarize: " + "the controller shall notify the breach. " * 140}]
     started = time.perf_counter()
     with pytest.raises(ProviderTimeout) as err:
         slow.generate(long_prompt, schema=Expansion, purpose="timeout_check", max_tokens=400)
