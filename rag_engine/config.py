@@ -71,6 +71,13 @@ class StorageConfig(Frozen):
 
 
 ProviderKind = Literal["openai", "openai_compatible", "replay", "local_hash"]
+StructuredOutputForm = Literal["json_schema", "json_object_schema", "json_object", "structured_outputs"]
+"""How a schema-constrained request tells the server the schema (providers/openai_backend.py):
+``json_schema`` OpenAI's ``response_format`` (also read by llama.cpp's llama-server and Ollama),
+``json_object_schema`` ``{"type": "json_object", "schema": ...}`` (llama-cpp-python's server, which
+answers 422 to ``json_schema``; llama-server reads it too), ``json_object`` JSON mode without a
+schema (a server that only knows JSON mode; the schema is then checked only on our side),
+``structured_outputs`` vLLM's ``{"structured_outputs": {"json": ...}}`` body field."""
 Capability = Literal[
     "generation",
     "structured_output",
@@ -201,6 +208,9 @@ class ProviderConfig(Frozen):
     local_cost: LocalCostConfig | None = None
     """Providers on our own machine: what their calls cost (machine time). Models with a
     ``pricing_ref`` are priced by the pricing file instead; a hosted provider is always."""
+    structured_output_form: StructuredOutputForm | None = None
+    """The form of schema-constrained requests this provider's server accepts (None: ``json_schema``,
+    OpenAI's own). Only for kinds openai and openai_compatible."""
 
     _names = field_validator("credential_env", "endpoint_env")(_env_name)
 
@@ -461,6 +471,10 @@ class ContextBudgetsConfig(Frozen):
     documents: int = Field(3000, ge=0)
     conversation: int = Field(1000, ge=0)
     tools: int = Field(500, ge=0)
+    answer: int | None = Field(None, ge=16)
+    """Sent as max_tokens with every answer call (None: none sent, the server's own limit). A small
+    local model may otherwise write until its context is full; an answer cut here fails the schema
+    and the query answers extractively."""
 
 
 class EvalsConfig(Frozen):

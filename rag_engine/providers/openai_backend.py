@@ -1,5 +1,8 @@
 """Calls to OpenAI and OpenAI-compatible servers (llama.cpp, Ollama, vLLM) through the official SDK.
 
+Schema-constrained requests are sent in the form the provider's server accepts
+(``structured_request``): the servers differ on the wire although all speak "the OpenAI API".
+
 The SDK does the HTTP and the wire types; this module owns everything that must not depend on
 the SDK version: retries and their timing (see ``retry``), the client-side rate limit, mapping
 failures onto our typed errors, and keeping the API key out of every message. Exceptions are
@@ -19,6 +22,7 @@ from typing import Any, TypeVar
 import openai
 from pydantic import BaseModel, ValidationError
 
+from rag_engine.config import StructuredOutputForm
 from rag_engine.errors import (
     ConfigError,
     ProviderError,
@@ -68,16 +72,39 @@ class _Failure:
         self.label = label
 
 
+def _schema_of(schema: type[BaseModel]) -> tuple[dict[str, Any], bool]:
+    """The JSON schema sent for a pydantic model, and whether it is strict (the SDK's own converter,
+    used by ``.parse()``, when it can make one; pydantic's plain schema otherwise)."""
+    try:
+        from openai.lib._pydantic import to_strict_json_schema
+
+        return to_strict_json_schema(schema), True
+    except Exception:  # noqa: BLE001 - private SDK helper: any failure falls back to pydantic's plain schema
+        return schema.model_json_schema(), False
+
+
 def response_format_for(schema: type[BaseModel]) -> dict[str, Any]:
     """OpenAI structured-output format for a pydantic model (strict schema when the SDK can make one)."""
-    try:
-        from openai.lib._pydantic import to_strict_json_schema  # the SDK's own converter used by .parse()
-
-        json_schema, strict = to_strict_json_schema(schema), True
-    except Exception:  # noqa: BLE001 - private SDK helper: any failure falls back to pydantic's plain schema
-        json_schema, strict = schema.model_json_schema(), False
+    json_schema, strict = _schema_of(schema)
     name = re.sub(r"[^A-Za-z0-9_-]", "_", schema.__name__)[:64]
     return {"type": "json_schema", "json_schema": {"name": name, "schema": json_schema, "strict": strict}}
+
+
+def structured_request(schema: type[BaseModel], form: StructuredOutputForm) -> dict[str, Any]:
+    """The request fields (keyword arguments of ``chat.completions.create``) that constrain the
+    answer to ``schema``, in the form the provider's server accepts (``ProviderConfig.structured_output_form``).
+
+    Whatever the form, the answer is still validated against the schema by the caller: a server
+    that ignores the constraint, or an answer cut at max_tokens, fails like any bad output."""
+    if form == "json_schema":
+        return {"response_format": response_format_for(schema)}
+    if form == "json_object_schema":
+        return {"response_format": {"type": "json_object", "schema": _schema_of(schema)[0]}}
+    if form == "json_object":
+        return {"response_format": {"type": "json_object"}}
+    if form == "structured_outputs":
+        return {"extra_body": {"structured_outputs": {"json": _schema_of(schema)[0]}}}
+    raise ConfigError(f"unknown structured output form {form!r}")  # pragma: no cover - config validation forbids it
 
 
 class OpenAIBackend:
@@ -131,7 +158,7 @@ class OpenAIBackend:
             # Hosted OpenAI deprecated max_tokens; local servers mostly only know max_tokens.
             kwargs["max_completion_tokens" if self._spec.provider.kind == "openai" else "max_tokens"] = max_tokens
         if schema is not None and structured:
-            kwargs["response_format"] = response_format_for(schema)
+            kwargs.update(structured_request(schema, self._spec.provider.structured_output_form or "json_schema"))
         estimate = estimate_tokens([json.dumps(m.get("content", ""), default=str) for m in messages], max_tokens)
         response = self._call(lambda: self._sdk.chat.completions.create(**kwargs), estimate)
         return self._completion(response)

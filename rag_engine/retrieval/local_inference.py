@@ -24,6 +24,9 @@ from rag_engine.providers.clients import ModelClient
 from rag_engine.retrieval.candidates import Candidate
 
 MAX_EXPANSIONS = 4
+EXPANSION_MAX_TOKENS = 256
+"""max_tokens of an expansion call: four phrasings fit with room to spare; a model that rambles
+past it is cut, fails the schema and the query goes on unexpanded."""
 RERANK_TEXT_CHARS = 600  # per candidate, prompt economy only: candidates themselves are untouched
 
 
@@ -68,13 +71,21 @@ def _degraded(events: list[dict[str, Any]], step: str, exc: Exception) -> None:
     )
 
 
-def _ask(client: ModelClient, prompt: str, schema: type[BaseModel], purpose: str, run_id: str | None) -> Any:
+def _ask(
+    client: ModelClient,
+    prompt: str,
+    schema: type[BaseModel],
+    purpose: str,
+    run_id: str | None,
+    max_tokens: int | None = None,
+) -> Any:
     result = client.generate(
         [{"role": "user", "content": prompt}],
         schema=schema,
         purpose=purpose,
         run_id=run_id,
         tolerant=not client.spec.supports("structured_output"),
+        max_tokens=max_tokens,
     )
     return result.parsed
 
@@ -90,7 +101,8 @@ def expand_query(
         return query
     assert client is not None, "_missing reports a None client as no_model_configured"
     try:
-        parsed: Expansion = _ask(client, _EXPAND.format(n=MAX_EXPANSIONS, query=query), Expansion, step, run_id)
+        prompt = _EXPAND.format(n=MAX_EXPANSIONS, query=query)
+        parsed: Expansion = _ask(client, prompt, Expansion, step, run_id, EXPANSION_MAX_TOKENS)
         seen = {query.strip().casefold()}
         extra = []
         for q in (q.strip() for q in parsed.queries):

@@ -141,7 +141,11 @@ def _run_query(
         )
     elif generate:
         answer = answer_question(
-            _client(engine, engine.cfg.defaults.generation_model), question, context, run_id=run_id
+            _client(engine, engine.cfg.defaults.generation_model),
+            question,
+            context,
+            run_id=run_id,
+            max_tokens=engine.cfg.context.answer,
         )
     else:
         answer = extractive_answer(context)
