@@ -102,7 +102,7 @@ def test_an_action_tool_returns_an_approval_request_and_changes_nothing(served):
     packs = list(engine.packs)
     before = cleanup_inputs(engine.driver, engine.database, packs)
     _, (refused,) = asyncio.run(over_http(url, ANALYST_KEY, [("request_graph_cleanup", {})]))
-    assert refused.is_error and "not an operator" in refused.content[0].text
+    assert refused.is_error and "does not hold the operator role" in refused.content[0].text
     _, (asked, purge) = asyncio.run(
         over_http(url, OPERATOR_KEY, [("request_graph_cleanup", {}), ("request_audit_purge", {})])
     )

@@ -59,6 +59,15 @@ class Principal:
             raise Forbidden(f"principal {self.id} may not ask for role {asked!r}; its roles: {list(self.roles)}")
         return asked
 
+    def require_operator(self, operator_role: str, action: str) -> Principal:
+        """This principal if it holds ``operator_role``; ``Forbidden`` naming ``action`` otherwise."""
+        if not self.operator:
+            raise Forbidden(
+                f"principal {self.id} does not hold the operator role ({operator_role!r}, "
+                f"serving.operator_role): {action} refused"
+            )
+        return self
+
 
 def key_digest(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
@@ -130,13 +139,7 @@ class PrincipalRegistry:
     def operator(self, key: str | None, command: str) -> Principal:
         """The principal of ``key`` if it holds the operator role: ``Unauthenticated`` for no key or
         a bad one, ``Forbidden`` for a principal without the role. ``command`` names what was asked."""
-        principal = self.authenticate(key)
-        if not principal.operator:
-            raise Forbidden(
-                f"principal {principal.id} does not hold the operator role ({self._operator_role!r}, "
-                f"serving.operator_role): {command} refused"
-            )
-        return principal
+        return self.authenticate(key).require_operator(self._operator_role, command)
 
 
 def approver(operator: Principal | None, claimed: str) -> str:

@@ -47,9 +47,9 @@ from rag_engine.governance.principals import Principal, PrincipalRegistry
 from rag_engine.retrieval.candidates import RetrievalResult
 from rag_engine.retrieval.outcome import QueryOutcome
 from rag_engine.serving import calls
-from rag_engine.serving.limits import EnginePool, Limiter, bounded
-from rag_engine.serving.mcp_server import bearer, build_mcp
-from rag_engine.store.connection import store_unreachable
+from rag_engine.serving.limits import EnginePool, Limiter, bounded, store_gone
+from rag_engine.serving.mcp_server import build_mcp
+from rag_engine.serving.wire import bearer, first_line
 
 __version__ = package_version()
 
@@ -98,10 +98,6 @@ class Health(BaseModel):
     workers_busy: int
 
 
-def first_line(exc: Exception) -> str:
-    return str(exc).split("\n")[0]
-
-
 def sse(event: str, data: str) -> str:
     """One server-sent event (the JSON data holds no newline)."""
     return f"event: {event}\ndata: {data}\n\n"
@@ -111,7 +107,7 @@ def error_body(status: int, exc: Exception, headers: dict[str, str] | None = Non
     """One line: the error's type and the first line of its message."""
     if status == 401:
         headers = {**(headers or {}), "WWW-Authenticate": "Bearer"}
-    return JSONResponse({"error": type(exc).__name__, "detail": str(exc).split("\n")[0]}, status, headers=headers)
+    return JSONResponse({"error": type(exc).__name__, "detail": first_line(exc)}, status, headers=headers)
 
 
 def status_of(exc: RagError) -> int:
@@ -232,9 +228,9 @@ def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> Fas
     @app.exception_handler(Exception)
     async def _untyped(request: Request, exc: Exception) -> JSONResponse:
         """The driver losing the store is 503 in one line; anything else is a bug: 500, its type only."""
-        gone = store_unreachable(exc)
+        gone = store_gone(exc)
         if gone is not None:
-            return error_body(503, StoreUnavailable(f"Neo4j is not answering ({type(gone).__name__}); retry later"))
+            return error_body(503, gone)
         return JSONResponse({"error": type(exc).__name__, "detail": "internal error"}, 500)
 
     @app.get("/v1/health")
@@ -328,13 +324,9 @@ def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> Fas
                 try:
                     outcome = await answered
                 except Exception as exc:  # noqa: BLE001 - the stream has begun: the error is its last event
-                    failure: RagError = (
-                        exc
-                        if isinstance(exc, RagError)
-                        else StoreUnavailable("Neo4j is not answering")
-                        if store_unreachable(exc) is not None
-                        else RagError("internal error")
-                    )
+                    failure = (
+                        exc if isinstance(exc, RagError) else RagError("internal error")
+                    )  # the pool types a store loss
                     yield sse("error", json.dumps({"error": type(failure).__name__, "detail": first_line(failure)}))
                     return
                 yield sse("answer", outcome.answer.model_dump_json())

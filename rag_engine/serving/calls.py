@@ -18,7 +18,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from rag_engine.engine import Engine
-from rag_engine.errors import Forbidden
 from rag_engine.governance import approvals
 from rag_engine.governance.audit import AuditRecord, audit_trail
 from rag_engine.governance.policy import gate
@@ -117,11 +116,7 @@ def readable(engine: Engine, caller: Principal) -> list[RoleCollections]:
 def approval_request(engine: Engine, caller: Principal, action: Action) -> ApprovalRequest:
     """The plan of a state-changing action and the hash its approval must bind; changes nothing.
     Operators only: the plan's counts describe the whole store."""
-    if not caller.operator:
-        raise Forbidden(
-            f"principal {caller.id} is not an operator ({engine.cfg.serving.operator_role}); "
-            f"it may not request {action}"
-        )
+    caller.require_operator(engine.cfg.serving.operator_role, f"request {action}")
     inputs: dict[str, Any]
     if action == approvals.GRAPH_CLEANUP:
         inputs = cleanup_inputs(engine.driver, engine.database, list(engine.packs))

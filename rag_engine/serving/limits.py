@@ -115,36 +115,40 @@ class EnginePool:
 
     async def run(self, fn: Callable[[], T]) -> T:
         """Run the blocking ``fn`` in a worker of the pool; ``RequestTimeout`` after
-        ``request_timeout_seconds`` (waiting for a worker included)."""
+        ``request_timeout_seconds`` (waiting for a worker included). The store stopping mid-call
+        comes out as ``StoreUnavailable``: a typed error every caller (route, stream, MCP tool)
+        answers in one line, where an untyped one would reach the server as an unhandled exception
+        (a traceback per request, and the client's keep-alive connection closed)."""
         timeout = self.limits.request_timeout_seconds
         future = self._executor.submit(self._counted(fn))
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+        except StoreUnavailable:
+            raise
         except TimeoutError:
             future.cancel()  # still queued: never runs; running: finishes in its worker
             raise RequestTimeout(
                 f"the request did not finish within {timeout:g} s (serving.limits.request_timeout_seconds)"
             ) from None
+        except Exception as exc:
+            gone = store_gone(exc)
+            if gone is None:
+                raise
+            raise gone from None
 
     def shutdown(self) -> None:
         """Wait for the calls in flight; called when the service stops."""
         self._executor.shutdown(wait=True, cancel_futures=True)
 
 
-async def bounded(limiter: Limiter, pool: EnginePool, principal: str, fn: Callable[[], T]) -> T:
-    """One engine call of ``principal`` under every limit: rate, concurrency, pool, timeout.
+def store_gone(exc: BaseException) -> StoreUnavailable | None:
+    """A driver error saying the store stopped answering (or an error raised because of one) as
+    ``StoreUnavailable``; None for any other error."""
+    gone = store_unreachable(exc)
+    return None if gone is None else StoreUnavailable(f"Neo4j is not answering ({type(gone).__name__}); retry later")
 
-    A driver error saying the store stopped answering (or an error raised because of one) comes
-    out as ``StoreUnavailable``: a typed error the routes answer with a one-line 503 and keep the
-    connection, where an untyped one would reach the server as an unhandled exception (a traceback
-    per request, and the client's keep-alive connection closed after the response)."""
+
+async def bounded(limiter: Limiter, pool: EnginePool, principal: str, fn: Callable[[], T]) -> T:
+    """One engine call of ``principal`` under every limit: rate, concurrency, pool, timeout."""
     with limiter.admit(principal):
-        try:
-            return await pool.run(fn)
-        except StoreUnavailable:
-            raise
-        except Exception as exc:
-            gone = store_unreachable(exc)
-            if gone is None:
-                raise
-            raise StoreUnavailable(f"Neo4j is not answering ({type(gone).__name__}); retry later") from None
+        return await pool.run(fn)

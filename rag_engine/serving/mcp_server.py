@@ -30,6 +30,7 @@ from rag_engine.errors import RagError
 from rag_engine.governance.principals import Principal, PrincipalRegistry
 from rag_engine.serving import calls
 from rag_engine.serving.limits import EnginePool, Limiter, bounded
+from rag_engine.serving.wire import bearer, first_line
 
 T = TypeVar("T")
 
@@ -40,16 +41,9 @@ ASKS_APPROVAL = ToolAnnotations(
 SNIPPET_CHARS = 1200
 
 
-def bearer(authorization: str | None) -> str | None:
-    if not authorization:
-        return None
-    scheme, _, value = authorization.partition(" ")
-    return value.strip() if scheme.lower() == "bearer" and value.strip() else None
-
-
 def tool_error(exc: RagError) -> ToolError:
     """A typed engine error as the tool's error result: one line, its type first."""
-    return ToolError(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    return ToolError(f"{type(exc).__name__}: {first_line(exc)}")
 
 
 def build_mcp(
