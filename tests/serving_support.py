@@ -70,10 +70,12 @@ def free_port() -> int:
 
 
 @contextmanager
-def running(app) -> Iterator[str]:
-    """The app under uvicorn on a free loopback port, in a thread; yields its base URL."""
+def running(app, **config: Any) -> Iterator[str]:
+    """The app under uvicorn on a free loopback port, in a thread; yields its base URL.
+    ``config``: more uvicorn settings (default ``log_level="warning"``)."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    settings = {"log_level": "warning", **config}
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, **settings))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 15

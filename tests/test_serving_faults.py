@@ -19,7 +19,6 @@ from urllib.parse import urlparse
 
 import httpx
 import pytest
-import uvicorn
 import yaml
 from sqlalchemy.engine import make_url
 
@@ -38,7 +37,7 @@ from tests.serving_support import (
     OPERATOR_KEY_ENV,
     PUBLIC_FAQ,
     bearer,
-    free_port,
+    running,
     sha,
     with_principals,
 )
@@ -85,20 +84,10 @@ def logged_service(variant, unique: str, tmp_path: Path, monkeypatch) -> Iterato
 
     engine = Engine(load_config(variant("faults", edit=edit)), ROOT)
     ingest_pack(engine, engine.pack(unique), extract=False)
-    port = free_port()
-    config = uvicorn.Config(create_app(engine), host="127.0.0.1", port=port, log_config=None, log_level="debug")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 15
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
     try:
-        yield f"http://127.0.0.1:{port}", engine
+        with running(create_app(engine), log_config=None, log_level="debug") as url:
+            yield url, engine
     finally:
-        server.should_exit = True
-        thread.join(timeout=10)
         engine.close()
 
 
