@@ -23,12 +23,7 @@ mkdir -p "${EMBED_LOCAL_DIR:-$HERE/.state}"
 source "$HERE/common.sh"
 
 healthy() { # GET /health answers 200 within 2 s
-  if command -v curl >/dev/null; then
-    curl -fsS -m 2 -o /dev/null "$URL/health" 2>/dev/null
-  else
-    "$(dirname "$SERVE")/python" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
-      "$URL/health" 2>/dev/null
-  fi
+  http_ok "$URL/health" "$(dirname "$SERVE")/python" -c "$PY_GET"
 }
 
 lock_state_dir

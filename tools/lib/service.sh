@@ -1,7 +1,20 @@
-# Shared by the local service launchers (neo4j-local, embed-local): process checks, the start
-# lock, the readiness wait and the stop. Source it; do not run it. The sourcing script sets
+# Shared by the local service launchers (neo4j-local, embed-local, serve-local, llm-local): process
+# checks, an HTTP health probe, the start lock, the readiness wait and the stop. Source it; do not run it. The sourcing script sets
 # SERVICE (a name for messages), SERVICE_MATCH (a pattern of the process's command line),
 # STATE_DIR, PID_FILE, READY_FILE and LOG_FILE first.
+
+http_ok() { # http_ok URL FALLBACK...: GET URL answers 2xx within 2 s, by curl or else by FALLBACK URL
+  local url="$1"
+  shift
+  if command -v curl >/dev/null; then
+    curl -fsS -m 2 -o /dev/null "$url" 2>/dev/null
+  else
+    "$@" "$url" 2>/dev/null
+  fi
+}
+
+PY_GET='import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)'
+# the fallback probe for a launcher with a Python at hand: http_ok URL PYTHON -c "$PY_GET"
 
 alive() { # pid exists and is not a zombie
   local pid="$1"

@@ -22,12 +22,8 @@ source "$HERE/common.sh"
 MODEL="${LLM_LOCAL_MODEL:-$MODEL_FILE}"
 
 healthy() { # GET /health answers 200 within 2 s
-  if command -v curl >/dev/null; then
-    curl -fsS -m 2 -o /dev/null "$URL/health" 2>/dev/null
-  else
-    node -e 'fetch(process.argv[1], {signal: AbortSignal.timeout(2000)}).then(r => process.exit(r.ok ? 0 : 1), () => process.exit(1))' \
-      "$URL/health" 2>/dev/null
-  fi
+  http_ok "$URL/health" node -e \
+    'fetch(process.argv[1], {signal: AbortSignal.timeout(2000)}).then(r => process.exit(r.ok ? 0 : 1), () => process.exit(1))'
 }
 
 lock_state_dir

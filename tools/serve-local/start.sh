@@ -21,12 +21,7 @@ mkdir -p "${SERVE_LOCAL_DIR:-$HERE/.state}"
 source "$HERE/common.sh"
 
 healthy() { # GET /v1/health answers 200 within 2 s
-  if command -v curl >/dev/null; then
-    curl -fsS -m 2 -o /dev/null "$URL/v1/health" 2>/dev/null
-  else
-    "$(dirname "$RAG")/python" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
-      "$URL/v1/health" 2>/dev/null
-  fi
+  http_ok "$URL/v1/health" "$(dirname "$RAG")/python" -c "$PY_GET"
 }
 
 lock_state_dir
