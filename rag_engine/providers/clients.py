@@ -156,8 +156,13 @@ class ModelClient:
             return None
         return local_cost_for(self.spec.provider, self.spec.model)
 
-    def _cost(self, answer: Completion | Embeddings | None, usage: TokenUsage, latency_ms: int) -> Decimal | None:
-        local = self._local_cost(answer)
+    def _cost(
+        self,
+        answer: Completion | Embeddings | None,
+        usage: TokenUsage,
+        latency_ms: int,
+        local: LocalCostConfig | None,
+    ) -> Decimal | None:
         if local is not None:  # machine time: the call's seconds, or its tokens at a derived rate
             if local.basis == "tokens" and not usage.reported:
                 return None
@@ -201,7 +206,7 @@ class ModelClient:
             status="ok" if error is None else "error",
             error_type=type(error).__name__ if error is not None else None,
             pricing_version=version,
-            cost=self._cost(answer, usage, latency_ms),
+            cost=self._cost(answer, usage, latency_ms, local),
         )
         if self._ledger is not None:
             try:

@@ -185,11 +185,16 @@ class UsageLedger:
         self._engine.dispose()
 
 
+def _columns(engine: Engine) -> set[str]:
+    """The columns the store's ``usage_records`` table has now."""
+    return {c["name"] for c in inspect(engine).get_columns(usage_records.name)}
+
+
 def migrate(engine: Engine) -> list[str]:
     """Add the ``ADDED_COLUMNS`` an existing ``usage_records`` table lacks, in place and additively
     (nullable, no default, no row rewritten); returns the columns added. Tolerates another process
     adding the same column at the same time."""
-    present = {c["name"] for c in inspect(engine).get_columns(usage_records.name)}
+    present = _columns(engine)
     added = []
     for name in ADDED_COLUMNS:
         if name in present:
@@ -200,7 +205,7 @@ def migrate(engine: Engine) -> list[str]:
             with engine.begin() as conn:
                 conn.exec_driver_sql(ddl)
         except DBAPIError:
-            if name not in {c["name"] for c in inspect(engine).get_columns(usage_records.name)}:
+            if name not in _columns(engine):
                 raise
             continue  # another process added it first
         added.append(name)
