@@ -363,6 +363,29 @@ class RerankConfig(Frozen):
     """Committed weights, fitted by ``python -m evals.fit_rerank`` (path relative to the root)."""
 
 
+class EvidenceConfig(Frozen):
+    """Sentence evidence (``rag_engine/retrieval/sentence_evidence.py``): each chunk's answerable
+    units (sentences, list items, table rows) get their own vectors at index time; the query path
+    scores the top candidates by their best units, answers by quoting them, and decides
+    answer-or-refuse from that evidence (``abstain``)."""
+
+    index_units: bool = True
+    """Embed every chunk's units beside the chunk (the same embedder and cache, the same write).
+    Off: units are scored by their words only."""
+    top_n: int = Field(20, ge=1, le=200)
+    """Candidates of the fused order whose units are scored (their scores are rerank features)."""
+    answer_max_units: int = Field(3, ge=1, le=10)
+    """The extractive answer quotes at most this many units."""
+    answer_max_chars: int = Field(600, ge=80, le=4000)
+    """... and at most this many characters of them."""
+    abstain: str | None = "config/abstain.json"
+    """The fitted answer-or-refuse model (``python -m evals.fit_abstain``); None: always answer
+    what was retrieved (the model still may refuse)."""
+    abstain_threshold: float | None = Field(None, ge=0, le=1)
+    """Refuse below this probability that the evidence answers the question; None: the threshold
+    the fitting chose on the dev split (written in the model file)."""
+
+
 class RetrievalConfig(Frozen):
     lexical_k: int = Field(20, ge=1, le=1000)
     dense_k: int = Field(20, ge=1, le=1000)
@@ -427,6 +450,7 @@ class RetrievalConfig(Frozen):
     rrf_k: int = Field(60, ge=1)
     exact_match_boost: float = Field(1.0, ge=0)
     rerank: RerankConfig = RerankConfig()
+    evidence: EvidenceConfig = EvidenceConfig()
     min_evidence_coverage: float = Field(0.5, ge=0, le=1)
     """Share of the question's content stems (``rag_engine/retrieval/evidence.py``) the best
     context block must hold in its text, heading or document title; below it the answer is

@@ -273,6 +273,7 @@ UNWIND $rows AS row
 MATCH (c:Chunk {chunk_id: row.chunk_id})
 CALL db.create.setNodeVectorProperty(c, $property, row.embedding)
 SET c.embedder = CASE WHEN $property = 'embedding' THEN $identity ELSE c.embedder END
+SET c += coalesce(row.units, {})
 """
 
 
@@ -309,7 +310,8 @@ def write_embeddings(
     property: str = "embedding",
     activate: Sequence[tuple[str, str, str]] = (),
 ) -> None:
-    """rows: {chunk_id, embedding}. Stored as a float vector in ``property`` (the active index's,
+    """rows: {chunk_id, embedding, units?}. ``units``: the unit-vector properties
+    (``ingest.unit_vectors``), set with the vector. Stored as a float vector in ``property`` (the active index's,
     see schema.current_embedder); the first index's shared property also gets the ``embedder``
     marker, other properties are named by their identity. ``activate``, (pack, doc_id, version)
     each: those versions go live in the same transaction (``activate_version``), in order, once

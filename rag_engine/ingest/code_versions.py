@@ -14,6 +14,7 @@ from rag_engine.config import slice_hash
 from rag_engine.engine import Engine
 from rag_engine.graph.extraction import prompt_hash
 from rag_engine.packs import DomainPack
+from rag_engine.text.sentences import SPLITTER_VERSION
 
 
 def pack_rules(pack: DomainPack) -> str:
@@ -30,7 +31,12 @@ def code_versions(engine: Engine, pack: DomainPack) -> dict[str, str]:
         "source_documents": slice_hash("source-v1", cfg.max_document_bytes),
         "chunks": slice_hash("chunks-v1", rules, cfg.retrieval.min_chunk_words),
         "references": slice_hash("references-v1", rules),
-        "chunk_index": slice_hash("index-v1", engine.embedder_identity, engine.registry.embedding.model.dimension),
+        "chunk_index": slice_hash(
+            "index-v1",
+            engine.embedder_identity,
+            engine.registry.embedding.model.dimension,
+            *(["units", SPLITTER_VERSION] if engine.cfg.retrieval.evidence.index_units else []),
+        ),
         "llm_extraction": slice_hash(
             "extraction-v1",
             rules,

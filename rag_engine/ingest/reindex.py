@@ -44,6 +44,7 @@ from rag_engine.errors import ConfigError, EmbedderMismatch, StoreError
 from rag_engine.governance.approvals import REINDEX_CUTOVER, Approval, require
 from rag_engine.governance.audit import audit_trail
 from rag_engine.graph import schema
+from rag_engine.ingest.unit_vectors import embed_units
 from rag_engine.providers.embedding_cache import embed_batched
 
 log = logging.getLogger(__name__)
@@ -176,6 +177,7 @@ _WRITE = """
 UNWIND $rows AS row
 MATCH (c:Chunk {chunk_id: row.chunk_id})
 CALL db.create.setNodeVectorProperty(c, $property, row.embedding)
+SET c += coalesce(row.units, {})
 """
 
 _SWITCH_CHECK = "MATCH (c:Chunk {active: true}) WHERE c[$prop] IS NULL RETURN count(c) AS n"
@@ -382,14 +384,28 @@ def run_reindex(
                 batch_size=spec.model.batch_size,
                 cache=engine.embedding_cache,
             )
+            units = (
+                embed_units(
+                    [(r["heading"], r["text"]) for r in rows],
+                    lambda batch: engine.embed_texts(batch, purpose="index", run_id="reindex"),
+                    vector_property=prop,
+                    identity=identity,
+                    dimension=dim,
+                    batch_size=spec.model.batch_size,
+                    cache=engine.embedding_cache,
+                    label="reindex",
+                ).props
+                if engine.cfg.retrieval.evidence.index_units
+                else [None] * len(rows)
+            )
             with engine.driver.session(database=engine.database) as session:
                 session.execute_write(
                     lambda tx: tx.run(
                         _WRITE,
                         property=prop,
                         rows=[
-                            {"chunk_id": r["chunk_id"], "embedding": v}
-                            for r, v in zip(rows, result.vectors, strict=False)  # noqa: B023 - called in this iteration
+                            {"chunk_id": r["chunk_id"], "embedding": v, "units": u}
+                            for r, v, u in zip(rows, result.vectors, units, strict=False)  # noqa: B023 - this iteration
                         ],
                     ).consume()
                 )

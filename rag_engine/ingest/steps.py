@@ -23,6 +23,7 @@ from rag_engine.graph.extraction import confidence_bucket
 from rag_engine.ingest.documents import load_document, split_partition_key, still_in_corpus
 from rag_engine.ingest.runner import Grouped, SkipPartition
 from rag_engine.ingest.stamps import any_missing
+from rag_engine.ingest.unit_vectors import embed_units
 from rag_engine.packs import ChunkRecord, DomainPack, SourceDocument, content_hash
 from rag_engine.providers.embedding_cache import embed_batched
 from rag_engine.store.partition_keys import PARTITION_SEP
@@ -272,13 +273,31 @@ def index_grouped(
         gone = still_in_corpus(pack, doc)  # embedding takes a while: the file may have gone meanwhile
         if gone:
             raise DocumentError(gone)
-        rows = [{"chunk_id": c.chunk_id, "embedding": v} for c, v in zip(chunks, result.vectors, strict=False)]
+        units = (
+            embed_units(
+                [(c.heading, c.text) for c in chunks],
+                lambda batch: engine.embed_texts(batch, purpose="index", run_id=run_id),
+                vector_property=prop[0],
+                identity=spec.identity,
+                dimension=dimension,
+                batch_size=spec.model.batch_size,
+                cache=engine.embedding_cache,
+                label=key,
+            )
+            if engine.cfg.retrieval.evidence.index_units
+            else None
+        )
+        rows = [
+            {"chunk_id": c.chunk_id, "embedding": v, "units": units.props[i] if units else None}
+            for i, (c, v) in enumerate(zip(chunks, result.vectors, strict=False))
+        ]
         figures = {
             "embedded": len(rows),
             "dimension": spec.model.dimension,
             "embed_cache_hits": result.cache_hits,
             "embed_requests": result.requests,
             "embed_seconds": round(result.seconds, 3),
+            **(units.figures() if units else {}),
         }
         return len(rows), (rows, (pack.name, chunks[0].doc_id, chunks[0].doc_version), figures)
 
