@@ -247,12 +247,13 @@ def test_extractive_fallback_cites_only_context_ids(server, make_client) -> None
         [too_big, top, cand("c2")], budgets=BIG.model_copy(update={"documents": 100}), system_prompt=""
     )
     assert "big" not in ctx.cited_ids
-    ans = extractive_answer(ctx)
+    ans = extractive_answer(ctx, "q", max_units=2, fallback="no_generation_model")
     assert ans.citations == ("c1",) and ans.method == "extractive" and not ans.insufficient_evidence
-    assert ans.text == "The notice period is 30 days. It starts on receipt."
+    # a question with no content word: the top block's units in order, with its block number
+    assert ans.text == "The notice period is 30 days. It starts on receipt. [1]"
     # no client, or a client that cannot generate: the same extractive answer, no request made
-    assert answer_question(None, "q", ctx) == ans
-    assert answer_question(make_client(capabilities=("embeddings",)), "q", ctx) == ans
+    assert answer_question(None, "q", ctx, extractive={"max_units": 2}) == ans
+    assert answer_question(make_client(capabilities=("embeddings",)), "q", ctx, extractive={"max_units": 2}) == ans
     assert server.requests == []
     assert extractive_answer(_context()).insufficient_evidence
 
@@ -260,6 +261,6 @@ def test_extractive_fallback_cites_only_context_ids(server, make_client) -> None
 def test_provider_failure_falls_back_to_extractive(server, make_client) -> None:
     server.enqueue(server_error(500))
     ans = answer_question(make_client(), "q", _context(cand("c1", "First. Second. Third.")))
-    assert ans.method == "extractive" and ans.error_type == "ProviderError"
-    assert ans.citations == ("c1",) and ans.text == "First. Second."
+    assert ans.method == "extractive" and ans.error_type == "ProviderError" and ans.fallback == "generation_failed"
+    assert ans.citations == ("c1",) and ans.text == "First. Second. Third. [1]"
     assert len(server.calls("/chat/completions")) == 1  # max_retries=0

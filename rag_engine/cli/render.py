@@ -52,11 +52,13 @@ def fallback_note(outcome: Any) -> str | None:
     if ans.insufficient_evidence:
         return f"insufficient evidence ({ans.reason})"
     if ans.error_type:
-        return f"generation model failed ({ans.error_type}): extractive answer from the top passages"
+        return f"generation model failed ({ans.error_type}): extractive answer, quoting the passages"
     if ans.method == "extractive":
-        return "extractive answer from the top passages (no generation model call" + (
-            f": {ans.reason})" if ans.reason else ")"
-        )
+        why = {
+            "no_recording": "the replay holds no recorded answer for this question",
+            "no_generation_model": "no generation model configured",
+        }.get(ans.fallback or "", "no generation model call")
+        return f"extractive answer: the sentences of the top passages that answer the question ({why})"
     return f"no answer ({ans.reason})" if ans.reason else None
 
 

@@ -7,36 +7,55 @@ citation can never point outside what the model was shown. An answer left with n
 citation is not an answer: it becomes "insufficient evidence" with a reason code, as does an
 empty context (decided before any model call, so it costs nothing) or the model's own verdict.
 
-``extractive_answer`` is the deterministic fallback when no generation model is usable (none
-configured, capability missing, or the provider failed): the first sentences of the top chunk,
-citing that chunk and nothing else.
+``extractive_answer`` is the engine's own answer, the offline default: when no generation model
+is usable (none configured, capability missing), when a replay holds no recording for the
+request, or when the provider failed (``fallback`` says which), it quotes the units (sentences,
+list items, table rows) of the top passages that best answer the question
+(``sentence_evidence``), each with its block number, citing the chunks it quoted.
 """
 
 from __future__ import annotations
 
-import re
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Literal, TypedDict, Unpack
 
 from pydantic import BaseModel, ConfigDict
 
-from rag_engine.errors import ProviderError
+from rag_engine.errors import ProviderError, ReplayMiss
 from rag_engine.providers.clients import ModelClient
-from rag_engine.retrieval.context import AssembledContext, render_document
+from rag_engine.retrieval.context import AssembledContext, DocumentItem, render_document
+from rag_engine.retrieval.rerank import question_stems
+from rag_engine.retrieval.sentence_evidence import UnitEvidence, score_chunk
+from rag_engine.text.terms import content_stems
 
 INSUFFICIENT = "insufficient evidence"
 
 Reason = Literal[
     "empty_context",  # no document fitted the context: no model call made
     "low_evidence_coverage",  # no context chunk holds enough of the question's terms: no model call
+    "low_evidence",  # the fitted evidence decision (``abstain``) says the passages do not answer: no model call
     "model_insufficient",  # the model said the context does not answer the question
     "no_valid_citations",  # every citation pointed outside the context (or none was given)
     "empty_answer",  # the model cited but wrote nothing
     "no_usable_text",  # extractive fallback: no context chunk has text
 ]
 Method = Literal["model", "extractive", "none"]
+Fallback = Literal[
+    "no_generation_model",  # none configured, or it lacks the generation capability
+    "no_recording",  # a replay provider holds no recorded answer for this request
+    "generation_failed",  # the provider failed (error_type says how)
+]
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+ANSWER_DOCS = 3
+"""The extractive answer quotes units of the first this-many context blocks."""
+RANK_STEP = 0.02
+"""A unit of block n+1 must score this much more than one of block n to be quoted first (not
+fitted: the ranking already read the question against these passages)."""
+NEAR = 0.03
+"""Further units are quoted when they score within this of the best (not fitted)."""
+MARKED_UNITS = 3
+"""Units marked as sentence evidence in a generation model's prompt."""
 
 INSTRUCTIONS = """Answer the question using only the numbered context blocks below.
 Each block is one header line "[n] chunk_id=..." and its text, every line of which starts with "> ".
@@ -68,6 +87,7 @@ class Answer(BaseModel):
     model: str | None = None  # identity of the model that answered, if one did
     cost: Decimal | None = None  # None = unknown or no paid call
     error_type: str | None = None  # set when the model failed and the extractive fallback answered
+    fallback: Fallback | None = None  # why an extractive answer and not the model's
 
 
 class AnswerExtra(TypedDict, total=False):
@@ -78,6 +98,12 @@ class AnswerExtra(TypedDict, total=False):
     model: str | None
     cost: Decimal | None
     error_type: str | None
+    fallback: Fallback | None
+
+
+class ExtractiveLimits(TypedDict, total=False):
+    max_units: int
+    max_chars: int
 
 
 class _ModelMeta(AnswerExtra):
@@ -95,33 +121,103 @@ def build_messages(query: str, context: AssembledContext) -> list[dict[str, str]
         messages.append({"role": "system", "content": context.system_text})
     messages += [{"role": m.role, "content": m.content} for m in context.conversation]
     blocks = "\n\n".join(render_document(d.number, d) for d in context.documents)
-    messages.append({"role": "user", "content": f"{INSTRUCTIONS}\n\nContext:\n{blocks}\n\nQuestion: {query}"})
+    marked = "\n".join(f"[{n}] > {u.text}" for n, u in select_units(query, context.documents, MARKED_UNITS))
+    evidence = (
+        f"\n\nSentences of the blocks that best match the question (sentence evidence):\n{marked}" if marked else ""
+    )
+    messages.append({"role": "user", "content": f"{INSTRUCTIONS}\n\nContext:\n{blocks}{evidence}\n\nQuestion: {query}"})
     return messages
 
 
-def _first_sentences(text: str, limit: int, max_chars: int) -> str:
-    sentences = [s.strip() for s in _SENTENCE_END.split(text.strip()) if s.strip()]
-    out = " ".join(sentences[:limit])
-    return out if len(out) <= max_chars else out[:max_chars].rsplit(" ", 1)[0] + " ..."
+def _units_of(question: str, doc: DocumentItem) -> tuple[UnitEvidence, ...]:
+    if doc.units:
+        return tuple(doc.units)
+    context = content_stems(f"{doc.doc_title} {doc.heading}")
+    return score_chunk(doc.chunk_id, doc.text, context, question_stems(question), None, None).units
+
+
+def _lead_in(units: tuple[UnitEvidence, ...], u: UnitEvidence) -> UnitEvidence | None:
+    """The unit a list item or continuation hangs from ("... the following tasks:")."""
+    if u.index == 0 or not (u.text[:1].islower() or u.text.startswith("(")):
+        return None
+    for prev in reversed(units[: u.index]):
+        if prev.text.rstrip().endswith(":") or not (prev.text[:1].islower() or prev.text.startswith("(")):
+            return prev
+    return None
+
+
+def select_units(question: str, documents: Sequence[DocumentItem], max_units: int) -> list[tuple[int, UnitEvidence]]:
+    """(block number, unit) to quote, best first: the best-scoring unit of the first
+    ``ANSWER_DOCS`` blocks (a later block's unit must beat an earlier one by ``RANK_STEP`` per
+    place), its lead-in when it is a list item, the items after it when it introduces a list, and
+    other units within ``NEAR`` of it."""
+    pool: list[tuple[float, int, DocumentItem, UnitEvidence]] = []
+    units_of: dict[int, tuple[UnitEvidence, ...]] = {}
+    for rank, doc in enumerate(documents[:ANSWER_DOCS]):
+        units_of[doc.number] = _units_of(question, doc)
+        pool += [(u.score - RANK_STEP * rank, rank, doc, u) for u in units_of[doc.number]]
+    if not pool:
+        return []
+    pool.sort(key=lambda p: (-p[0], p[1], p[3].index))
+    top_score, _, doc, best = pool[0]
+    chosen = [(doc.number, best)]
+    lead = _lead_in(units_of[doc.number], best)
+    if lead is not None:
+        chosen.insert(0, (doc.number, lead))
+    if best.text.rstrip().endswith(":"):
+        chosen += [(doc.number, u) for u in units_of[doc.number][best.index + 1 : best.index + max_units]]
+    for score, _, other, u in pool[1:]:
+        if len(chosen) >= max_units or score < top_score - NEAR:
+            break
+        if (other.number, u) not in chosen:
+            chosen.append((other.number, u))
+    return chosen[: max(max_units, 2 if lead is not None else 1)]
 
 
 def extractive_answer(
-    context: AssembledContext, *, sentences: int = 2, max_chars: int = 600, error_type: str | None = None
+    context: AssembledContext,
+    question: str = "",
+    *,
+    max_units: int = 3,
+    max_chars: int = 600,
+    error_type: str | None = None,
+    fallback: Fallback | None = None,
 ) -> Answer:
-    """The top chunk's first sentences, citing only that chunk (which is in the context)."""
+    """The units of the top blocks that answer ``question`` (``select_units``), grouped by block
+    in ranking order, in text order within a block, each group followed by its block number;
+    citing exactly the blocks quoted. Cut at ``max_chars`` on a unit boundary (the first unit is
+    cut on a word boundary if it alone is longer)."""
     if not context.documents:
-        return insufficient("empty_context", method="extractive", error_type=error_type)
-    for doc in context.documents:
-        text = _first_sentences(doc.text, sentences, max_chars)
-        if text:
-            return Answer(
-                text=text,
-                citations=(doc.chunk_id,),
-                insufficient_evidence=False,
-                method="extractive",
-                error_type=error_type,
-            )
-    return insufficient("no_usable_text", method="extractive", error_type=error_type)
+        return insufficient("empty_context", method="extractive", error_type=error_type, fallback=fallback)
+    chosen = select_units(question, context.documents, max_units)
+    if not chosen:
+        return insufficient("no_usable_text", method="extractive", error_type=error_type, fallback=fallback)
+    order = list(dict.fromkeys(number for number, _ in chosen))
+    parts: list[str] = []
+    cited: list[str] = []
+    used = 0
+    by_number = {d.number: d for d in context.documents}
+    for number in order:
+        units = sorted({u.index: u for n, u in chosen if n == number}.values(), key=lambda u: u.index)
+        texts: list[str] = []
+        for i, u in enumerate(units):
+            sep = "" if not texts else (" " if u.index == units[i - 1].index + 1 else " ... ")
+            if used + len(sep) + len(u.text) > max_chars and (parts or texts):
+                break
+            text = u.text if len(u.text) <= max_chars else u.text[:max_chars].rsplit(" ", 1)[0] + " ..."
+            texts.append(sep + text)
+            used += len(sep) + len(text)
+        if texts:
+            parts.append("".join(texts) + f" [{number}]")
+            cited.append(by_number[number].chunk_id)
+    return Answer(
+        text=" ".join(parts),
+        citations=tuple(cited),
+        insufficient_evidence=False,
+        method="extractive",
+        error_type=error_type,
+        fallback=fallback,
+    )
 
 
 def answer_question(
@@ -131,12 +227,15 @@ def answer_question(
     *,
     run_id: str | None = None,
     max_tokens: int | None = None,
+    extractive: ExtractiveLimits | None = None,
 ) -> Answer:
-    """Generate a cited answer, or "insufficient evidence"; never a citation outside ``context``."""
+    """Generate a cited answer, or "insufficient evidence"; never a citation outside ``context``.
+    ``extractive``: the limits of the extractive answer when the model cannot answer."""
+    extractive = extractive or {}
     if not context.documents:
         return insufficient("empty_context")
     if client is None or not client.spec.supports("generation"):
-        return extractive_answer(context)
+        return extractive_answer(context, query, **extractive, fallback="no_generation_model")
     tolerant = not client.spec.supports("structured_output")
     try:
         result = client.generate(
@@ -147,8 +246,12 @@ def answer_question(
             max_tokens=max_tokens,
             tolerant=tolerant,
         )
+    except ReplayMiss:  # not a failure: the replay has no recording of this question
+        return extractive_answer(context, query, **extractive, fallback="no_recording")
     except ProviderError as exc:
-        return extractive_answer(context, error_type=type(exc).__name__)
+        return extractive_answer(
+            context, query, **extractive, error_type=type(exc).__name__, fallback="generation_failed"
+        )
     draft: AnswerDraft = result.parsed  # type: ignore[assignment]
     allowed = context.cited_ids
     proposed = list(dict.fromkeys(c.strip() for c in draft.citations))

@@ -41,6 +41,9 @@ class Candidate(BaseModel):
     """When the store (or source) answered: set by ``retrieve`` on every candidate and expansion."""
     features: dict[str, float] | None = None
     """The reranker's features (``rerank.FEATURES``), for the top N when the reranker ran."""
+    units: tuple[Any, ...] = Field(default=(), exclude=True)
+    """Sentence evidence (``sentence_evidence.UnitEvidence``, text order) for the top candidates:
+    what the extractive answer quotes; not serialized (the features carry its figures)."""
     session_id: str | None = None
     """The caller's session (``run_query(session_id=...)``, ``rag query --session``), for the audit trail."""
 

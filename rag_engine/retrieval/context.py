@@ -25,7 +25,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, computed_field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from rag_engine.config import ContextBudgetsConfig
 from rag_engine.retrieval.candidates import Candidate
@@ -70,6 +70,8 @@ class DocumentItem(_Frozen):
     path: tuple[dict[str, Any], ...] | None = None
     provenance: LiveProvenance | None = None
     tokens: int
+    units: tuple[Any, ...] = Field(default=(), exclude=True)
+    """The candidate's sentence evidence (``sentence_evidence.UnitEvidence``), when scored."""
 
 
 class MessageItem(_Frozen):
@@ -185,6 +187,7 @@ def _documents(
                 path=c.path,
                 provenance=c.provenance,
                 tokens=tokens,
+                units=c.units,
             )
         )
     return kept, overflow

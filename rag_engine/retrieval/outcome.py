@@ -110,6 +110,7 @@ class QueryAudit:
                 "reason": answer.reason,
                 "model": answer.model,
                 "error_type": answer.error_type,
+                "fallback": answer.fallback,
             },
             "model_calls": self._model_calls(),
             "events": [e.get("event") for e in outcome.events],
@@ -135,7 +136,8 @@ class QueryAudit:
                     payload={
                         "method": answer.method,
                         "error_type": answer.error_type,
-                        "reason": "generation_failed" if answer.error_type else "no_usable_generation_model",
+                        "reason": answer.fallback
+                        or ("generation_failed" if answer.error_type else "no_usable_generation_model"),
                         "generation_model": self.engine.cfg.defaults.generation_model,
                     },
                 )

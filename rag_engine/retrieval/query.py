@@ -15,9 +15,10 @@ from typing import Any
 from rag_engine.engine import Engine
 from rag_engine.errors import RagError
 from rag_engine.providers.clients import ModelClient
-from rag_engine.retrieval.answer import answer_question, extractive_answer, insufficient
-from rag_engine.retrieval.candidates import RetrievalResult
-from rag_engine.retrieval.context import assemble_context
+from rag_engine.retrieval.abstain import abstain_model, decision_features
+from rag_engine.retrieval.answer import ExtractiveLimits, Reason, answer_question, extractive_answer, insufficient
+from rag_engine.retrieval.candidates import Candidate, RetrievalResult
+from rag_engine.retrieval.context import AssembledContext, assemble_context
 from rag_engine.retrieval.evidence import AliasGroups, evidence_coverage
 from rag_engine.retrieval.local_inference import expand_query
 from rag_engine.retrieval.local_inference import rerank as model_rerank
@@ -46,6 +47,43 @@ def alias_groups(engine: Engine, collections: tuple[str, ...]) -> AliasGroups:
     return AliasGroups.build(
         p.manifest.aliases for p in engine.packs.values() if set(p.manifest.collections) & set(collections)
     )
+
+
+def _refusal(
+    engine: Engine,
+    question: str,
+    candidates: list[Candidate],
+    context: AssembledContext,
+    coverage: float,
+    aliases: AliasGroups,
+    events: list[dict[str, Any]],
+) -> Reason | None:
+    """Why the evidence does not answer the question (``abstain``: the fitted model, then the
+    optional word floor ``retrieval.min_evidence_coverage``), or None: answer."""
+    if not context.documents:
+        return None  # answered as "empty_context" without a model call
+    cfg = engine.cfg.retrieval
+    if cfg.evidence.abstain:
+        try:
+            model = abstain_model(engine.root / cfg.evidence.abstain)
+        except RagError as exc:
+            events.append({"event": "abstain_degraded", "error_type": type(exc).__name__, "detail": str(exc)[:200]})
+        else:
+            x = decision_features(question, candidates, coverage, aliases)
+            p = model.probability(x)
+            threshold = (
+                cfg.evidence.abstain_threshold if cfg.evidence.abstain_threshold is not None else model.threshold
+            )
+            decision = {"event": "evidence_decision", "p_answer": round(p, 4), "threshold": threshold}
+            events.append({**decision, "features": {k: round(v, 4) for k, v in x.items()}, "model": model.version})
+            if p < threshold:
+                return "low_evidence"
+    if coverage < cfg.min_evidence_coverage:
+        events.append(
+            {"event": "insufficient_evidence", "coverage": round(coverage, 3), "floor": cfg.min_evidence_coverage}
+        )
+        return "low_evidence_coverage"
+    return None
 
 
 def run_query(
@@ -129,16 +167,13 @@ def _run_query(
         system_prompt=SYSTEM_PROMPT,
         conversation=conversation or (),
     )
-    coverage = evidence_coverage(question, context.documents, alias_groups(engine, result.collections))
-    if context.documents and coverage < engine.cfg.retrieval.min_evidence_coverage:
-        answer = insufficient("low_evidence_coverage")
-        events.append(
-            {
-                "event": "insufficient_evidence",
-                "coverage": round(coverage, 3),
-                "floor": engine.cfg.retrieval.min_evidence_coverage,
-            }
-        )
+    aliases = alias_groups(engine, result.collections)
+    coverage = evidence_coverage(question, context.documents, aliases)
+    evidence_cfg = engine.cfg.retrieval.evidence
+    limits: ExtractiveLimits = {"max_units": evidence_cfg.answer_max_units, "max_chars": evidence_cfg.answer_max_chars}
+    refusal = _refusal(engine, question, candidates, context, coverage, aliases, events)
+    if refusal is not None:
+        answer = insufficient(refusal)
     elif generate:
         answer = answer_question(
             _client(engine, engine.cfg.defaults.generation_model),
@@ -146,9 +181,10 @@ def _run_query(
             context,
             run_id=run_id,
             max_tokens=engine.cfg.context.answer,
+            extractive=limits,
         )
     else:
-        answer = extractive_answer(context)
+        answer = extractive_answer(context, question, **limits, fallback="no_generation_model")
     outcome = QueryOutcome(
         question=question,
         expanded_query=expanded,

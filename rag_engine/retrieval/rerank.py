@@ -56,6 +56,9 @@ FEATURES: tuple[str, ...] = (
     "graph",  # reached by traversal
     "ref_fused_rank",  # fused_rank, for a question naming a reference (0 otherwise)
     "ref_exact",  # exact, for a question naming a reference (0 otherwise)
+    "unit_cos_rel",  # best unit (sentence, list item, table row) cosine minus the best of all, x10
+    "unit_cov",  # share of the question's content stems in the best-scoring unit
+    "unit_prox",  # proximity of those stems within that unit
 )
 
 
@@ -119,6 +122,12 @@ def _window(positions: dict[str, list[int]]) -> int:
     return int(best) if best != math.inf else 0
 
 
+def proximity(positions: dict[str, list[int]]) -> float:
+    """Matched stems / the shortest token window holding one of each (1.0: side by side)."""
+    window = _window(positions) if len(positions) > 1 else len(positions)
+    return len(positions) / window if window else 0.0
+
+
 def text_features(question_stems: Sequence[str], title: str, heading: str, text: str) -> dict[str, float]:
     """The word-level features of one passage against the question's content stems (in order)."""
     terms = set(question_stems)
@@ -132,14 +141,13 @@ def text_features(question_stems: Sequence[str], title: str, heading: str, text:
     for i, s in enumerate(words):
         if s in terms:
             positions.setdefault(s, []).append(i)
-    window = _window(positions) if len(positions) > 1 else len(positions)
     q_bigrams = set(itertools.pairwise(question_stems))
     p_bigrams = set(itertools.pairwise(words))
     return {
         "text_cov": len(terms & (body | heading_stems | title_stems)) / len(terms),
         "heading_cov": len(terms & heading_stems) / len(terms),
         "title_cov": len(terms & title_stems) / len(terms),
-        "proximity": len(positions) / window if window else 0.0,
+        "proximity": proximity(positions),
         "bigram_cov": len(q_bigrams & p_bigrams) / len(q_bigrams) if q_bigrams else 0.0,
         "log_len": min(1.5, math.log1p(len(words)) / math.log(1000)),
     }

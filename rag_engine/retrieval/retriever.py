@@ -34,9 +34,12 @@ from rag_engine.retrieval.candidates import Candidate, RetrievalResult
 from rag_engine.retrieval.fusion import Fused, fuse, rank_key
 from rag_engine.retrieval.live_source import LiveLeg, start_live_leg
 from rag_engine.retrieval.rerank import question_stems, rerank_model, text_features
-from rag_engine.store import reads
+from rag_engine.retrieval.sentence_evidence import ChunkEvidence, evidence_features, normalized, score_chunk
+from rag_engine.store import reads, units
 from rag_engine.store.epochs import active_index
 from rag_engine.store.session import Reads, read_transaction
+from rag_engine.text.sentences import SPLITTER_VERSION
+from rag_engine.text.terms import content_stems
 
 
 class Trace:
@@ -174,6 +177,7 @@ def retrieve(
     weights: dict[str, float] | None = None,
     rerank: bool | None = None,
     with_features: bool = False,
+    units: bool = True,
 ) -> RetrievalResult:
     """Policy gate, then the legs (exact references, fulltext, vector, live SQL sources, and the
     graph leg: the planner and bounded traversal) fused by weighted RRF, the feature reranker over
@@ -183,7 +187,8 @@ def retrieve(
     ``weights`` overrides the configured per-leg weights for this call (ablations, evals);
     ``rerank`` whether the feature reranker runs (default: ``retrieval.rerank.method``);
     ``with_features`` sets each top-N candidate's rerank features even without reranking
-    (fitting, ``python -m evals.fit_rerank``).
+    (fitting, ``python -m evals.fit_rerank``); ``units=False`` leaves sentence evidence out (every
+    candidate gets the same unit features: the ablation "engine without sentence evidence").
     """
     cfg = engine.cfg.retrieval
     k = check_question(query, k, cfg)
@@ -207,7 +212,18 @@ def retrieve(
         with read_transaction(engine.driver, engine.database) as rx:
             use_rerank = cfg.rerank.method == "features" if rerank is None else rerank
             _legs(
-                engine, rx, query, k, legs, decision, packs, embedding, live, trace, result, (use_rerank, with_features)
+                engine,
+                rx,
+                query,
+                k,
+                legs,
+                decision,
+                packs,
+                embedding,
+                live,
+                trace,
+                result,
+                (use_rerank, with_features, units),
             )
     except BaseException:
         # the store failed: an embedding still queued would only delay the questions after this one
@@ -237,10 +253,10 @@ def _legs(
     live: Future[LiveLeg] | None,
     trace: Trace,
     result: RetrievalResult,
-    rerank: tuple[bool, bool] = (False, False),
+    rerank: tuple[bool, bool, bool] = (False, False, True),
 ) -> None:
     """The legs, fusion, planner, traversal, rerank and expansion of ``retrieve``, in its read
-    transaction. ``rerank``: (reorder the top N, set their features)."""
+    transaction. ``rerank``: (reorder the top N, set their features, score their units)."""
     cfg = engine.cfg.retrieval
     with trace.step("exact_references", weight=legs["exact"], max_exact=cfg.max_exact) as t:
         keys, residual = (
@@ -347,7 +363,7 @@ def _legs(
         )
         fusion_trace = t
     titles: dict[str, str] = {}  # pack:doc_id -> title, read once per question (rerank, then the result)
-    if any(rerank):
+    if any(rerank[:2]):
         with trace.step("rerank", method="features", top_n=cfg.rerank.top_n, applied=rerank[0]) as t:
             pool = _reranked(
                 engine,
@@ -400,7 +416,7 @@ def _reranked(
     lookup: bool,
     names_reference: bool,
     collections: tuple[str, ...],
-    rerank: tuple[bool, bool],
+    rerank: tuple[bool, bool, bool],
     t: dict[str, Any],
     result: RetrievalResult,
     titles: dict[str, str],
@@ -411,11 +427,21 @@ def _reranked(
     cfg = engine.cfg.retrieval.rerank
     top, rest = pool[: cfg.top_n], pool[cfg.top_n :]
     try:
-        ids = [c.chunk_id for c in top]
-        cos = reads.cosines(rx, ids, query_vec, engine.embedder_identity, collections) if query_vec else {}
         _read_titles(rx, titles, top, collections)
+        if rerank[2]:
+            evidence = sentence_evidence(engine, rx, query, top, query_vec, collections, titles, t)
+            cos = {cid: ev.cosine for cid, ev in evidence.items() if ev.cosine is not None}
+        else:
+            evidence = {}
+            ids = [c.chunk_id for c in top]
+            cos = reads.cosines(rx, ids, query_vec, engine.embedder_identity, collections) if query_vec else {}
         feats = features_of(query, top, lexical, dense, cos, titles, named, names_reference, engine.cfg.retrieval.rrf_k)
-        top = [c.model_copy(update={"features": f}) for c, f in zip(top, feats, strict=True)]
+        for f, u in zip(feats, evidence_features(evidence, [c.chunk_id for c in top]), strict=True):
+            f.update({name: round(value, 6) for name, value in u.items()})
+        top = [
+            c.model_copy(update={"features": f, "units": evidence[c.chunk_id].units if c.chunk_id in evidence else ()})
+            for c, f in zip(top, feats, strict=True)
+        ]
         if not rerank[0]:
             return top + rest
         model = rerank_model(engine.root / cfg.weights)
@@ -433,6 +459,35 @@ def _reranked(
         result.events.append({"event": "rerank_degraded", "error_type": type(exc).__name__, "detail": str(exc)[:200]})
         t["degraded"] = type(exc).__name__
         return pool
+
+
+def sentence_evidence(
+    engine: Engine,
+    rx: Reads,
+    query: str,
+    top: list[Candidate],
+    query_vec: list[float] | None,
+    collections: tuple[str, ...],
+    titles: dict[str, str],
+    t: dict[str, Any],
+) -> dict[str, ChunkEvidence]:
+    """Each of the first ``retrieval.evidence.top_n`` candidates scored by its units (one store
+    read for their cosines and unit vectors); the rest get none."""
+    n = engine.cfg.retrieval.evidence.top_n
+    scored = [c for c in top[:n] if not _live(c)]
+    rows = units.chunk_evidence(
+        rx, [c.chunk_id for c in scored], query_vec, engine.embedder_identity, collections, SPLITTER_VERSION
+    )
+    vec = normalized(query_vec)
+    stems = question_stems(query)
+    out = {}
+    for c in scored:
+        row = rows.get(c.chunk_id, {})
+        context = content_stems(f"{titles.get(_doc_key(c), '')} {c.heading}")
+        out[c.chunk_id] = score_chunk(c.chunk_id, c.text, context, stems, vec, row.get("units"), row.get("cosine"))
+    t["units_scored"] = sum(len(ev.units) for ev in out.values())
+    t["unit_vectors"] = sum(1 for r in rows.values() if r.get("units"))
+    return out
 
 
 def features_of(
