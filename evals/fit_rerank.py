@@ -1,15 +1,15 @@
-"""Fit the feature reranker's weights (``rag_engine/retrieval/rerank.py``) and judge them.
+"""Fit the feature reranker's weights (``rag_engine/retrieval/rerank.py``) under the held-out rule.
 
-    python -m evals.fit_rerank [--config config/engine.yaml] [--output config/rerank.json] [--l2 0.01]
+    python -m evals.fit_rerank [--config config/engine.yaml] [--output config/rerank.json]
 
-On an ingested store: every answerable question of the configured golden sets (``evals.golden``:
-the golden and paraphrase sets of each pack) is retrieved with the reranker off and the features
-of its fused top ``retrieval.rerank.top_n`` recorded. Questions are split in two by a hash of
-their id (``split_of``): the weights are fitted on split 0 only, by a pairwise logistic loss
-(each gold passage against each non-gold one of the same question; each question weighs the
-same whatever its number of pairs; L2 penalty), then MAP@10 / nDCG@10 of the fused order and of
-the reranked order are printed for both splits. Split 1 is the held-out judgement; the eval
-(``python -m evals.runner``) shows the engine with and without the reranker on every set.
+On an ingested store: every answerable TRAIN and DEV question of the configured golden sets
+(``evals.splits``: the committed split; test questions are never read here) is retrieved with the
+reranker off and the features of its fused top ``retrieval.rerank.top_n`` recorded. The weights
+are fitted on train by a pairwise logistic loss (each gold passage against each non-gold one of
+the same question; each question weighs the same whatever its number of pairs; L2 penalty), the
+penalty chosen among ``L2_GRID`` by MAP@10 on dev, and MAP@10 / nDCG@10 of the fused and the
+reranked order printed for train and dev: development figures. The eval (``python -m
+evals.runner``) shows the engine with and without the reranker on the test split: the result.
 
 The weights and how they were fitted are written to ``--output`` (commit it with the figures).
 """
@@ -28,6 +28,7 @@ import numpy as np
 
 from evals.metrics import average_precision_at_k, ndcg_at_k
 from evals.runner import default_role, load_golden
+from evals.splits import load_splits, split_of
 from rag_engine import DEFAULT_CONFIG
 from rag_engine.engine import Engine
 from rag_engine.errors import EvalInputError
@@ -37,17 +38,17 @@ from rag_engine.retrieval.retriever import retrieve
 TOP_K = 10
 
 
-def split_of(query_id: str) -> int:
-    """0 (fit) or 1 (judge), stable per question id."""
-    return int(hashlib.sha256(query_id.encode()).hexdigest()[:8], 16) % 2
+L2_GRID = (0.001, 0.01, 0.1)
 
 
 class Example:
-    def __init__(self, qid: str, label: str, anchors: list[str], x: np.ndarray, gold: list[str]) -> None:
-        self.qid, self.label, self.anchors, self.x, self.gold = qid, label, anchors, x, gold
+    def __init__(self, qid: str, label: str, anchors: list[str], x: np.ndarray, gold: list[str], split: str) -> None:
+        self.qid, self.label, self.anchors, self.x, self.gold, self.split = qid, label, anchors, x, gold, split
 
 
-def collect(engine: Engine, golden_paths: Sequence[Path]) -> list[Example]:
+def collect(engine: Engine, golden_paths: Sequence[Path], keep: Sequence[str] = ("train", "dev")) -> list[Example]:
+    """The examples of the answerable questions whose committed split is in ``keep``."""
+    splits = load_splits()
     out = []
     top_n = min(engine.cfg.retrieval.rerank.top_n, engine.cfg.retrieval.max_k)
     for path in golden_paths:
@@ -58,13 +59,18 @@ def collect(engine: Engine, golden_paths: Sequence[Path]) -> list[Example]:
         for q in golden["queries"]:
             if q.get("insufficient_evidence") or not q.get("gold"):
                 continue
+            split = split_of(q["id"], golden.get("set"), splits)
+            if split not in keep:
+                continue
             result = retrieve(
                 engine, q["question"], q.get("role", role_default), k=top_n, rerank=False, with_features=True
             )
             cands = [c for c in result.candidates if c.features is not None]
             x = np.array([[c.features.get(f, 0.0) for f in FEATURES] for c in cands if c.features is not None])
             out.append(
-                Example(q["id"], label, [c.anchor for c in cands], x.reshape(len(cands), len(FEATURES)), q["gold"])
+                Example(
+                    q["id"], label, [c.anchor for c in cands], x.reshape(len(cands), len(FEATURES)), q["gold"], split
+                )
             )
     return out
 
@@ -103,21 +109,22 @@ def judge(examples: Sequence[Example], w: np.ndarray | None) -> dict[str, float]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="fit the feature reranker on split 0, judge it on split 1")
+    parser = argparse.ArgumentParser(description="fit the feature reranker on train, choose its L2 on dev")
     parser.add_argument("--config", default=str(DEFAULT_CONFIG))
     parser.add_argument("--output", default="config/rerank.json")
-    parser.add_argument("--l2", type=float, default=0.01)
     args = parser.parse_args(argv)
     engine = Engine.from_path(args.config)
     try:
         examples = collect(engine, [engine.root / p for p in engine.cfg.evals.golden])
     finally:
         engine.close()
-    fit_set = [e for e in examples if split_of(e.qid) == 0]
-    judge_set = [e for e in examples if split_of(e.qid) == 1]
-    w = fit(fit_set, args.l2)
-    report: dict[str, Any] = {}
-    for name, subset in (("fit", fit_set), ("judge", judge_set)):
+    fit_set = [e for e in examples if e.split == "train"]
+    judge_set = [e for e in examples if e.split == "dev"]
+    fitted = {l2: fit(fit_set, l2) for l2 in L2_GRID}
+    l2 = max(L2_GRID, key=lambda v: (judge(judge_set, fitted[v])["map@10"], -v))
+    w = fitted[l2]
+    report: dict[str, Any] = {"l2_on_dev": {str(v): judge(judge_set, fitted[v])["map@10"] for v in L2_GRID}}
+    for name, subset in (("train", fit_set), ("dev", judge_set)):
         report[name] = {"fused": judge(subset, None), "reranked": judge(subset, w)}
         for label in sorted({e.label for e in subset}):
             part = [e for e in subset if e.label == label]
@@ -130,12 +137,16 @@ def main(argv: list[str] | None = None) -> int:
         weights=weights,
         fitted_on={
             "script": "python -m evals.fit_rerank",
-            "split": "int(sha256(query id)[:8], 16) % 2: 0 fits, 1 judges",
-            "l2": args.l2,
+            "split": "evals/splits.yaml: fitted on train, L2 chosen on dev; test never read",
+            "l2": l2,
             "top_n": engine.cfg.retrieval.rerank.top_n,
             "embedder": engine.embedder_identity,
-            "questions": {"fit": len(fit_set), "judge": len(judge_set)},
-            "map@10": {name: {k: v for k, v in r.items() if k in ("fused", "reranked")} for name, r in report.items()},
+            "questions": {"train": len(fit_set), "dev": len(judge_set)},
+            "map@10": {
+                name: {k: v for k, v in r.items() if k in ("fused", "reranked")}
+                for name, r in report.items()
+                if name in ("train", "dev")
+            },
         },
     )
     Path(args.output).write_text(json.dumps(model.model_dump(), indent=2) + "\n", encoding="utf-8")

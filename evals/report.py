@@ -74,7 +74,7 @@ and the engine's fulltext and dense legs alone."""
 
 BASELINE_SYSTEMS: tuple[str, ...] = SYSTEMS[1:]
 
-VARIANTS: tuple[str, ...] = ("engine_no_graph", "engine_no_rerank")
+VARIANTS: tuple[str, ...] = ("engine_no_graph", "engine_no_rerank", "engine_no_sentences", "rrf")
 """Ablations of the engine scored beside it (optional in a report: older reports lack them):
 the graph leg's weight at 0, and the feature reranker off."""
 
@@ -121,6 +121,9 @@ class GenerationInfo(_Frozen):
     """Queries the model answered (insufficient-evidence verdicts included)."""
     no_call: int | None = Field(None, ge=0)
     """Queries decided before any model call (empty context or low evidence coverage)."""
+    extractive: int | None = Field(None, ge=0)
+    """Queries the engine answered extractively because the replay holds no recording for them
+    (by design: the engine's own answer; not a failure)."""
     failures: dict[NonEmpty, Annotated[int, Field(ge=1)]] | None = None
     """Error type -> queries whose model call failed (e.g. ``ReplayMiss``: the cassette has no answer
     for the request); the engine answered those extractively, so the report does not measure the model."""
@@ -206,6 +209,16 @@ class QueryResult(_Frozen):
     control_latency_ms: Millis | None = None
     """In-run control: the engine's fulltext leg alone on the same question, same run (the gate
     compares latency only as a ratio to it); None: not recorded (an older runner)."""
+    names_reference: bool | None = None
+    """The question names a rule, article or other reference a pack resolves (its exact-reference keys)."""
+    split: Literal["train", "dev", "test"] | None = None
+    """The question's committed split (``evals.splits``); None: not recorded (an older runner)."""
+    answer: str | None = None
+    """The answer's text as the user reads it; None: not recorded (an older runner)."""
+    fact: tuple[NonEmpty, ...] | None = None
+    """What the answer must state (any one of these phrases), for questions that name one."""
+    fact_stated: bool | None = None
+    """The answer (not a refusal) holds one of ``fact`` (case and spacing folded)."""
     recall_at_1: Unit | None = Field(alias="recall@1")
     recall_at_5: Unit | None = Field(alias="recall@5")
     recall_at_10: Unit | None = Field(alias="recall@10")
@@ -275,6 +288,9 @@ class PackSystems(_Frozen):
     dense: SystemMetrics
     engine_no_graph: SystemMetrics | None = None
     engine_no_rerank: SystemMetrics | None = None
+    engine_no_sentences: SystemMetrics | None = None
+    rrf: SystemMetrics | None = None
+    """Plain RRF of the fulltext and dense legs (no exact references, boosts, graph or rerank)."""
 
     def system(self, name: str) -> SystemMetrics:
         if name not in SYSTEMS:
@@ -323,6 +339,10 @@ class EvalReport(_Frozen):
     """pack -> system -> ranking metrics (``/2`` only)."""
     rankings: dict[NonEmpty, BaselineRankings] | None = None
     """query id -> the baselines' top 10 anchors (``/2`` only)."""
+    splits: dict[NonEmpty, dict[str, Any]] | None = None
+    """``<pack>@<split>`` -> {systems: system -> ranking metrics, answers: rank 1, fact stated,
+    found-but-refused and out-of-scope-answered rates} (``evals.answer_metrics``); the test split
+    is the result, train and dev are development figures."""
 
     @model_validator(mode="after")
     def _consistent(self) -> EvalReport:

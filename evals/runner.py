@@ -48,6 +48,7 @@ from typing import Any
 
 import yaml
 
+from evals.answer_metrics import fact_fields, split_tables
 from evals.bm25_baseline import BM25Baseline
 from evals.metrics import aggregate, score_query, system_metrics
 from evals.report import (
@@ -61,6 +62,7 @@ from evals.report import (
     dump_report,
     golden_sha256,
 )
+from evals.splits import load_splits, split_of
 from rag_engine import DEFAULT_CONFIG, yaml_safe
 from rag_engine.config import LEGS, config_hash
 from rag_engine.engine import Engine
@@ -175,6 +177,7 @@ class AnswerTally:
     def __init__(self) -> None:
         self.model_answers = 0
         self.no_call = 0
+        self.extractive = 0
         self.failures: Counter[str] = Counter()
         self.failed_ids: list[str] = []
         self.reported: set[str] = set()
@@ -183,8 +186,10 @@ class AnswerTally:
         if answer.method == "model":
             self.model_answers += 1
             self.reported.update(m for m in reported_models if m)
-        elif answer.method == "none":  # empty context or low evidence coverage: no call was due
+        elif answer.method == "none":  # empty context or low evidence: no call was due
             self.no_call += 1
+        elif answer.fallback == "no_recording":  # the replay holds none: the engine's own answer, by design
+            self.extractive += 1
         else:  # extractive: the model call failed, or no usable generation model (never silent)
             self.failures[answer.error_type or NO_MODEL] += 1
             self.failed_ids.append(query_id)
@@ -211,6 +216,7 @@ class AnswerTally:
             "reported_models": sorted(self.reported),
             "model_answers": self.model_answers,
             "no_call": self.no_call,
+            "extractive": self.extractive,
             "failures": dict(sorted(self.failures.items())),
         }
 
@@ -235,6 +241,9 @@ def baseline_rankings(engine: Engine, bm25: BM25Baseline, pack: str, question: s
         }
 
 
+RRF_LEGS = {"exact": 0.0, "lexical": 1.0, "dense": 1.0, "live": 0.0, "graph": 0.0}
+
+
 def variant_rankings(
     engine: Engine, question: str, role: str, k: int | None, weights: dict[str, float] | None
 ) -> dict[str, list[str]]:
@@ -244,6 +253,9 @@ def variant_rankings(
     runs = {
         "engine_no_graph": retrieve(engine, question, role, k=k, weights={**base, "graph": 0.0}),
         "engine_no_rerank": retrieve(engine, question, role, k=k, weights=base, rerank=False),
+        "engine_no_sentences": retrieve(engine, question, role, k=k, weights=base, units=False),
+        # plain RRF of the two text legs: what the engine's reference, boost and rerank machinery must beat
+        "rrf": retrieve(engine, question, role, k=k, weights=RRF_LEGS, rerank=False, units=False),
     }
     return {name: [c.anchor for c in r.candidates][:TOP_K] for name, r in runs.items()}
 
@@ -275,6 +287,8 @@ def run_eval(
     bm25 = BM25Baseline(engine.driver, engine.database)
     answers = AnswerTally()
     run_tag = f"eval-{uuid.uuid4().hex[:12]}"
+    splits = load_splits()
+    by_split: dict[str, dict[str, list[tuple[Sequence[str], Sequence[str], bool]]]] = {}
     for path in golden_paths:
         golden = load_golden(path)
         pack = label = golden["pack"]
@@ -287,6 +301,7 @@ def run_eval(
         role_default = golden.get("role") or default_role(engine, pack)
         rows: dict[str, list[tuple[Sequence[str], Sequence[str], bool]]] = {s: [] for s in (*SYSTEMS, *VARIANTS)}
         for q in golden["queries"]:
+            split = split_of(q["id"], golden.get("set"), splits)
             role = q.get("role", role_default)
             gold, insufficient = q.get("gold") or [], bool(q.get("insufficient_evidence"))
             # per query and per run: its tokens from the ledger, never another run's on the same ledger
@@ -339,15 +354,28 @@ def run_eval(
                         and not insufficient
                         and set(gold) & {d.anchor for d in outcome.context.documents}
                     ),
+                    "split": split,
+                    "names_reference": any(
+                        s.get("keys") for s in outcome.retrieval.trace if s.get("step") == "exact_references"
+                    ),
+                    "answer": outcome.answer.text,
+                    **fact_fields(q.get("fact"), outcome.answer),
                 }
             )
             results.append(scored)
             rankings[q["id"]] = baseline_rankings(engine, bm25, pack, q["question"], role)
-            rows["engine"].append((scored.ranked, gold, insufficient))
-            for system in BASELINE_SYSTEMS:
-                rows[system].append((rankings[q["id"]][system], gold, insufficient))
-            for variant, ranked in variant_rankings(engine, q["question"], role, k, weights).items():
-                rows[variant].append((ranked, gold, insufficient))
+            group = "reference" if scored.names_reference else "plain"
+            tables = [rows] + [
+                by_split.setdefault(key, {s: [] for s in (*SYSTEMS, *VARIANTS)})
+                for key in (f"{pack}@{split}", f"{pack}@{split}:{group}")
+            ]
+            variants = variant_rankings(engine, q["question"], role, k, weights)
+            for table in tables:
+                table["engine"].append((scored.ranked, gold, insufficient))
+                for system in BASELINE_SYSTEMS:
+                    table[system].append((rankings[q["id"]][system], gold, insufficient))
+                for variant, ranked in variants.items():
+                    table[variant].append((ranked, gold, insufficient))
         systems[label] = {s: system_metrics(r) for s, r in rows.items()}
         progress(f"[eval] {path}: {len(golden['queries'])} queries")
     warning = answers.warning()
@@ -384,6 +412,7 @@ def run_eval(
             "retrieval": {"weights": {**engine.leg_weights, **(weights or {})}, "k": k},
             "systems": systems,
             "rankings": rankings,
+            "splits": split_tables(by_split, results),
         }
     )
 
@@ -405,6 +434,38 @@ def systems_table(report: EvalReport) -> str:
                 + f"  {m.queries:>7}"
             )
     return "\n".join(lines)
+
+
+def split_table(report: EvalReport) -> str:
+    """Per pack and split: each system's nDCG@10 / MAP@10 / Recall@10, then what the user reads
+    (rank 1, the fact stated, found but refused, out of scope answered). Test is the result;
+    train and dev shaped the fitted numbers (development figures)."""
+    systems = ("engine", "engine_no_sentences", "rrf", "fulltext", "dense", "bm25")
+    head = f"{'pack@split':<26} " + " ".join(f"{s[:18]:>18}" for s in systems)
+    lines = ["nDCG@10 / MAP@10 / Recall@10 per system (test: the result; train, dev: development figures)", head]
+    answers = [
+        f"{'pack@split':<26} {'answerable':>10} {'rank1':>6} {'facts':>6} {'stated':>7} "
+        f"{'retrieved':>9} {'refused':>8} {'no-answer':>9} {'answered':>9}"
+    ]
+
+    def r(v: float | None) -> str:
+        return "-" if v is None else f"{v:.3f}"
+
+    for key, table in (report.splits or {}).items():
+        if ":" in key and not table["systems"].get("engine", {}).get("queries"):
+            continue
+        cells = []
+        for s in systems:
+            m = table["systems"].get(s)
+            cells.append("-" if not m else f"{r(m['ndcg@10'])}/{r(m['map@10'])}/{r(m['recall@10'])}")
+        lines.append(f"{key:<26} " + " ".join(f"{c:>18}" for c in cells))
+        a = table["answers"]
+        answers.append(
+            f"{key:<26} {a['answerable']:>10} {r(a['rank1']):>6} {a['fact_questions']:>6} {r(a['fact_stated']):>7} "
+            f"{a['gold_retrieved']:>9} {r(a['found_but_refused']):>8} {a['no_answer_questions']:>9} "
+            f"{r(a['out_of_scope_answered']):>9}"
+        )
+    return "\n".join([*lines, "", *answers])
 
 
 def exact_hits_table(report: EvalReport) -> str:
@@ -500,6 +561,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[eval] engine weights {report.retrieval.weights}" + (f", k {args.k}" if args.k else ""))
     print(systems_table(report))
     print(exact_hits_table(report))
+    print(split_table(report))
     return 0
 
 
