@@ -1,6 +1,9 @@
 """Compare eval reports (``python -m evals.runner`` outputs) per set and per question group.
 
-    python -m evals.compare NAME=REPORT.json [NAME=REPORT.json ...] [--metric map@10] [--config ...]
+    python -m evals.compare NAME=REPORT.json [NAME=REPORT.json ...] [--metric map@10] [--split train,dev] [--config ...]
+
+``--split`` keeps the questions of those committed splits (``evals.splits``): choose a mechanism
+on train and dev, report it on test.
 
 Question groups, read off each question with the packs' own parsers (no store): ``rule`` (it
 names a rule or article number: ``query_references``), ``instrument`` (it names a document as a
@@ -34,14 +37,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="eval reports side by side, per set and question group")
     parser.add_argument("reports", nargs="+", help="NAME=PATH of a report")
     parser.add_argument("--metric", default="map@10")
+    parser.add_argument("--split", default=None, help="comma-separated splits to keep (train, dev, test)")
     parser.add_argument("--config", default=str(DEFAULT_CONFIG))
     args = parser.parse_args(argv)
     engine = Engine.from_path(args.config)
     named = [r.split("=", 1) for r in args.reports]
     reports = {name: load_report(path) for name, path in named}
+    keep = set(args.split.split(",")) if args.split else None
     cells: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for name, report in reports.items():
         for q in report.queries:
+            if keep is not None and q.split not in keep:
+                continue
             value = q.value(args.metric)
             if value is None:
                 continue

@@ -11,10 +11,12 @@ features (``abstain.FEATURES``) are recorded with its label:
 - 0: no answer for its role (out of scope, or only in a collection the role may not read);
 - answerable questions whose gold was not retrieved are left out (neither answer is right).
 
-A logistic regression (scikit-learn, standardised features, balanced class weights, C chosen on
-dev) is fitted on train. The threshold is chosen on dev: the one minimising found-but-refused +
-``refuse_cost`` x out-of-scope-answered (rates), ties to the lower threshold. Train and dev
-figures are printed (development figures); the eval shows the test split.
+A logistic regression (scikit-learn, standardised features, balanced class weights). Train and
+dev are pooled (neither is test; dev alone holds too few unanswerable questions to choose a
+threshold on): C and the threshold are chosen on 5-fold stratified out-of-fold probabilities as
+the pair minimising found-but-refused + ``refuse_cost`` x out-of-scope-answered (rates; ties to
+the smaller C and the lower threshold), then the model is fitted on the whole pool. The
+out-of-fold figures are printed (development figures); the eval shows the test split.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from typing import Any
 
 import numpy as np
 from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import StratifiedKFold, cross_val_predict
+from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from evals.runner import default_role, load_golden
@@ -38,9 +42,10 @@ from rag_engine.config import EngineConfig
 from rag_engine.engine import Engine
 from rag_engine.errors import EvalInputError
 from rag_engine.retrieval.abstain import FEATURES, AbstainModel, decision_features
-from rag_engine.retrieval.query import alias_groups, run_query
+from rag_engine.retrieval.query import alias_groups, run_query, store_absent
 
 C_GRID = (0.1, 0.3, 1.0, 3.0)
+FOLDS = 5
 THRESHOLDS = tuple(round(t, 2) for t in np.arange(0.05, 0.96, 0.05))
 
 
@@ -75,7 +80,8 @@ def collect(engine: Engine, paths: Sequence[Path]) -> list[dict[str, Any]]:
                 continue
             aliases = alias_groups(engine, outcome.retrieval.collections)
             coverage = evidence_coverage(q["question"], outcome.context.documents, aliases)
-            x = decision_features(q["question"], cands, coverage, aliases)
+            absent = store_absent(engine, q["question"], cands, outcome.retrieval.collections)
+            x = decision_features(q["question"], cands, coverage, aliases, absent)
             rows.append({"id": q["id"], "pack": golden["pack"], "split": split, "label": label, "x": x})
     return rows
 
@@ -106,39 +112,32 @@ def main(argv: list[str] | None = None) -> int:
         rows = collect(engine, [engine.root / p for p in engine.cfg.evals.golden])
     finally:
         engine.close()
-    train = [r for r in rows if r["split"] == "train"]
-    dev = [r for r in rows if r["split"] == "dev"]
-    xt, yt = _matrix(train)
-    xd, yd = _matrix(dev)
-    if len(set(yt)) < 2 or len(set(yd)) < 2:
-        raise EvalInputError("train and dev each need answerable and unanswerable questions")
-    scaler = StandardScaler().fit(xt)
+    pool = [r for r in rows if r["split"] in ("train", "dev")]
+    x, y = _matrix(pool)
+    if (y == 0).sum() < FOLDS or (y == 1).sum() < FOLDS:
+        raise EvalInputError(f"train and dev need at least {FOLDS} answerable and {FOLDS} unanswerable questions")
 
-    def fitted(c: float) -> LogisticRegression:
-        return LogisticRegression(C=c, class_weight="balanced", max_iter=1000).fit(scaler.transform(xt), yt)
+    def pipeline(c: float) -> Pipeline:
+        return make_pipeline(StandardScaler(), LogisticRegression(C=c, class_weight="balanced", max_iter=1000))
 
-    def cost(p: np.ndarray, y: np.ndarray, t: float) -> float:
+    def cost(p: np.ndarray, t: float) -> float:
         r = rates(p, y, t)
         return float(r["found_but_refused"] + args.refuse_cost * r["out_of_scope_answered"])
 
-    best: tuple[float, float, float] | None = None  # (cost, C, threshold)
-    for c in C_GRID:
-        pd = fitted(c).predict_proba(scaler.transform(xd))[:, 1]
-        for t in THRESHOLDS:
-            key = (round(cost(pd, yd, t), 6), c, t)
-            if best is None or key < best:
-                best = key
-    assert best is not None
-    _, c, threshold = best
-    clf = fitted(c)
-    pt = clf.predict_proba(scaler.transform(xt))[:, 1]
-    pd = clf.predict_proba(scaler.transform(xd))[:, 1]
+    folds = StratifiedKFold(n_splits=FOLDS, shuffle=True, random_state=7)
+    oof = {c: cross_val_predict(pipeline(c), x, y, cv=folds, method="predict_proba")[:, 1] for c in C_GRID}
+    _, c, threshold = min((round(cost(oof[c], t), 6), c, t) for c in C_GRID for t in THRESHOLDS)
+    fitted = pipeline(c).fit(x, y)
+    scaler: StandardScaler = fitted.named_steps["standardscaler"]
+    clf: LogisticRegression = fitted.named_steps["logisticregression"]
+    figures = {
+        "questions": len(pool),
+        "unanswerable": int((y == 0).sum()),
+        "by_split": {s: sum(1 for r in pool if r["split"] == s) for s in ("train", "dev")},
+        "out_of_fold": rates(oof[c], y, threshold),
+    }
     coef = tuple(round(float(v), 6) for v in clf.coef_[0])
     version = hashlib.sha256(json.dumps([FEATURES, coef, threshold]).encode()).hexdigest()[:12]
-    figures = {
-        "train": {"questions": len(train), "unanswerable": int((yt == 0).sum()), **rates(pt, yt, threshold)},
-        "dev": {"questions": len(dev), "unanswerable": int((yd == 0).sum()), **rates(pd, yd, threshold)},
-    }
     model = AbstainModel(
         version=version,
         features=FEATURES,
@@ -150,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         fitted_on={
             "script": "python -m evals.fit_abstain",
             "method": "sklearn LogisticRegression(class_weight=balanced) on standardised features",
-            "split": "evals/splits.yaml: fitted on train; C and threshold chosen on dev; test never read",
+            "split": "evals/splits.yaml: train + dev pooled, C and threshold on 5-fold out-of-fold; test never read",
             "C": c,
             "refuse_cost": args.refuse_cost,
             "embedder": engine.embedder_identity,

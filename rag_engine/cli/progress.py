@@ -79,6 +79,17 @@ class RichIngestProgress(IngestObserver):
         if not self.live:  # one line per step, for logs
             self.console.print(
                 f"[{pack}] {step}: {len(report.done)} done, {len(report.unchanged)} unchanged, "
-                f"{len(report.rejected)} rejected, {len(report.failed)} failed, {report.seconds:.1f}s",
+                f"{len(report.rejected)} rejected, {len(report.failed)} failed, {report.seconds:.1f}s"
+                + _unit_cost(report),
                 markup=False,
             )
+
+
+def _unit_cost(report: StepReport) -> str:
+    """The sentence-evidence share of a chunk_index step: unit vectors and their embedding seconds."""
+    units = report.total("unit_vectors")
+    if not units:
+        return ""
+    seconds = sum(float(v.get("unit_embed_seconds", 0.0)) for v in report.done.values())
+    chunks = sum(float(v.get("embed_seconds", 0.0)) for v in report.done.values())
+    return f" ({report.total('embedded')} chunk vectors {chunks:.1f}s, {units} unit vectors {seconds:.1f}s)"

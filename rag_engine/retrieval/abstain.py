@@ -10,6 +10,8 @@ The evidence (``decision_features``), read off the top candidates after ranking:
 - ``missing``: the share of the question's content stems that no top candidate holds anywhere;
 - ``unknown_name``: the question names something (a capitalised word past its first, or an
   acronym) that no top candidate holds: "parental leave at Google" asked of Company X's policies;
+- ``store_missing``: the share of the question's content words that nothing the role may read
+  holds at all (``store.vocabulary``: the fulltext index), and ``unknown_to_store``: a name among them;
 - ``margin``: the best unit score of the first candidate minus that of the second;
 - ``exact``: the first candidate is an exact reference or phrase hit.
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +37,7 @@ from pydantic import BaseModel, ConfigDict
 from rag_engine.errors import ConfigError
 from rag_engine.retrieval.candidates import Candidate
 from rag_engine.retrieval.evidence import AliasGroups
-from rag_engine.text.terms import content_stems, is_content, stem
+from rag_engine.text.terms import content_stems, content_words, is_content, stem
 
 FEATURES: tuple[str, ...] = (
     "unit_cos",
@@ -43,6 +46,8 @@ FEATURES: tuple[str, ...] = (
     "passage_cov",
     "missing",
     "unknown_name",
+    "store_missing",
+    "unknown_to_store",
     "margin",
     "exact",
 )
@@ -101,10 +106,24 @@ def named_things(question: str) -> set[str]:
     return {stem(w.lower()) for w in names if is_content(w.lower())}
 
 
+def unheld_words(question: str, candidates: Sequence[Candidate]) -> list[str]:
+    """The question's content words (lowercased) that no top candidate holds: the ones to look up
+    in the store (``store.vocabulary.absent_words``)."""
+    held: set[str] = set()
+    for c in candidates[:TOP]:
+        held |= content_stems(f"{c.doc_title} {c.heading} {c.text}")
+    return sorted({w for w in content_words(question) if stem(w) not in held})
+
+
 def decision_features(
-    question: str, candidates: Sequence[Candidate], passage_coverage: float, aliases: AliasGroups
+    question: str,
+    candidates: Sequence[Candidate],
+    passage_coverage: float,
+    aliases: AliasGroups,
+    absent: AbstractSet[str] = frozenset(),
 ) -> dict[str, float]:
-    """The evidence of the top candidates (``TOP``) as the model's features."""
+    """The evidence of the top candidates (``TOP``) as the model's features; ``absent``: the
+    question's words the permitted store does not hold at all (``store.vocabulary``)."""
     top = list(candidates[:TOP])
     units = [u for c in top for u in c.units]
     cosines = [u.cosine for u in units if u.cosine is not None]
@@ -116,6 +135,7 @@ def decision_features(
         held |= content_stems(aliases.fold(text))
         held_raw |= content_stems(text)
     names = {n for n in named_things(question) if n not in held_raw and not content_stems(aliases.fold(n)) <= held}
+    words = {stem(w) for w in content_words(question)}
     best = [max((u.score for u in c.units), default=0.0) for c in top[:2]]
     return {
         "unit_cos": max(cosines, default=0.0),
@@ -124,6 +144,8 @@ def decision_features(
         "passage_cov": passage_coverage,
         "missing": len(terms - held) / len(terms) if terms else 0.0,
         "unknown_name": 1.0 if names else 0.0,
+        "store_missing": len({stem(w) for w in absent}) / len(words) if words else 0.0,
+        "unknown_to_store": 1.0 if {stem(w) for w in absent} & names else 0.0,
         "margin": best[0] - best[1] if len(best) == 2 else (best[0] if best else 0.0),
         "exact": 1.0 if top and top[0].exact else 0.0,
     }

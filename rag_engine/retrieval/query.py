@@ -15,7 +15,7 @@ from typing import Any
 from rag_engine.engine import Engine
 from rag_engine.errors import RagError
 from rag_engine.providers.clients import ModelClient
-from rag_engine.retrieval.abstain import abstain_model, decision_features
+from rag_engine.retrieval.abstain import abstain_model, decision_features, unheld_words
 from rag_engine.retrieval.answer import ExtractiveLimits, Reason, answer_question, extractive_answer, insufficient
 from rag_engine.retrieval.candidates import Candidate, RetrievalResult
 from rag_engine.retrieval.context import AssembledContext, assemble_context
@@ -24,6 +24,8 @@ from rag_engine.retrieval.local_inference import expand_query
 from rag_engine.retrieval.local_inference import rerank as model_rerank
 from rag_engine.retrieval.outcome import QueryAudit, QueryOutcome
 from rag_engine.retrieval.retriever import retrieve, stamped
+from rag_engine.store.session import read_transaction
+from rag_engine.store.vocabulary import absent_words
 from rag_engine.usage import acting_as
 
 SYSTEM_PROMPT = (
@@ -49,6 +51,16 @@ def alias_groups(engine: Engine, collections: tuple[str, ...]) -> AliasGroups:
     )
 
 
+def store_absent(engine: Engine, question: str, candidates: list[Candidate], collections: tuple[str, ...]) -> set[str]:
+    """The question's words no top candidate holds that the permitted store does not hold either
+    (one read; none when every word is held by a top candidate)."""
+    words = unheld_words(question, candidates)
+    if not words or not candidates:
+        return set()
+    with read_transaction(engine.driver, engine.database) as rx:
+        return absent_words(rx, words, collections)
+
+
 def _refusal(
     engine: Engine,
     question: str,
@@ -56,6 +68,7 @@ def _refusal(
     context: AssembledContext,
     coverage: float,
     aliases: AliasGroups,
+    collections: tuple[str, ...],
     events: list[dict[str, Any]],
 ) -> Reason | None:
     """Why the evidence does not answer the question (``abstain``: the fitted model, then the
@@ -69,7 +82,9 @@ def _refusal(
         except RagError as exc:
             events.append({"event": "abstain_degraded", "error_type": type(exc).__name__, "detail": str(exc)[:200]})
         else:
-            x = decision_features(question, candidates, coverage, aliases)
+            x = decision_features(
+                question, candidates, coverage, aliases, store_absent(engine, question, candidates, collections)
+            )
             p = model.probability(x)
             threshold = (
                 cfg.evidence.abstain_threshold if cfg.evidence.abstain_threshold is not None else model.threshold
@@ -171,7 +186,7 @@ def _run_query(
     coverage = evidence_coverage(question, context.documents, aliases)
     evidence_cfg = engine.cfg.retrieval.evidence
     limits: ExtractiveLimits = {"max_units": evidence_cfg.answer_max_units, "max_chars": evidence_cfg.answer_max_chars}
-    refusal = _refusal(engine, question, candidates, context, coverage, aliases, events)
+    refusal = _refusal(engine, question, candidates, context, coverage, aliases, result.collections, events)
     if refusal is not None:
         answer = insufficient(refusal)
     elif generate:
