@@ -5,12 +5,33 @@ from __future__ import annotations
 
 import json
 
-from rag_engine.engine import Engine
+import pytest
+import yaml
+
+from rag_engine import DEFAULT_CONFIG
+from rag_engine.engine import Engine, project_root
 from rag_engine.graph.feedback import encode_path_id, record_feedback
 from rag_engine.retrieval.query import run_query
 from tests.support.cli import rag
 
 RELATIONAL = "Which supervisory authority supervises the controller?"
+
+
+@pytest.fixture
+def graph_tail_engine(ingested_engine):
+    tail = ingested_engine.cfg.retrieval.model_copy(update={"graph_tail": 2})
+    eng = Engine(ingested_engine.cfg.model_copy(update={"retrieval": tail}), ingested_engine.root, ingested_engine.env)
+    yield eng
+    eng.close()
+
+
+@pytest.fixture
+def graph_tail_config(tmp_path):
+    cfg = yaml.safe_load((project_root() / DEFAULT_CONFIG).read_text())
+    cfg["retrieval"]["graph_tail"] = 2
+    path = tmp_path / "engine.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return str(path)
 
 
 def test_answer_cites_only_context_and_reports_overflow(ingested_engine):
@@ -29,11 +50,15 @@ def test_answer_cites_only_context_and_reports_overflow(ingested_engine):
     assert out.context.used["documents"] <= 600
 
 
-def test_relational_question_traverses_and_shows_paths(ingested_engine):
-    out = run_query(ingested_engine, RELATIONAL, "legal_analyst", generate=False)
+def test_relational_question_traverses_and_shows_paths(graph_tail_engine):
+    # the graph's place in the top k is the fitted ranking's call; graph_tail reserves it the last
+    # places, so what traversal found is shown with its paths
+    out = run_query(graph_tail_engine, RELATIONAL, "legal_analyst", generate=False)
     assert out.retrieval.plan["reason"] == "traverse"
+    [traversal] = [s for s in out.retrieval.trace if s["step"] == "traversal"]
+    assert traversal["candidates"] > 0
     graph = [c for c in out.retrieval.candidates if c.path]
-    assert 0 < len(graph) <= ingested_engine.cfg.traversal.max_candidates
+    assert 0 < len(graph) <= graph_tail_engine.cfg.traversal.max_candidates
     for c in graph:
         assert c.path_score >= ingested_engine.cfg.traversal.confidence_floor / ingested_engine.cfg.traversal.max_depth
         assert all(h["confidence"] >= ingested_engine.cfg.traversal.confidence_floor for h in c.path)
@@ -55,8 +80,8 @@ def test_exact_reference_stays_above_graph_candidates(ingested_engine):
     assert not positions or max(exact_positions) < min(positions)
 
 
-def test_feedback_is_stored_and_changes_no_fact(ingested_engine):
-    out = run_query(ingested_engine, RELATIONAL, "legal_analyst", generate=False)
+def test_feedback_is_stored_and_changes_no_fact(ingested_engine, graph_tail_engine):
+    out = run_query(graph_tail_engine, RELATIONAL, "legal_analyst", generate=False)
     cand = next(c for c in out.retrieval.candidates if c.path)
 
     def facts():
@@ -78,17 +103,17 @@ def test_feedback_is_stored_and_changes_no_fact(ingested_engine):
     )
     assert obs.verdict == "harmful"
     assert facts() == before
-    again = run_query(ingested_engine, RELATIONAL, "legal_analyst", generate=False)
+    again = run_query(graph_tail_engine, RELATIONAL, "legal_analyst", generate=False)
     assert [c.chunk_id for c in again.retrieval.candidates] == [c.chunk_id for c in out.retrieval.candidates]
     assert encode_path_id(cand.path)
 
 
-def test_cli_query_shows_plan_paths_and_citations(ingested_engine, capsys):
-    res = rag("query", RELATIONAL, "--role", "legal_analyst", "--no-generate")
+def test_cli_query_shows_plan_paths_and_citations(ingested_engine, graph_tail_config, capsys):
+    res = rag("--config", graph_tail_config, "query", RELATIONAL, "--role", "legal_analyst", "--no-generate")
     assert res.exit_code == 0, res.stderr
     text = res.stdout
     assert "plan: traverse" in text and "path (score" in text and "citations: " in text
-    res = rag("query", RELATIONAL, "--role", "legal_analyst", "--json", "--no-generate")
+    res = rag("--config", graph_tail_config, "query", RELATIONAL, "--role", "legal_analyst", "--json", "--no-generate")
     assert res.exit_code == 0, res.stderr
     data = json.loads(res.stdout)
     assert data["retrieval"]["plan"]["reason"] == "traverse"

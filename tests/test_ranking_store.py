@@ -75,10 +75,12 @@ def test_the_evidence_floor_answers_what_was_found(ingested_engine, question, ro
     assert not out.answer.insufficient_evidence, out.events
 
 
-def test_the_evidence_floor_still_refuses_what_is_not_there(ingested_engine):
+def test_the_evidence_decision_still_refuses_what_is_not_there(ingested_engine):
     out = run_query(ingested_engine, "How many days of compassionate leave after a death in the family?", "public")
-    assert out.answer.insufficient_evidence
-    assert any(e["event"] == "insufficient_evidence" for e in out.events)
+    assert out.answer.insufficient_evidence and out.answer.reason == "low_evidence"
+    [decision] = [e for e in out.events if e["event"] == "evidence_decision"]
+    assert decision["p_answer"] < decision["threshold"]
+    assert decision["features"]["store_missing"] > 0  # "compassionate": nothing public holds it
 
 
 def test_rerank_sets_features_and_reorders_only_the_top_n(ingested_engine):
