@@ -11,9 +11,11 @@ at most 3 per document until N are drawn. Prints each passage with its anchor, c
 heading (``--out FILE`` writes the same text to a file as well, e.g. under var/).
 
 Check (``--check``, every pack with a heldout.yaml, or ``--pack P``): each gold anchor is a chunk
-of the corpus, the question's role may read it, each answerable question's ``fact`` (one phrase or
-a list of alternatives) occurs in at least one gold chunk's text (case-insensitive, whitespace
-collapsed; a list: every alternative does, in some gold chunk) and no id repeats. Exit status 1
+of the corpus, the first (the drawn passage) is not gold in a tuned set, the question's role may
+read every gold anchor, each answerable question's ``fact`` (one phrase or a list of
+alternatives) occurs in at least one gold chunk's text (case-insensitive, whitespace collapsed;
+a list: every alternative does, in some gold chunk), a forbidden-collection question's
+``answer_in`` anchors exist and are ones its role may not read, and no id repeats. Exit status 1
 on any problem.
 
     python -m evals.sample_heldout --pack legal_regulatory --n 60
@@ -123,8 +125,8 @@ def check(pack: DomainPack, cfg: Any) -> list[str]:
         for anchor in gold + withheld:
             if anchor not in by_anchor:
                 problems.append(f"{qid}: anchor {anchor!r} is no chunk of the corpus")
-            elif anchor in trained:
-                problems.append(f"{qid}: anchor {anchor!r} is already gold in a tuned set")
+        if gold and gold[0] in trained:  # the drawn passage comes first; a second anchor may be gold elsewhere
+            problems.append(f"{qid}: its drawn passage {gold[0]!r} is already gold in a tuned set")
         for anchor in gold:
             if anchor in by_anchor and readable is not None and by_anchor[anchor].collection not in readable:
                 problems.append(f"{qid}: role {role!r} may not read {anchor!r}")
