@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -27,7 +28,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
 from rag_engine import package_version
 from rag_engine.engine import Engine
@@ -43,11 +44,15 @@ from rag_engine.errors import (
     StoreUnavailable,
     Unauthenticated,
 )
+from rag_engine.governance.audit import AuditRecord, audit_trail
 from rag_engine.governance.principals import Principal, PrincipalRegistry
 from rag_engine.retrieval.candidates import RetrievalResult
 from rag_engine.retrieval.outcome import QueryOutcome
 from rag_engine.serving import calls
+from rag_engine.serving.connections import ConnectionGuard, descriptor_budget, guarded_protocol
+from rag_engine.serving.door import Door
 from rag_engine.serving.limits import EnginePool, Limiter, bounded, store_gone
+from rag_engine.serving.logs import PATH_ONLY
 from rag_engine.serving.mcp_server import build_mcp
 from rag_engine.serving.wire import bearer, first_line
 
@@ -119,69 +124,11 @@ def rag_error(exc: RagError) -> JSONResponse:
     return error_body(status_of(exc), exc, headers)
 
 
-class BodyLimit:
-    """Refuses a request body over ``limit`` bytes with 413 before the app parses it: by its
-    Content-Length when it says, else by reading at most ``limit`` bytes of the stream first."""
-
-    def __init__(self, app: ASGIApp, limit: int):
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        too_large = RequestTooLarge(f"the request body is over {self.limit} bytes (serving.limits.max_body_bytes)")
-        length = dict(scope.get("headers") or ()).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.limit:
-            await rag_error(too_large)(scope, receive, send)
-            return
-        if length is not None:
-            await self.app(scope, receive, send)
-            return
-        # no Content-Length (a chunked body): read it here, at most limit bytes, then replay it
-        chunks: list[bytes] = []
-        seen, more = 0, True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":  # the client went away
-                return
-            chunks.append(message.get("body", b""))
-            seen += len(chunks[-1])
-            if seen > self.limit:
-                await rag_error(too_large)(scope, receive, send)
-                return
-            more = message.get("more_body", False)
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-
-        await self.app(scope, replay, send)
-
-
-class KeyRequired:
-    """The MCP endpoint's door: 401 for a request without a valid key, before any MCP session."""
-
-    def __init__(self, app: ASGIApp, registry: PrincipalRegistry):
-        self.app, self.registry = app, registry
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or ()}
-            try:
-                self.registry.authenticate(bearer(headers.get("authorization")))
-            except Unauthenticated as exc:
-                await rag_error(exc)(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
 def current_principal(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
     """The principal of the request's key (``Unauthenticated`` -> 401 before anything else runs)."""
+    door: Principal | None = getattr(request.state, "principal", None)  # serving.door checked the key
+    if door is not None:
+        return door
     registry: PrincipalRegistry = request.app.state.principals
     return registry.authenticate(bearer(authorization))
 
@@ -198,8 +145,24 @@ def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> Fas
         streamable_http_path="/mcp", stateless_http=True, json_response=True, host=engine.cfg.serving.host
     )
 
+    async def refused(scope: Scope, status: int, error: str, principal: Principal | None) -> None:
+        """A refusal on the record: who (when authenticated), what was refused, never a value."""
+        record = AuditRecord(
+            event="request_refused",
+            actor=principal.id if principal else None,
+            payload={"status": status, "error": error, "method": scope.get("method"), "path": scope.get("path")},
+        )
+        try:
+            await run_in_threadpool(audit_trail(engine).append, record)
+        except Exception as exc:  # noqa: BLE001 - a refusal stays answered when the trail is down
+            logging.getLogger(__name__).warning("could not record a refusal (%s)", type(exc).__name__)
+
+    async def refused_here(request: Request, status: int, error: str) -> None:
+        await refused(request.scope, status, error, getattr(request.state, "principal", None))
+
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        logging.getLogger("uvicorn.access").addFilter(PATH_ONLY)
         async with mcp.session_manager.run():
             yield
         pool.shutdown()
@@ -215,7 +178,10 @@ def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> Fas
 
     @app.exception_handler(RagError)
     async def _typed(request: Request, exc: RagError) -> JSONResponse:
-        return rag_error(exc)
+        response = rag_error(exc)
+        if response.status_code < 500 and response.status_code != 409:
+            await refused_here(request, response.status_code, type(exc).__name__)
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -223,6 +189,7 @@ def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> Fas
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc'] if p != 'body') or 'body'}: {e['msg']}" for e in exc.errors()
         )
+        await refused_here(request, 422, "InvalidRequest")
         return JSONResponse({"error": "InvalidRequest", "detail": problems}, 422)
 
     @app.exception_handler(Exception)
@@ -349,8 +316,14 @@ def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> Fas
         """The roles the key's principal holds and the collections each may read."""
         return calls.readable(engine, caller)
 
-    app.mount("/", KeyRequired(mcp_app, principals))  # after the routes: it answers /mcp only
-    app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
+    app.mount("/", mcp_app)  # after the routes: it answers /mcp only
+    app.add_middleware(
+        Door,
+        registry=principals,
+        max_body_bytes=limits.max_body_bytes,
+        body_timeout=limits.body_timeout_seconds,
+        refused=refused,
+    )
     return app
 
 
@@ -359,7 +332,20 @@ def serve(engine: Engine, host: str, port: int, **uvicorn_args: Any) -> None:
     requests in flight within ``serving.limits.shutdown_grace_seconds``."""
     import uvicorn
 
-    grace = engine.cfg.serving.limits.shutdown_grace_seconds
-    uvicorn.run(
-        create_app(engine), host=host, port=port, log_level="info", timeout_graceful_shutdown=grace, **uvicorn_args
-    )
+    uvicorn.run(create_app(engine), host=host, port=port, log_level="info", **uvicorn_settings(engine), **uvicorn_args)
+
+
+def uvicorn_settings(engine: Engine) -> dict[str, Any]:
+    """The uvicorn settings that bound a connection: the graceful-shutdown wait, the idle
+    keep-alive timeout, and the HTTP protocol under the connection caps and the request-head
+    deadline (``serving.connections``)."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    limits = engine.cfg.serving.limits
+    guard = ConnectionGuard(per_address=limits.connections_per_address, total=descriptor_budget(limits))
+    return {
+        "timeout_graceful_shutdown": limits.shutdown_grace_seconds,
+        "timeout_keep_alive": limits.idle_timeout_seconds,
+        "http": guarded_protocol(AutoHTTPProtocol, guard, limits.header_timeout_seconds),
+        "h11_max_incomplete_event_size": 16 * 1024,
+    }
