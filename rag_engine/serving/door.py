@@ -66,9 +66,9 @@ class Door:
         close: bool = True,
         headers: dict[str, str] | None = None,
     ) -> None:
-        await refusal(status, error, detail, close=close, headers=headers)(scope, receive, send)
-        if self.refused is not None:
+        if self.refused is not None:  # on the record before the caller hears of it
             await self.refused(scope, status, error, principal)
+        await refusal(status, error, detail, close=close, headers=headers)(scope, receive, send)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
