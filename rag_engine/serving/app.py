@@ -51,6 +51,7 @@ from rag_engine.retrieval.outcome import QueryOutcome
 from rag_engine.serving import calls
 from rag_engine.serving.connections import ConnectionGuard, descriptor_budget, guarded_protocol
 from rag_engine.serving.door import Door
+from rag_engine.serving.follow import IndexFollower, query_on, retrieve_on
 from rag_engine.serving.limits import EnginePool, Limiter, bounded, store_gone
 from rag_engine.serving.logs import PATH_ONLY
 from rag_engine.serving.mcp_server import build_mcp
@@ -100,6 +101,9 @@ class Health(BaseModel):
     status: str
     version: str
     store: str
+    index: str
+    """``ok``, ``ok (following <embedder>)`` after a re-index to another configured embedder, or
+    ``degraded (...)``: the active index's embedder is not configured here (no dense leg)."""
     workers_busy: int
 
 
@@ -140,7 +144,8 @@ def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> Fas
     principals = registry or PrincipalRegistry(engine.cfg, engine.root, engine.env)
     limits = engine.cfg.serving.limits
     limiter, pool = Limiter(limits), EnginePool(limits)
-    mcp = build_mcp(engine, principals, limiter, pool)
+    follower = IndexFollower(engine)
+    mcp = build_mcp(engine, principals, limiter, pool, follower=follower)
     mcp_app = mcp.streamable_http_app(
         streamable_http_path="/mcp", stateless_http=True, json_response=True, host=engine.cfg.serving.host
     )
@@ -212,8 +217,13 @@ def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> Fas
             return "ok"
 
         state = await run_in_threadpool(store)
+        index = await run_in_threadpool(follower.health) if state == "ok" else "unknown"
         return Health(
-            status="ok" if state == "ok" else "degraded", version=__version__, store=state, workers_busy=pool.busy
+            status="ok" if state == "ok" and index.startswith("ok") else "degraded",
+            version=__version__,
+            store=state,
+            index=index,
+            workers_busy=pool.busy,
         )
 
     async def run(caller: Principal, fn: Any) -> Any:
@@ -224,7 +234,10 @@ def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> Fas
         """Ranked candidates with provenance, no answer. Run as a query without generation, so it
         is audited like any other (what was permitted, withheld and returned, and for whom)."""
         result: RetrievalResult = await run(
-            caller, lambda: calls.retrieve(engine, caller, body.question, body.role, body.k, body.collections)
+            caller,
+            lambda: retrieve_on(
+                follower, lambda eng: calls.retrieve(eng, caller, body.question, body.role, body.k, body.collections)
+            ),
         )
         return result
 
@@ -233,15 +246,18 @@ def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> Fas
         """A cited answer (or "insufficient evidence"), with the candidates and the trace."""
         outcome: QueryOutcome = await run(
             caller,
-            lambda: calls.query(
-                engine,
-                caller,
-                body.question,
-                body.role,
-                k=body.k,
-                collections=body.collections,
-                session_id=body.session_id,
-                generate=body.generate,
+            lambda: query_on(
+                follower,
+                lambda eng: calls.query(
+                    eng,
+                    caller,
+                    body.question,
+                    body.role,
+                    k=body.k,
+                    collections=body.collections,
+                    session_id=body.session_id,
+                    generate=body.generate,
+                ),
             ),
         )
         return outcome
@@ -266,16 +282,19 @@ def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> Fas
             loop.call_soon_threadsafe(retrieved.put_nowait, result)
 
         def work() -> QueryOutcome:
-            return calls.query(
-                engine,
-                caller,
-                body.question,
-                role,
-                k=body.k,
-                collections=body.collections,
-                session_id=body.session_id,
-                generate=body.generate,
-                on_retrieved=publish,
+            return query_on(
+                follower,
+                lambda eng: calls.query(
+                    eng,
+                    caller,
+                    body.question,
+                    role,
+                    k=body.k,
+                    collections=body.collections,
+                    session_id=body.session_id,
+                    generate=body.generate,
+                    on_retrieved=publish,
+                ),
             )
 
         answered = asyncio.ensure_future(pool.run(work))

@@ -31,6 +31,7 @@ from rag_engine.errors import Forbidden, PolicyError, QueryInputError, RagError,
 from rag_engine.governance.audit import AuditRecord, audit_trail
 from rag_engine.governance.principals import Principal, PrincipalRegistry
 from rag_engine.serving import calls
+from rag_engine.serving.follow import UNAVAILABLE, IndexFollower, retrieve_on
 from rag_engine.serving.limits import EnginePool, Limiter, bounded
 from rag_engine.serving.wire import bearer, first_line
 
@@ -58,6 +59,7 @@ def build_mcp(
     pool: EnginePool,
     *,
     principal: Principal | None = None,
+    follower: IndexFollower | None = None,
 ) -> MCPServer:
     """The MCP server over ``engine``. ``principal``: fixed for stdio (authenticated at start);
     without it every call authenticates its HTTP request's bearer key again (keys are reloaded
@@ -72,6 +74,7 @@ def build_mcp(
         ),
         log_level="WARNING",
     )
+    follow = follower or IndexFollower(engine)
 
     def refused(who: Principal | None, tool: str, exc: RagError) -> ToolError:
         """The tool's error; a refusal (a key, a role, a limit, bad input) is also an audit record
@@ -111,7 +114,9 @@ def build_mcp(
         score). Only collections the caller's role may read are searched; collections asked for
         but not readable are reported in `events`."""
         who = caller(ctx, "search")
-        result = await run(who, "search", lambda: calls.retrieve(engine, who, question, role, k, collections))
+        result = await run(
+            who, "search", lambda: retrieve_on(follow, lambda e: calls.retrieve(e, who, question, role, k, collections))
+        )
         return {
             "role": result.role,
             "collections": list(result.collections),
@@ -128,7 +133,7 @@ def build_mcp(
                 }
                 for c in result.candidates
             ],
-            "events": [e for e in result.events if e.get("event") == "collections_blocked"],
+            "events": [e for e in result.events if e.get("event") in ("collections_blocked", UNAVAILABLE)],
         }
 
     @server.tool(annotations=READ_ONLY)
