@@ -28,7 +28,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.types import Scope
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rag_engine import package_version
 from rag_engine.engine import Engine
@@ -50,7 +51,7 @@ from rag_engine.retrieval.candidates import RetrievalResult
 from rag_engine.retrieval.outcome import QueryOutcome
 from rag_engine.serving import calls
 from rag_engine.serving.connections import ConnectionGuard, descriptor_budget, guarded_protocol
-from rag_engine.serving.door import Door
+from rag_engine.serving.door import MCP_PATHS, Door
 from rag_engine.serving.follow import IndexFollower, query_on, retrieve_on
 from rag_engine.serving.limits import EnginePool, Limiter, bounded, store_gone
 from rag_engine.serving.logs import PATH_ONLY
@@ -71,10 +72,12 @@ STATUS: tuple[tuple[type[RagError], int], ...] = (
     (RequestTimeout, 504),
 )
 """Typed engine errors and their HTTP status, most specific first; any other RagError is 500."""
+HTTP_ERRORS = {400: "BadRequest", 404: "NotFound", 405: "MethodNotAllowed"}
 
 
 class RetrieveRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
+    """Strict: ``"k": true`` or ``"k": "5"`` is 422, never read as 1 or 5."""
 
     question: str = Field(min_length=1)
     role: str | None = None
@@ -91,7 +94,7 @@ class QueryRequest(RetrieveRequest):
 
 
 class PassageRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     chunk_id: str = Field(min_length=1, max_length=512)
     role: str | None = None
@@ -126,6 +129,18 @@ def status_of(exc: RagError) -> int:
 def rag_error(exc: RagError) -> JSONResponse:
     headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, RateLimited) else None
     return error_body(status_of(exc), exc, headers)
+
+
+def mcp_only(mcp_app: ASGIApp) -> ASGIApp:
+    """The MCP app for its own path; any other path the routes did not answer is a one-line 404."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("path") not in MCP_PATHS:
+            await JSONResponse({"error": "NotFound", "detail": "no such route"}, 404)(scope, receive, send)
+            return
+        await mcp_app(scope, receive, send)
+
+    return app
 
 
 def current_principal(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
@@ -196,6 +211,15 @@ def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> Fas
         )
         await refused_here(request, 422, "InvalidRequest")
         return JSONResponse({"error": "InvalidRequest", "detail": problems}, 422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        """FastAPI's own refusals (a body it cannot parse: invalid UTF-8, JSON nested too deep; an
+        unknown route) in the one-line shape every other error has."""
+        error = HTTP_ERRORS.get(exc.status_code, "HTTPError")
+        if exc.status_code == 400:
+            await refused_here(request, 400, error)
+        return JSONResponse({"error": error, "detail": str(exc.detail)}, exc.status_code, headers=exc.headers)
 
     @app.exception_handler(Exception)
     async def _untyped(request: Request, exc: Exception) -> JSONResponse:
@@ -335,7 +359,7 @@ def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> Fas
         """The roles the key's principal holds and the collections each may read."""
         return calls.readable(engine, caller)
 
-    app.mount("/", mcp_app)  # after the routes: it answers /mcp only
+    app.mount("/", mcp_only(mcp_app))  # after the routes: it answers /mcp, any other path is 404
     app.add_middleware(
         Door,
         registry=principals,
