@@ -9,6 +9,7 @@ restart, and the key itself nowhere in a response, the audit trail or the ledger
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 
@@ -192,3 +193,16 @@ def test_every_refusal_is_an_audit_record_naming_the_principal_and_two_keys_are_
     kept = "".join(x.model_dump_json() for x in records)
     for key in (APP_KEY, ANALYST_KEY, OPERATOR_KEY):
         assert key not in kept
+
+
+def test_the_api_docs_load_offline_from_the_service_itself(service):
+    """/docs names no other host: Swagger UI's script and style come from the service (a pinned
+    package), without a key, like the OpenAPI document they render."""
+    url, _, _ = service
+    page = httpx.get(f"{url}/docs", timeout=30)
+    assert page.status_code == 200 and "swagger-ui" in page.text
+    assets = re.findall(r"""(?:src|href)=["']([^"']+)["']""", page.text) + re.findall(r"url: *'([^']+)'", page.text)
+    assert assets and all(a.startswith("/") for a in assets), assets  # nothing from a CDN
+    for asset in assets:
+        r = httpx.get(f"{url}{asset}", timeout=30)
+        assert r.status_code == 200 and r.content, asset

@@ -26,10 +26,13 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
+from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
+from swagger_ui_bundle import swagger_ui_path  # type: ignore[import-untyped]
 
 from rag_engine import package_version
 from rag_engine.engine import Engine
@@ -72,6 +75,8 @@ STATUS: tuple[tuple[type[RagError], int], ...] = (
     (RequestTimeout, 504),
 )
 """Typed engine errors and their HTTP status, most specific first; any other RagError is 500."""
+DOCS_ASSETS = "/static/docs"
+"""Where the Swagger UI's assets are served from (``swagger_ui_bundle``, a pinned package)."""
 HTTP_ERRORS = {400: "BadRequest", 404: "NotFound", 405: "MethodNotAllowed"}
 
 
@@ -192,6 +197,8 @@ def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> Fas
         version=__version__,
         description="Retrieval and cited answers over the ingested packs, for an authenticated principal.",
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.principals = principals
     app.state.pool = pool
@@ -358,6 +365,19 @@ def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> Fas
     async def collections_endpoint(caller: Caller) -> list[calls.RoleCollections]:
         """The roles the key's principal holds and the collections each may read."""
         return calls.readable(engine, caller)
+
+    app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_path), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        """Swagger UI from the pinned swagger-ui-bundle package: no CDN, so it works offline."""
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title=f"{app.title} - API docs",
+            swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+            swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png",
+        )
 
     app.mount("/", mcp_only(mcp_app))  # after the routes: it answers /mcp, any other path is 404
     app.add_middleware(

@@ -22,7 +22,7 @@ from rag_engine.errors import Unauthenticated
 from rag_engine.governance.principals import Principal, PrincipalRegistry
 from rag_engine.serving.wire import bearer, first_line
 
-PUBLIC_PATHS = frozenset({"/v1/health", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+PUBLIC_PATHS = frozenset({"/v1/health", "/docs", "/openapi.json"})
 PUBLIC_PREFIXES = ("/static/docs/",)
 MCP_PATHS = frozenset({"/mcp", "/mcp/"})
 
