@@ -609,6 +609,17 @@ class ServingLimitsConfig(Frozen):
     """A larger request body is 413 before it is parsed."""
     shutdown_grace_seconds: int = Field(20, ge=0)
     """On SIGTERM/SIGINT: stop accepting, then wait this long for requests in flight."""
+    header_timeout_seconds: float = Field(10.0, gt=0)
+    """A connection that has not sent a whole request head within this (after opening, or after
+    its last response) is closed."""
+    body_timeout_seconds: float = Field(10.0, gt=0)
+    """A request body not received whole within this is 408 and the connection closed."""
+    idle_timeout_seconds: float = Field(5.0, gt=0)
+    """An idle keep-alive connection is closed after this."""
+    connections_per_address: int = Field(64, ge=1)
+    """Open connections from one client address; more are closed at once."""
+    max_connections: int = Field(1024, ge=8)
+    """Open connections in total (at most the open-file limit less a reserve); more are closed at once."""
 
 
 class ServingConfig(Frozen):

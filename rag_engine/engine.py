@@ -212,6 +212,17 @@ class Engine:
 
         return LiveSources(self.env)
 
+    def sibling(self, cfg: EngineConfig) -> Engine:
+        """An engine with another config over this one's store, ledger, audit trail and packs (the
+        query service follows a re-index to another embedder with one); closing it is not needed
+        and closes nothing of this one's."""
+        other = Engine(cfg, self.root, self.env)
+        for shared in ("driver", "ledger", "pricing", "_pack_load"):  # cached properties: shared, not rebuilt
+            other.__dict__[shared] = getattr(self, shared)
+        if "_audit_trail" in self.__dict__:
+            other.__dict__["_audit_trail"] = self.__dict__["_audit_trail"]
+        return other
+
     @property
     def embedder_identity(self) -> str:
         return self.registry.embedding.identity

@@ -4,7 +4,11 @@ the app under uvicorn on a free loopback port."""
 from __future__ import annotations
 
 import hashlib
+import os
+import resource
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -12,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import uvicorn
 import yaml
 
@@ -112,3 +117,61 @@ def service_over(variant, unique: str, tmp_path: Path, monkeypatch, limits: dict
             yield url, engine, key_file
     finally:
         engine.close()
+
+
+@contextmanager
+def serve_process(
+    tmp_path: Path,
+    *,
+    limits: dict[str, Any] | None = None,
+    nofile: int | None = None,
+    env: dict[str, str] | None = None,
+) -> Iterator[tuple[str, subprocess.Popen[bytes], Path]]:
+    """`rag serve` as its own process on a free loopback port, with the config and keys of
+    ``tests.support.serve_config`` (``limits`` over its limits) on the test Neo4j; ``nofile``:
+    its open-file limit. Yields (url, process, log path) once /v1/health answers; killed after."""
+    from tests.conftest import ROOT, _embed_env, _neo4j_uri
+    from tests.support import serve_config
+
+    port = free_port()
+    config = serve_config.write(tmp_path / "engine.yaml", limits)
+    environ = {
+        **os.environ,
+        **serve_config.digest_env(),
+        **_embed_env(),
+        "NEO4J_URI": _neo4j_uri(),
+        "RAG_LEDGER_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}",
+        **(env or {}),
+    }
+
+    def limit_files() -> None:
+        if nofile is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+    rag = Path(sys.executable).with_name("rag")
+    log_path = tmp_path / "serve.log"
+    cmd = [str(rag), "--config", str(config), "serve", "--host", "127.0.0.1", "--port", str(port)]
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            cmd, env=environ, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, preexec_fn=limit_files
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, "rag serve did not answer /v1/health"
+            try:
+                if httpx.get(f"{url}/v1/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        yield url, proc, log_path
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

@@ -9,6 +9,7 @@ restart, and the key itself nowhere in a response, the audit trail or the ledger
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 
@@ -158,3 +159,50 @@ def test_the_answer_streams_as_server_sent_events_retrieval_first(service):
     r = httpx.post(f"{url}/v1/query/stream", json={**QUESTION, "role": "employee"}, headers=bearer(APP_KEY), timeout=60)
     assert r.status_code == 403 and r.json()["error"] == "Forbidden"
     assert httpx.post(f"{url}/v1/query/stream", json=QUESTION, timeout=60).status_code == 401
+
+
+def test_every_refusal_is_an_audit_record_naming_the_principal_and_two_keys_are_400(service):
+    url, engine, _ = service
+    before = len(audit_trail(engine).records(event="request_refused"))
+    refusals = [
+        (httpx.post(f"{url}/v1/retrieve", json=QUESTION, timeout=30), 401, None),
+        (
+            httpx.post(
+                f"{url}/v1/retrieve", json={**QUESTION, "role": "employee"}, headers=bearer(APP_KEY), timeout=30
+            ),
+            403,
+            "public-app",
+        ),
+        (
+            httpx.post(f"{url}/v1/retrieve", json={"question": ""}, headers=bearer(ANALYST_KEY), timeout=30),
+            422,
+            "analyst",
+        ),
+    ]
+    # two Authorization headers: one reading of the key everywhere, so neither is chosen
+    two = [("Authorization", f"Bearer {APP_KEY}"), ("Authorization", f"Bearer {OPERATOR_KEY}")]
+    for path in ("/v1/retrieve", "/mcp"):
+        r = httpx.post(f"{url}{path}", json=QUESTION, headers=two, timeout=30)
+        refusals.append((r, 400, None))
+    for r, status, _ in refusals:
+        assert r.status_code == status, (status, r.text)
+        assert set(r.json()) == {"error", "detail"}, r.text
+    records = audit_trail(engine).records(event="request_refused")[before:]
+    assert [(x.payload["status"], x.actor) for x in records] == [(s, who) for _, s, who in refusals], records
+    assert {x.payload["path"] for x in records} == {"/v1/retrieve", "/mcp"}
+    kept = "".join(x.model_dump_json() for x in records)
+    for key in (APP_KEY, ANALYST_KEY, OPERATOR_KEY):
+        assert key not in kept
+
+
+def test_the_api_docs_load_offline_from_the_service_itself(service):
+    """/docs names no other host: Swagger UI's script and style come from the service (a pinned
+    package), without a key, like the OpenAPI document they render."""
+    url, _, _ = service
+    page = httpx.get(f"{url}/docs", timeout=30)
+    assert page.status_code == 200 and "swagger-ui" in page.text
+    assets = re.findall(r"""(?:src|href)=["']([^"']+)["']""", page.text) + re.findall(r"url: *'([^']+)'", page.text)
+    assert assets and all(a.startswith("/") for a in assets), assets  # nothing from a CDN
+    for asset in assets:
+        r = httpx.get(f"{url}{asset}", timeout=30)
+        assert r.status_code == 200 and r.content, asset

@@ -1,12 +1,14 @@
 """The query service's faults, over real HTTP on loopback with a few concurrent clients: Neo4j
 stopped mid-load (a cut proxy: one-line 503s within the connect timeout, 200s again once it is
 back), the embedder down (answers from the other legs with a ``dense_degraded`` event, as
-configured), and sentinel secrets (the keys and the embedder's provider credential) found nowhere
-in responses, logs (uvicorn's and the engine's), the usage ledger or the audit trail.
+configured), and sentinel secrets (the keys, one of them sent in a URL, and the embedder's provider
+credential) found nowhere in responses, logs (uvicorn's access log and the engine's), the usage
+ledger or the audit trail.
 """
 
 from __future__ import annotations
 
+import http.client
 import logging
 import os
 import threading
@@ -206,6 +208,19 @@ def test_the_embedder_down_answers_from_the_other_legs_with_a_dense_degraded_eve
     assert not degraded(back), back["events"]  # the dense leg is back once the embedder is
 
 
+def key_in_the_url(url: str, key: str) -> httpx.Response:
+    """POST /v1/retrieve with the key as ``?key=`` (no header), sent with http.client: httpx's own
+    request log would hold the URL, and this test is about the service's logs."""
+    parsed = urlparse(url)
+    conn = http.client.HTTPConnection(parsed.hostname or "127.0.0.1", parsed.port, timeout=60)
+    try:
+        conn.request("POST", f"/v1/retrieve?key={key}", body=b"{}", headers={"Content-Type": "application/json"})
+        raw = conn.getresponse()
+        return httpx.Response(raw.status, headers=dict(raw.getheaders()), content=raw.read())
+    finally:
+        conn.close()
+
+
 def test_sentinel_keys_and_provider_credential_leak_nowhere(variant, unique, tmp_path, monkeypatch, caplog):
     for name in LOGGERS:
         caplog.set_level(logging.DEBUG, logger=name)
@@ -224,6 +239,7 @@ def test_sentinel_keys_and_provider_credential_leak_nowhere(variant, unique, tmp
             responses = [
                 httpx.post(f"{url}{path}", json=body, headers=bearer(key), timeout=60) for path, body, key in calls
             ]
+            responses.append(key_in_the_url(url, OPERATOR_KEY))  # 401, and the access log must not keep it
             proxy.cut()  # the embedder's error reaches the engine: its detail must not carry the credential
             responses.append(
                 httpx.post(f"{url}/v1/retrieve", json={"question": "laptop"}, headers=bearer(APP_KEY), timeout=60)
@@ -231,7 +247,7 @@ def test_sentinel_keys_and_provider_credential_leak_nowhere(variant, unique, tmp
             ledger = "".join(r.model_dump_json() for r in engine.ledger.records())
             audit = "".join(r.model_dump_json() for r in audit_trail(engine).records())
     statuses = [r.status_code for r in responses]
-    assert statuses[:2] == [200, 200] and statuses[3:7] == [403, 401, 422, 200], statuses
+    assert statuses[:2] == [200, 200] and statuses[3:8] == [403, 401, 422, 401, 200], statuses
     assert any(e.get("event") == "dense_degraded" for e in responses[-1].json()["events"])
     assert audit and "public-app" in audit  # the places searched do hold the run's records
     db = Path(make_url(ledger_url(engine.cfg, engine.env, engine.root)).database or "")

@@ -105,3 +105,24 @@ def test_a_request_past_its_timeout_is_504_and_its_worker_is_freed(variant, uniq
         while httpx.get(f"{url}/v1/health", timeout=30).json()["workers_busy"]:
             assert time.monotonic() < deadline, "the timed-out call never gave its worker back"
             time.sleep(0.1)
+
+
+def test_unparseable_bodies_and_loose_types_get_the_one_line_error_shape(variant, unique, tmp_path, monkeypatch):
+    """Invalid UTF-8 and JSON nested 5,000 deep: ``{"error", "detail"}`` like every other refusal,
+    never FastAPI's ``{"detail"}``; ``"k": true`` and ``"k": "5"`` are refused, not read as 1 and 5."""
+    headers = {**bearer(APP_KEY), "Content-Type": "application/json"}
+    with service_over(variant, unique, tmp_path, monkeypatch) as (url, _, _):
+        bodies = [b'{"question": "\xff\xfe"}', b'{"question": "q", "k": ' + b"[" * 5000 + b"]" * 5000 + b"}"]
+        for content in bodies:
+            r = httpx.post(f"{url}/v1/retrieve", content=content, headers=headers, timeout=60)
+            assert 400 <= r.status_code < 500 and set(r.json()) == {"error", "detail"}, r.text
+            assert "\n" not in r.json()["detail"]
+        for loose in (True, "5", 2.0):
+            r = httpx.post(
+                f"{url}/v1/retrieve", json={"question": "q", "k": loose}, headers=bearer(APP_KEY), timeout=60
+            )
+            assert r.status_code == 422 and r.json()["error"] == "InvalidRequest", (loose, r.text)
+        r = httpx.post(f"{url}/v1/query", json={"question": "q", "generate": "no"}, headers=bearer(APP_KEY), timeout=60)
+        assert r.status_code == 422, r.text
+        r = httpx.get(f"{url}/v1/no-such-route", headers=bearer(APP_KEY), timeout=60)
+        assert r.status_code == 404 and set(r.json()) == {"error", "detail"}, r.text

@@ -156,3 +156,16 @@ def test_over_stdio_the_key_comes_from_the_environment(variant, unique, tmp_path
         )
         assert refused.returncode == 2, refused.stderr
         assert "invalid key" in refused.stderr and bad not in refused.stderr + refused.stdout
+
+
+def test_a_refused_tool_call_is_an_audit_record_naming_the_principal(served):
+    url, engine, _ = served
+    before = len(audit_trail(engine).records(event="request_refused"))
+    _, (refused,) = asyncio.run(over_http(url, ANALYST_KEY, [("request_audit_purge", {})]))
+    assert refused.is_error and "Forbidden" in refused.content[0].text
+    (record,) = audit_trail(engine).records(event="request_refused")[before:]
+    assert record.actor == "analyst" and record.payload == {
+        "tool": "request_audit_purge",
+        "error": "Forbidden",
+        "via": "mcp",
+    }

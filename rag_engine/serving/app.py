@@ -19,15 +19,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
+from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
+from swagger_ui_bundle import swagger_ui_path  # type: ignore[import-untyped]
 
 from rag_engine import package_version
 from rag_engine.engine import Engine
@@ -43,11 +48,16 @@ from rag_engine.errors import (
     StoreUnavailable,
     Unauthenticated,
 )
+from rag_engine.governance.audit import AuditRecord, audit_trail
 from rag_engine.governance.principals import Principal, PrincipalRegistry
 from rag_engine.retrieval.candidates import RetrievalResult
 from rag_engine.retrieval.outcome import QueryOutcome
 from rag_engine.serving import calls
+from rag_engine.serving.connections import ConnectionGuard, descriptor_budget, guarded_protocol
+from rag_engine.serving.door import MCP_PATHS, Door
+from rag_engine.serving.follow import IndexFollower, query_on, retrieve_on
 from rag_engine.serving.limits import EnginePool, Limiter, bounded, store_gone
+from rag_engine.serving.logs import PATH_ONLY
 from rag_engine.serving.mcp_server import build_mcp
 from rag_engine.serving.wire import bearer, first_line
 
@@ -65,10 +75,14 @@ STATUS: tuple[tuple[type[RagError], int], ...] = (
     (RequestTimeout, 504),
 )
 """Typed engine errors and their HTTP status, most specific first; any other RagError is 500."""
+DOCS_ASSETS = "/static/docs"
+"""Where the Swagger UI's assets are served from (``swagger_ui_bundle``, a pinned package)."""
+HTTP_ERRORS = {400: "BadRequest", 404: "NotFound", 405: "MethodNotAllowed"}
 
 
 class RetrieveRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
+    """Strict: ``"k": true`` or ``"k": "5"`` is 422, never read as 1 or 5."""
 
     question: str = Field(min_length=1)
     role: str | None = None
@@ -85,7 +99,7 @@ class QueryRequest(RetrieveRequest):
 
 
 class PassageRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     chunk_id: str = Field(min_length=1, max_length=512)
     role: str | None = None
@@ -95,6 +109,9 @@ class Health(BaseModel):
     status: str
     version: str
     store: str
+    index: str
+    """``ok``, ``ok (following <embedder>)`` after a re-index to another configured embedder, or
+    ``degraded (...)``: the active index's embedder is not configured here (no dense leg)."""
     workers_busy: int
 
 
@@ -119,69 +136,23 @@ def rag_error(exc: RagError) -> JSONResponse:
     return error_body(status_of(exc), exc, headers)
 
 
-class BodyLimit:
-    """Refuses a request body over ``limit`` bytes with 413 before the app parses it: by its
-    Content-Length when it says, else by reading at most ``limit`` bytes of the stream first."""
+def mcp_only(mcp_app: ASGIApp) -> ASGIApp:
+    """The MCP app for its own path; any other path the routes did not answer is a one-line 404."""
 
-    def __init__(self, app: ASGIApp, limit: int):
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("path") not in MCP_PATHS:
+            await JSONResponse({"error": "NotFound", "detail": "no such route"}, 404)(scope, receive, send)
             return
-        too_large = RequestTooLarge(f"the request body is over {self.limit} bytes (serving.limits.max_body_bytes)")
-        length = dict(scope.get("headers") or ()).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.limit:
-            await rag_error(too_large)(scope, receive, send)
-            return
-        if length is not None:
-            await self.app(scope, receive, send)
-            return
-        # no Content-Length (a chunked body): read it here, at most limit bytes, then replay it
-        chunks: list[bytes] = []
-        seen, more = 0, True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":  # the client went away
-                return
-            chunks.append(message.get("body", b""))
-            seen += len(chunks[-1])
-            if seen > self.limit:
-                await rag_error(too_large)(scope, receive, send)
-                return
-            more = message.get("more_body", False)
-        replayed = False
+        await mcp_app(scope, receive, send)
 
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-
-        await self.app(scope, replay, send)
-
-
-class KeyRequired:
-    """The MCP endpoint's door: 401 for a request without a valid key, before any MCP session."""
-
-    def __init__(self, app: ASGIApp, registry: PrincipalRegistry):
-        self.app, self.registry = app, registry
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or ()}
-            try:
-                self.registry.authenticate(bearer(headers.get("authorization")))
-            except Unauthenticated as exc:
-                await rag_error(exc)(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
+    return app
 
 
 def current_principal(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
     """The principal of the request's key (``Unauthenticated`` -> 401 before anything else runs)."""
+    door: Principal | None = getattr(request.state, "principal", None)  # serving.door checked the key
+    if door is not None:
+        return door
     registry: PrincipalRegistry = request.app.state.principals
     return registry.authenticate(bearer(authorization))
 
@@ -193,13 +164,30 @@ def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> Fas
     principals = registry or PrincipalRegistry(engine.cfg, engine.root, engine.env)
     limits = engine.cfg.serving.limits
     limiter, pool = Limiter(limits), EnginePool(limits)
-    mcp = build_mcp(engine, principals, limiter, pool)
+    follower = IndexFollower(engine)
+    mcp = build_mcp(engine, principals, limiter, pool, follower=follower)
     mcp_app = mcp.streamable_http_app(
         streamable_http_path="/mcp", stateless_http=True, json_response=True, host=engine.cfg.serving.host
     )
 
+    async def refused(scope: Scope, status: int, error: str, principal: Principal | None) -> None:
+        """A refusal on the record: who (when authenticated), what was refused, never a value."""
+        record = AuditRecord(
+            event="request_refused",
+            actor=principal.id if principal else None,
+            payload={"status": status, "error": error, "method": scope.get("method"), "path": scope.get("path")},
+        )
+        try:
+            await run_in_threadpool(audit_trail(engine).append, record)
+        except Exception as exc:  # noqa: BLE001 - a refusal stays answered when the trail is down
+            logging.getLogger(__name__).warning("could not record a refusal (%s)", type(exc).__name__)
+
+    async def refused_here(request: Request, status: int, error: str) -> None:
+        await refused(request.scope, status, error, getattr(request.state, "principal", None))
+
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        logging.getLogger("uvicorn.access").addFilter(PATH_ONLY)
         async with mcp.session_manager.run():
             yield
         pool.shutdown()
@@ -209,13 +197,18 @@ def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> Fas
         version=__version__,
         description="Retrieval and cited answers over the ingested packs, for an authenticated principal.",
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.principals = principals
     app.state.pool = pool
 
     @app.exception_handler(RagError)
     async def _typed(request: Request, exc: RagError) -> JSONResponse:
-        return rag_error(exc)
+        response = rag_error(exc)
+        if response.status_code < 500 and response.status_code != 409:
+            await refused_here(request, response.status_code, type(exc).__name__)
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -223,7 +216,17 @@ def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> Fas
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc'] if p != 'body') or 'body'}: {e['msg']}" for e in exc.errors()
         )
+        await refused_here(request, 422, "InvalidRequest")
         return JSONResponse({"error": "InvalidRequest", "detail": problems}, 422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        """FastAPI's own refusals (a body it cannot parse: invalid UTF-8, JSON nested too deep; an
+        unknown route) in the one-line shape every other error has."""
+        error = HTTP_ERRORS.get(exc.status_code, "HTTPError")
+        if exc.status_code == 400:
+            await refused_here(request, 400, error)
+        return JSONResponse({"error": error, "detail": str(exc.detail)}, exc.status_code, headers=exc.headers)
 
     @app.exception_handler(Exception)
     async def _untyped(request: Request, exc: Exception) -> JSONResponse:
@@ -245,8 +248,13 @@ def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> Fas
             return "ok"
 
         state = await run_in_threadpool(store)
+        index = await run_in_threadpool(follower.health) if state == "ok" else "unknown"
         return Health(
-            status="ok" if state == "ok" else "degraded", version=__version__, store=state, workers_busy=pool.busy
+            status="ok" if state == "ok" and index.startswith("ok") else "degraded",
+            version=__version__,
+            store=state,
+            index=index,
+            workers_busy=pool.busy,
         )
 
     async def run(caller: Principal, fn: Any) -> Any:
@@ -257,7 +265,10 @@ def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> Fas
         """Ranked candidates with provenance, no answer. Run as a query without generation, so it
         is audited like any other (what was permitted, withheld and returned, and for whom)."""
         result: RetrievalResult = await run(
-            caller, lambda: calls.retrieve(engine, caller, body.question, body.role, body.k, body.collections)
+            caller,
+            lambda: retrieve_on(
+                follower, lambda eng: calls.retrieve(eng, caller, body.question, body.role, body.k, body.collections)
+            ),
         )
         return result
 
@@ -266,15 +277,18 @@ def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> Fas
         """A cited answer (or "insufficient evidence"), with the candidates and the trace."""
         outcome: QueryOutcome = await run(
             caller,
-            lambda: calls.query(
-                engine,
-                caller,
-                body.question,
-                body.role,
-                k=body.k,
-                collections=body.collections,
-                session_id=body.session_id,
-                generate=body.generate,
+            lambda: query_on(
+                follower,
+                lambda eng: calls.query(
+                    eng,
+                    caller,
+                    body.question,
+                    body.role,
+                    k=body.k,
+                    collections=body.collections,
+                    session_id=body.session_id,
+                    generate=body.generate,
+                ),
             ),
         )
         return outcome
@@ -299,16 +313,19 @@ def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> Fas
             loop.call_soon_threadsafe(retrieved.put_nowait, result)
 
         def work() -> QueryOutcome:
-            return calls.query(
-                engine,
-                caller,
-                body.question,
-                role,
-                k=body.k,
-                collections=body.collections,
-                session_id=body.session_id,
-                generate=body.generate,
-                on_retrieved=publish,
+            return query_on(
+                follower,
+                lambda eng: calls.query(
+                    eng,
+                    caller,
+                    body.question,
+                    role,
+                    k=body.k,
+                    collections=body.collections,
+                    session_id=body.session_id,
+                    generate=body.generate,
+                    on_retrieved=publish,
+                ),
             )
 
         answered = asyncio.ensure_future(pool.run(work))
@@ -349,8 +366,27 @@ def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> Fas
         """The roles the key's principal holds and the collections each may read."""
         return calls.readable(engine, caller)
 
-    app.mount("/", KeyRequired(mcp_app, principals))  # after the routes: it answers /mcp only
-    app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
+    app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_path), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        """Swagger UI from the pinned swagger-ui-bundle package: no CDN, so it works offline."""
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title=f"{app.title} - API docs",
+            swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+            swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png",
+        )
+
+    app.mount("/", mcp_only(mcp_app))  # after the routes: it answers /mcp, any other path is 404
+    app.add_middleware(
+        Door,
+        registry=principals,
+        max_body_bytes=limits.max_body_bytes,
+        body_timeout=limits.body_timeout_seconds,
+        refused=refused,
+    )
     return app
 
 
@@ -359,7 +395,20 @@ def serve(engine: Engine, host: str, port: int, **uvicorn_args: Any) -> None:
     requests in flight within ``serving.limits.shutdown_grace_seconds``."""
     import uvicorn
 
-    grace = engine.cfg.serving.limits.shutdown_grace_seconds
-    uvicorn.run(
-        create_app(engine), host=host, port=port, log_level="info", timeout_graceful_shutdown=grace, **uvicorn_args
-    )
+    uvicorn.run(create_app(engine), host=host, port=port, log_level="info", **uvicorn_settings(engine), **uvicorn_args)
+
+
+def uvicorn_settings(engine: Engine) -> dict[str, Any]:
+    """The uvicorn settings that bound a connection: the graceful-shutdown wait, the idle
+    keep-alive timeout, and the HTTP protocol under the connection caps and the request-head
+    deadline (``serving.connections``)."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    limits = engine.cfg.serving.limits
+    guard = ConnectionGuard(per_address=limits.connections_per_address, total=descriptor_budget(limits))
+    return {
+        "timeout_graceful_shutdown": limits.shutdown_grace_seconds,
+        "timeout_keep_alive": limits.idle_timeout_seconds,
+        "http": guarded_protocol(AutoHTTPProtocol, guard, limits.header_timeout_seconds),
+        "h11_max_incomplete_event_size": 16 * 1024,
+    }

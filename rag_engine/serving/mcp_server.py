@@ -17,6 +17,7 @@ call runs under the service's limits (rate, concurrency, pool, timeout).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -26,13 +27,18 @@ from mcp.types import ToolAnnotations
 
 from rag_engine import package_version
 from rag_engine.engine import Engine
-from rag_engine.errors import RagError
+from rag_engine.errors import Forbidden, PolicyError, QueryInputError, RagError, RateLimited, Unauthenticated
+from rag_engine.governance.audit import AuditRecord, audit_trail
 from rag_engine.governance.principals import Principal, PrincipalRegistry
 from rag_engine.serving import calls
+from rag_engine.serving.follow import UNAVAILABLE, IndexFollower, retrieve_on
 from rag_engine.serving.limits import EnginePool, Limiter, bounded
 from rag_engine.serving.wire import bearer, first_line
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+REFUSALS = (Unauthenticated, Forbidden, PolicyError, QueryInputError, RateLimited)
+"""The errors that are a refusal of the caller (audited), not a failure of the service."""
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 ASKS_APPROVAL = ToolAnnotations(
@@ -53,6 +59,7 @@ def build_mcp(
     pool: EnginePool,
     *,
     principal: Principal | None = None,
+    follower: IndexFollower | None = None,
 ) -> MCPServer:
     """The MCP server over ``engine``. ``principal``: fixed for stdio (authenticated at start);
     without it every call authenticates its HTTP request's bearer key again (keys are reloaded
@@ -67,21 +74,37 @@ def build_mcp(
         ),
         log_level="WARNING",
     )
+    follow = follower or IndexFollower(engine)
 
-    def caller(ctx: Context) -> Principal:
+    def refused(who: Principal | None, tool: str, exc: RagError) -> ToolError:
+        """The tool's error; a refusal (a key, a role, a limit, bad input) is also an audit record
+        naming the principal. Another failure (the store down, a timeout) is only the error."""
+        if isinstance(exc, REFUSALS):
+            record = AuditRecord(
+                event="request_refused",
+                actor=who.id if who else None,
+                payload={"tool": tool, "error": type(exc).__name__, "via": "mcp"},
+            )
+            try:
+                audit_trail(engine).append(record)
+            except Exception as failure:  # noqa: BLE001 - the refusal stays answered when the trail is down
+                log.warning("could not record a refusal (%s)", type(failure).__name__)
+        return tool_error(exc)
+
+    def caller(ctx: Context, tool: str) -> Principal:
         if principal is not None:
             return principal
         headers = ctx.headers or {}
         try:
             return registry.authenticate(bearer(headers.get("authorization")))
         except RagError as exc:
-            raise tool_error(exc) from None
+            raise refused(None, tool, exc) from None
 
-    async def run(who: Principal, fn: Callable[[], T]) -> T:
+    async def run(who: Principal, tool: str, fn: Callable[[], T]) -> T:
         try:
             return await bounded(limiter, pool, who.id, fn)
         except RagError as exc:
-            raise tool_error(exc) from None
+            raise refused(who, tool, exc) from None
 
     @server.tool(annotations=READ_ONLY)
     async def search(
@@ -90,8 +113,10 @@ def build_mcp(
         """Ranked passages for a question, with provenance (chunk_id, document, anchor, collection,
         score). Only collections the caller's role may read are searched; collections asked for
         but not readable are reported in `events`."""
-        who = caller(ctx)
-        result = await run(who, lambda: calls.retrieve(engine, who, question, role, k, collections))
+        who = caller(ctx, "search")
+        result = await run(
+            who, "search", lambda: retrieve_on(follow, lambda e: calls.retrieve(e, who, question, role, k, collections))
+        )
         return {
             "role": result.role,
             "collections": list(result.collections),
@@ -108,41 +133,41 @@ def build_mcp(
                 }
                 for c in result.candidates
             ],
-            "events": [e for e in result.events if e.get("event") == "collections_blocked"],
+            "events": [e for e in result.events if e.get("event") in ("collections_blocked", UNAVAILABLE)],
         }
 
     @server.tool(annotations=READ_ONLY)
     async def fetch_passage(chunk_id: str, ctx: Context, role: str | None = None) -> dict[str, Any]:
         """The full current text of one passage by its chunk_id, if the caller's role may read it
         (a passage it may not read is reported as not found, like one that does not exist)."""
-        who = caller(ctx)
-        found = await run(who, lambda: calls.passage(engine, who, chunk_id, role))
+        who = caller(ctx, "fetch_passage")
+        found = await run(who, "fetch_passage", lambda: calls.passage(engine, who, chunk_id, role))
         return {"found": found is not None, "passage": None if found is None else found.model_dump()}
 
     @server.tool(annotations=READ_ONLY)
     async def list_collections(ctx: Context) -> dict[str, Any]:
         """The roles the caller holds and the collections each may read."""
-        who = caller(ctx)
+        who = caller(ctx, "list_collections")
         try:
             roles = calls.readable(engine, who)
         except RagError as exc:
-            raise tool_error(exc) from None
+            raise refused(who, "list_collections", exc) from None
         return {"principal": who.id, "roles": [r.model_dump() for r in roles]}
 
     @server.tool(annotations=ASKS_APPROVAL)
     async def request_graph_cleanup(ctx: Context) -> dict[str, Any]:
         """Ask for the removal of stale graph paths. Changes nothing: returns the plan and the
         inputs hash a person must approve; only an approved operator command carries it out."""
-        who = caller(ctx)
-        req = await run(who, lambda: calls.approval_request(engine, who, "graph_cleanup"))
+        who = caller(ctx, "request_graph_cleanup")
+        req = await run(who, "request_graph_cleanup", lambda: calls.approval_request(engine, who, "graph_cleanup"))
         return req.model_dump(mode="json")
 
     @server.tool(annotations=ASKS_APPROVAL)
     async def request_audit_purge(ctx: Context) -> dict[str, Any]:
         """Ask for the deletion of audit records past retention. Changes nothing: returns the plan
         and the inputs hash a person must approve; only an approved operator command carries it out."""
-        who = caller(ctx)
-        req = await run(who, lambda: calls.approval_request(engine, who, "delete_audit_records"))
+        who = caller(ctx, "request_audit_purge")
+        req = await run(who, "request_audit_purge", lambda: calls.approval_request(engine, who, "delete_audit_records"))
         return req.model_dump(mode="json")
 
     return server

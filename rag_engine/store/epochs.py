@@ -122,6 +122,20 @@ def cached_index(rx: Reads, identity: str) -> tuple[str, ActiveIndex] | None:
 def active_index(rx: Reads, identity: str) -> tuple[ActiveIndex, bool]:
     """(the active vector index, whether it came from this process's cache), after checking that
     it was built by ``identity``: a query vector is never compared in another embedder's space."""
+    active, cached = current_index(rx)
+    if active.identity != identity:
+        raise EmbedderMismatch(
+            f"index built with {active.identity!r}, query uses {identity!r}: "
+            f"a full re-index is required (`rag reindex`)"
+        )
+    rx.memo["index_cached"] = cached
+    return active, cached
+
+
+def current_index(rx: Reads) -> tuple[ActiveIndex, bool]:
+    """(the active vector index whoever built it, whether it came from this process's cache);
+    ``EmbedderMismatch`` when there is none yet. The query service follows it to the embedder
+    that built it (``serving.follow``)."""
     state = store_state(rx)
     if not state.indexed:
         raise EmbedderMismatch("no chunk index exists yet: materialize chunk_index first")
@@ -140,12 +154,6 @@ def active_index(rx: Reads, identity: str) -> tuple[ActiveIndex, bool]:
         if epoch is not None:  # keyed by the epoch read with it: a switch in between cannot mislabel it
             with caches.lock:
                 caches.index[rx.database] = (epoch, active)
-    if active.identity != identity:
-        raise EmbedderMismatch(
-            f"index built with {active.identity!r}, query uses {identity!r}: "
-            f"a full re-index is required (`rag reindex`)"
-        )
-    rx.memo["index_cached"] = cached
     return active, cached
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -37,7 +38,8 @@ def digest_env() -> dict[str, str]:
     return {env: hashlib.sha256(key.encode()).hexdigest() for _, env, key in PRINCIPALS.values()}
 
 
-def write(out: Path) -> Path:
+def write(out: Path, limits: dict[str, Any] | None = None) -> Path:
+    """The config at ``out``; ``limits``: settings over the test ones (``serving.limits``)."""
     cfg = yaml.safe_load((ROOT / "config" / "engine.yaml").read_text(encoding="utf-8"))
     cfg["storage"]["artifacts_dir"] = str(out.parent / "artifacts")
     cfg["storage"]["embedding_cache"] = str(out.parent / "embedding_cache.sqlite")
@@ -45,7 +47,7 @@ def write(out: Path) -> Path:
         "principals": [
             {"id": pid, "roles": roles, "key_sha256_env": env} for pid, (roles, env, _) in PRINCIPALS.items()
         ],
-        "limits": LIMITS,
+        "limits": {**LIMITS, **(limits or {})},
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
