@@ -20,6 +20,11 @@ pipeline" an alias of Project Falcon, so the storage and freeze chunks (which sa
 pipeline", never "Project Falcon") ground it, and the question's words still miss the target chunk.
 
     python -m evals.seed_comparison      # prints the JSON (needs Neo4j, like `make test`)
+
+The fixture pack is written to the configured store under its own name (``seed_<hex>``, never an
+enabled pack, so retrieval never serves it to anyone else: ``store.reads.SERVED``) and removed
+again when the run ends, whatever happened; the JSON's ``store`` entry proves it (the nodes of the
+pack left afterwards, 0, else the run fails).
 """
 
 from __future__ import annotations
@@ -192,7 +197,7 @@ def run(base: Engine, workdir: Path) -> dict[str, Any]:
         plain_rank = _rank([c.anchor for c in plain], target)
         graph_rank = _rank([c.anchor for c in with_graph], target)
         neg = next(e for e in _edges(engine, pack.name) if e["type"] == "applies_to")
-        return {
+        out: dict[str, Any] = {
             "question": QUESTION,
             "target_anchor": target,
             "deterministic_only": {
@@ -223,9 +228,37 @@ def run(base: Engine, workdir: Path) -> dict[str, Any]:
                 "stored": True,
                 "retrieved_via_graph": any(c.anchor == negative and c.path_score is not None for c in with_graph),
             },
+            "store": {"fixture_pack": pack.name},
         }
     finally:
-        engine.close()
+        try:
+            removed = remove_fixture(engine, pack.name)
+        finally:
+            engine.close()
+    out["store"] = removed
+    return out
+
+
+_FIXTURE_NODES = (
+    "MATCH (n) WHERE ((n:Chunk OR n:Document OR n:Entity OR n:ExtractionRun) AND n.pack = $p) "
+    "OR (n:DocumentVersion AND n.key STARTS WITH $p + ':') OR (n:RefKey AND n.key STARTS WITH $p + '|') "
+)
+
+
+def remove_fixture(engine: Engine, pack: str) -> dict[str, Any]:
+    """Delete every node the fixture pack wrote, then count what is left of it (0, or ``ConfigError``)."""
+    if not pack.startswith("seed_"):
+        raise ConfigError(f"refusing to remove pack {pack!r}: only a seed comparison fixture (seed_<hex>)")
+    rows, _, _ = engine.driver.execute_query(
+        _FIXTURE_NODES + "WITH collect(n) AS ns UNWIND ns AS n DETACH DELETE n RETURN count(*) AS n",
+        p=pack,
+        database_=engine.database,
+    )
+    removed = int(rows[0]["n"]) if rows else 0
+    left, _, _ = engine.driver.execute_query(_FIXTURE_NODES + "RETURN count(n) AS n", p=pack, database_=engine.database)
+    if int(left[0]["n"]):
+        raise ConfigError(f"the seed comparison left {left[0]['n']} nodes of its fixture pack {pack!r} in the store")
+    return {"fixture_pack": pack, "nodes_removed": removed, "nodes_left": 0}
 
 
 def _pack_chunks(engine: Engine, pack: str) -> set[str]:

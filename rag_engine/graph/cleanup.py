@@ -10,6 +10,8 @@ superseded status, as the record).
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Callable
 from typing import Any
 
 import neo4j
@@ -17,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from rag_engine.errors import ApprovalMismatch, ApprovalRequired
 from rag_engine.governance import approvals
+from rag_engine.graph.quality_predicates import has_provenance, lacks_provenance
 from rag_engine.store.connection import single_record
 from rag_engine.store.session import read
 
@@ -48,9 +51,15 @@ Approval = CleanupApproval  # the old name, still imported by callers that preda
 # What counts as stale, once: each entry selects the stale records as `x` and says how to remove
 # them. Cleanup counts and deletes with these; the quality report counts with the same ones.
 STALE: dict[str, tuple[str, str]] = {
+    "unprovenanced_inferred_edges": (
+        "MATCH (a:Entity)-[x:RELATED]->(:Entity) WHERE coalesce(x.pack, a.pack) IN $packs "
+        f"AND {lacks_provenance('x')}",
+        "DELETE x",
+    ),
     "dangling_inferred_edges": (
         "MATCH (:Entity)-[x:RELATED]->(:Entity) WHERE x.pack IN $packs "
-        "AND NOT EXISTS { MATCH (c:Chunk {chunk_id: x.chunk_id}) WHERE c.active }",
+        f"AND {has_provenance('x')} "
+        "AND NOT EXISTS { MATCH (c:Chunk {chunk_id: x.chunk_id}) WHERE c.active AND c.pack = x.pack }",
         "DELETE x",
     ),
     "stale_mentions": (
@@ -73,18 +82,51 @@ STALE: dict[str, tuple[str, str]] = {
     ),
 }
 
+# What each stale record is, as text an approval can bind: the ids (and versions) it deletes. Two
+# plans with the same counts over different records have different inputs hashes.
+_IDENTITY: dict[str, str] = {
+    "unprovenanced_inferred_edges": "startNode(x).entity_id + '-' + coalesce(x.type, '') + '->' "
+    "+ endNode(x).entity_id + '@' + coalesce(x.chunk_id, '') + '#' + coalesce(x.doc_version, '')",
+    "dangling_inferred_edges": "startNode(x).entity_id + '-' + x.type + '->' + endNode(x).entity_id + '@' "
+    "+ x.chunk_id + '#' + x.doc_version",
+    "stale_mentions": "startNode(x).entity_id + '@' + endNode(x).chunk_id + '#' + coalesce(endNode(x).doc_version, '')",
+    "dangling_reference_edges": "startNode(x).chunk_id + '#' + coalesce(startNode(x).doc_version, '') + '->' "
+    "+ endNode(x).chunk_id + '#' + coalesce(endNode(x).doc_version, '')",
+    "superseded_chunks": "x.chunk_id + '#' + coalesce(x.doc_version, '')",
+    "orphan_entities": "x.entity_id",
+}
+
+
+def _targets_query(name: str) -> str:
+    match, _ = STALE[name]
+    return f"{match} WITH {_IDENTITY[name]} AS id ORDER BY id RETURN count(*) AS n, collect(id) AS ids"
+
+
+def _digest(ids: list[str]) -> str:
+    return hashlib.sha256("\n".join(sorted(ids)).encode("utf-8")).hexdigest()
+
+
+def _targets(run: Callable[[str], dict[str, Any]]) -> tuple[dict[str, int], dict[str, str]]:
+    """(count per category, sha256 of its sorted record ids per category), read through ``run``."""
+    counts: dict[str, int] = {}
+    digests: dict[str, str] = {}
+    for name in STALE:
+        row = run(_targets_query(name))
+        counts[name], digests[name] = int(row["n"]), _digest(row["ids"])
+    return counts, digests
+
 
 def plan_cleanup(driver: neo4j.Driver, database: str, packs: list[str]) -> dict[str, int]:
     """What a cleanup would remove, without removing anything."""
-    return {
-        name: read(driver, database, f"{match} RETURN count(x) AS n", packs=packs)[0]["n"]
-        for name, (match, _) in STALE.items()
-    }
+    return cleanup_inputs(driver, database, packs)["plan"]
 
 
 def cleanup_inputs(driver: neo4j.Driver, database: str, packs: list[str]) -> dict[str, Any]:
-    """The canonical inputs a cleanup approval binds: database, packs and the plan's counts."""
-    return {"database": database, "packs": sorted(packs), "plan": plan_cleanup(driver, database, packs)}
+    """The canonical inputs a cleanup approval binds: database, packs, the plan's counts and, per
+    category, the sha256 of the ids (with their versions) it would delete: an approval of one plan
+    never deletes the records of another with the same counts."""
+    counts, digests = _targets(lambda q: read(driver, database, q, packs=packs)[0])
+    return {"database": database, "packs": sorted(packs), "plan": counts, "targets": digests}
 
 
 def run_cleanup(
@@ -123,13 +165,11 @@ def run_cleanup(
     plan = inputs["plan"]
 
     def work(tx: neo4j.ManagedTransaction) -> dict[str, int]:
-        now = {
-            name: single_record(tx.run(f"{match} RETURN count(x) AS n", packs=packs), f"cleanup count {name}")["n"]
-            for name, (match, _) in STALE.items()
-        }
-        if now != plan:
+        now, digests = _targets(lambda q: single_record(tx.run(q, packs=packs), "cleanup plan"))
+        if now != plan or digests != inputs["targets"]:
             raise ApprovalMismatch(
-                f"the cleanup plan changed since it was approved ({now} != {plan}); nothing was deleted"
+                f"the cleanup plan changed since it was approved ({now} vs {plan}, or other records "
+                "with the same counts); nothing was deleted"
             )
         removed = {
             name: single_record(tx.run(f"{match} {action} RETURN count(*) AS n", packs=packs), f"cleanup {name}")["n"]

@@ -204,7 +204,7 @@ def retrieve(
     live = start_live_leg(engine, query, decision.collections, _EMBEDDER_POOL) if legs["live"] > 0 else None
     packs = [p for p in engine.packs.values() if set(p.manifest.collections) & set(decision.collections)]
     try:
-        with read_transaction(engine.driver, engine.database) as rx:
+        with read_transaction(engine.driver, engine.database, packs=engine.packs) as rx:
             use_rerank = cfg.rerank.method == "features" if rerank is None else rerank
             _legs(
                 engine, rx, query, k, legs, decision, packs, embedding, live, trace, result, (use_rerank, with_features)

@@ -39,7 +39,7 @@ def test_the_fulltext_leg_finds_a_small_permitted_share_behind_many_forbidden_ma
         from rag_engine.ingest.pipeline import ingest_pack
 
         ingest_pack(engine, pack, extract=False)
-        with read_transaction(engine.driver, engine.database) as rx:
+        with read_transaction(engine.driver, engine.database, packs=[pack.name]) as rx:
             hits = reads.fulltext(rx, TERM, ("kb_public",), 5)
             lexical, _ = reads.legs(
                 rx, TERM, None, ("kb_public",), lexical_k=5, dense_k=5, identity=engine.embedder_identity
