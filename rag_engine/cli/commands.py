@@ -367,7 +367,7 @@ def cleanup(
     """Remove stale graph paths (orphans, dangling edges, superseded chunks): needs --approved-by and --reason.
 
     With principals configured: an operator's key (RAG_KEY), whose principal is the approver."""
-    from rag_engine.governance.approvals import GRAPH_CLEANUP, Approval
+    from rag_engine.governance.approvals import GRAPH_CLEANUP, operator_approval
     from rag_engine.governance.approvals import inputs_hash as hash_of
     from rag_engine.governance.audit import audit_trail
     from rag_engine.graph.cleanup import cleanup_inputs, run_cleanup
@@ -384,16 +384,11 @@ def cleanup(
             out(), "cleanup dry run: would remove", data["would_remove"] | {"inputs_hash": data["inputs_hash"]}
         )
         return
-    approval = (
-        Approval.given(
-            approved_by=approved_by, reason=reason, action=GRAPH_CLEANUP, inputs_hash=inputs_hash or hash_of(plan)
-        )
-        if approved_by and reason
-        else None
+    run_id = f"cli-{int(time.time())}"
+    approval = operator_approval(
+        GRAPH_CLEANUP, approved_by=approved_by, reason=reason, inputs_hash=inputs_hash, run_id=run_id
     )
-    data = run_cleanup(
-        eng.driver, eng.database, packs, approval, run_id=f"cli-{int(time.time())}", audit=audit_trail(eng)
-    )
+    data = run_cleanup(eng.driver, eng.database, packs, approval, run_id=run_id, audit=audit_trail(eng), actor=approved_by)
     if json:
         emit_json(ctx, data)
     else:
@@ -558,7 +553,7 @@ def reindex(
     The switch is an approved action (--approved-by, --reason) unless an eval gate passed for the
     new embedder; without either the new index is built and the switch refused (ApprovalRequired).
     With principals configured: an operator's key (RAG_KEY), whose principal is the approver."""
-    from rag_engine.governance.approvals import REINDEX_CUTOVER, Approval
+    from rag_engine.governance.approvals import REINDEX_CUTOVER, operator_approval
     from rag_engine.governance.approvals import inputs_hash as hash_of
     from rag_engine.ingest.reindex import GATE_PASSED, cutover_plan, render_text, run_reindex
 
@@ -590,10 +585,8 @@ def reindex(
                 )
         return
     approval = None
-    if approved_by and reason and plan is not None:
-        approval = Approval.given(
-            approved_by=approved_by, reason=reason, action=REINDEX_CUTOVER, inputs_hash=inputs_hash or hash_of(plan)
-        )
+    if plan is not None:
+        approval = operator_approval(REINDEX_CUTOVER, approved_by=approved_by, reason=reason, inputs_hash=inputs_hash)
     live = progress_wanted(ctx)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 import neo4j
-from pydantic import BaseModel, ConfigDict, field_validator
 
 from rag_engine.errors import ApprovalMismatch, ApprovalRequired
 from rag_engine.governance import approvals
@@ -26,26 +25,6 @@ from rag_engine.store.session import read
 
 class CleanupNotApproved(ApprovalRequired):
     """A cleanup was requested without an approval naming who and why."""
-
-
-class CleanupApproval(BaseModel):
-    """Legacy approval (who, why) not bound to a plan: ``run_cleanup`` binds it to the plan it
-    reads itself. Prefer ``rag_engine.governance.approvals.Approval`` bound with ``cleanup_inputs``."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    approved_by: str
-    reason: str
-
-    @field_validator("approved_by", "reason")
-    @classmethod
-    def _not_blank(cls, v: str) -> str:
-        if not v or not v.strip():
-            raise ValueError("must not be blank")
-        return v.strip()
-
-
-Approval = CleanupApproval  # the old name, still imported by callers that predate rag_engine.governance.approvals
 
 
 # What counts as stale, once: each entry selects the stale records as `x` and says how to remove
@@ -133,16 +112,18 @@ def run_cleanup(
     driver: neo4j.Driver,
     database: str,
     packs: list[str],
-    approval: approvals.Approval | CleanupApproval | None,
+    approval: approvals.Approval | None,
     *,
     run_id: str,
     audit: Any = None,
+    actor: str | None = None,
 ) -> dict[str, Any]:
     """Remove stale paths in one transaction and record who approved it.
 
     Refused before anything is deleted without an approval, or with one for another action or
     another plan (``ApprovalMismatch``; the plan is re-counted inside the deleting transaction
-    too). ``audit`` (an AuditTrail) records the approval check."""
+    too). ``audit`` (an AuditTrail) records the approval check; ``actor`` is who asked, recorded
+    on a refusal without an approval."""
     if approval is None:
         inputs = cleanup_inputs(driver, database, packs)
         if audit is not None:
@@ -151,17 +132,14 @@ def run_cleanup(
                 approval=None,
                 expected_hash=approvals.inputs_hash(inputs),
                 refused="CleanupNotApproved",
+                actor=actor,
             )
         raise CleanupNotApproved(
             "cleanup deletes graph data: an approval with approved_by and reason, bound to the "
             f"plan (sha256 {approvals.inputs_hash(inputs)}), is required"
         )
     inputs = cleanup_inputs(driver, database, packs)
-    if isinstance(approval, CleanupApproval):  # legacy: approves whatever the plan is now
-        approval = approvals.Approval.grant(
-            approvals.GRAPH_CLEANUP, inputs, approved_by=approval.approved_by, reason=approval.reason
-        )
-    approvals.require(approval, approvals.GRAPH_CLEANUP, inputs, audit=audit)
+    approvals.require(approval, approvals.GRAPH_CLEANUP, inputs, audit=audit, actor=actor)
     plan = inputs["plan"]
 
     def work(tx: neo4j.ManagedTransaction) -> dict[str, int]:
