@@ -1,7 +1,8 @@
 """The seed comparison: does the inferred graph find what deterministic retrieval misses?
 
-A three-document fixture (company KB rules, its own pack name) where the answer to "Which
-system does Project Falcon depend on?" sits in a chunk the text search ranks below another.
+A fixture pack (company KB rules, its own pack name: three documents about Project Falcon and
+twelve about other systems' dependencies) where the answer to "Which system does Project Falcon
+depend on?" sits in a chunk the text search ranks below ten others.
 Extraction runs through the real pipeline, answered by a replay cassette written here from
 hand-made records (labelled as fixture data, not model output):
 
@@ -82,6 +83,29 @@ collection: kb_internal
 The holiday calendar lists company holidays; billing pipeline deployments pause during the December freeze.
 """,
 }
+
+_SYSTEMS = (
+    "expense", "badge", "payroll", "ticketing", "wiki", "backup", "printing", "telephony",
+    "recruiting", "inventory", "calendar booking", "mail relay",
+)
+DISTRACTORS = {
+    f"system-{i:02d}.md": f"""---
+id: POL-{960 + i}
+collection: kb_internal
+---
+# The {name} system
+
+## Dependencies
+Which system does the {name} system depend on? The {name} system depends on the directory service
+and on the {_SYSTEMS[(i + 1) % len(_SYSTEMS)]} system; every other system it uses is listed in its runbook.
+"""
+    for i, name in enumerate(_SYSTEMS)
+}
+"""Twelve passages that answer "which system does X depend on" for other systems: they outrank
+the target chunk for the question's words and meaning, inside the fixture's own pack, so the
+comparison does not depend on what else the store holds (only enabled packs are served, and the
+fixture is served alone)."""
+DOCS.update(DISTRACTORS)
 
 # grounds "Project Falcon" in chunks that name it by the pipeline it rebuilds
 ALIASES = {"Project Falcon": ["billing pipeline"]}

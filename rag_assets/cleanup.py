@@ -21,7 +21,7 @@ import dagster as dg
 
 from rag_assets.approval import RunApproval, run_approval
 from rag_assets.resources import EngineResource
-from rag_engine.errors import ApprovalError
+from rag_engine.errors import ApprovalError, Forbidden, Unauthenticated
 from rag_engine.governance.approvals import GRAPH_CLEANUP, inputs_hash
 from rag_engine.governance.audit import audit_trail
 from rag_engine.graph.cleanup import cleanup_inputs, run_cleanup
@@ -41,16 +41,16 @@ def cleanup_stale_paths(context: dg.OpExecutionContext, config: CleanupConfig, r
     if config.dry_run:
         context.add_output_metadata({"would_remove": dg.MetadataValue.json(would), "inputs_hash": digest})
         return {"dry_run": True, "would_remove": would, "inputs_hash": digest}
-    approval, actor = run_approval(
-        engine, config, action=GRAPH_CLEANUP, run_id=context.run_id, command="graph_cleanup (Dagster)"
-    )
     try:
+        approval, actor = run_approval(
+            engine, config, action=GRAPH_CLEANUP, run_id=context.run_id, command="graph_cleanup (Dagster)"
+        )
         result = run_cleanup(
             engine.driver, engine.database, packs, approval, run_id=context.run_id, audit=audit_trail(engine), actor=actor
         )
-    except ApprovalError as exc:
+    except (ApprovalError, Unauthenticated, Forbidden) as exc:
         raise dg.Failure(
-            description=f"{exc}. Set approved_by, reason and the dry run's inputs_hash in the op config "
+            description=f"{type(exc).__name__}: {exc}. Set approved_by, reason and the dry run's inputs_hash in the op config "
             "(and key_file when principals are configured).",
             metadata={"would_remove": dg.MetadataValue.json(would), "inputs_hash": digest},
         ) from None

@@ -45,8 +45,10 @@ def _orphans(engine, pack: str) -> int:
 
 
 def _failure(run) -> str:
+    """The step failure's one line (a ``dg.Failure``'s description)."""
     event = next(e for e in run.all_events if e.is_step_failure)
-    return event.event_specific_data.error.message if event.event_specific_data.error else ""
+    data = event.event_specific_data
+    return data.user_failure_data.description if data.user_failure_data else data.error.message
 
 
 def test_dagster_graph_cleanup_binds_the_operator_key_and_the_dry_run_hash(variant, unique, tmp_path):
