@@ -206,7 +206,7 @@ def require_paid_approval(
     partitions = sorted(context.partition_keys) if partitioned else []
     inputs = paid_inputs(context.asset_key.to_user_string(), partitions, estimate)
     approval, actor = run_approval(
-        engine, config, action=PAID_AUTOMATION, run_id=context.run_id, command=f"paid run of {inputs['asset']}"
+        engine, config, action=PAID_AUTOMATION, run_id=context.run.run_id, command=f"paid run of {inputs['asset']}"
     )
     context.log.info(
         "paid work above automation.max_auto_cost_usd (estimate %s USD, %s calls of %s): %s",

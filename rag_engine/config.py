@@ -470,6 +470,10 @@ class TraversalConfig(Frozen):
     max_depth: int = Field(2, ge=1, le=4)
     max_paths: int = Field(20, ge=1, le=500)
     max_candidates: int = Field(5, ge=0, le=100)
+    max_graph_only_in_top_k: int = Field(2, ge=0, le=20)
+    """At most this many candidates found by traversal alone in a question's top k, whatever
+    ``retrieval.weights.graph`` is (``graph/quality_bounds.py``); exact hits always rank above
+    anything the graph contributed to."""
     per_seed_limit: int = Field(5, ge=1, le=100)
     confidence_floor: float = Field(0.5, ge=0, le=1)
     relationship_bonus: dict[str, float] = {}
@@ -664,6 +668,20 @@ class EngineConfig(Frozen):
             dupes = sorted({n for n in names if names.count(n) > 1})
             if dupes:
                 raise ValueError(f"duplicate {label} names: {dupes}")
+        return self
+
+    @model_validator(mode="after")
+    def _graph_stays_bounded(self) -> EngineConfig:
+        """The graph's caps must agree: a graph tail longer than the cap on graph-only candidates in
+        the top k could never be honoured, and is refused rather than silently cut."""
+        if self.retrieval.graph_tail > self.traversal.max_graph_only_in_top_k:
+            raise ValueError(
+                f"retrieval.graph_tail {self.retrieval.graph_tail} exceeds traversal.max_graph_only_in_top_k "
+                f"{self.traversal.max_graph_only_in_top_k}: the graph may fill at most that many places of the top k"
+            )
+        graph_weight = self.retrieval.weights.get("graph")
+        if graph_weight is not None and graph_weight > 0 and self.traversal.max_candidates == 0:
+            raise ValueError("retrieval.weights.graph > 0 with traversal.max_candidates 0: the graph leg can add nothing")
         return self
 
     @model_validator(mode="after")
