@@ -487,7 +487,20 @@ class PlannerConfig(Frozen):
     min_seed_entities: int = Field(2, ge=1)
 
 
+class FirstRunBudgetConfig(Frozen):
+    """The budget of a pack's first paid extraction run (no (:ExtractionRun) of the pack yet): small,
+    so a new pack's first run shows what extraction costs before it spends more."""
+
+    max_chunks_per_run: int = Field(10, ge=1)
+    max_tokens_per_run: int = Field(4000, ge=1)
+    batch_size: int = Field(2, ge=1)
+
+
 class BudgetsConfig(Frozen):
+    first_run: FirstRunBudgetConfig | None = FirstRunBudgetConfig()
+    """A new pack's first extraction run with a paid model (hosted, or priced by the pricing file)
+    gets this budget instead of the one below; null gives it the one below. A free local model
+    (replay, llama.cpp without a price) runs on the budget below from the start."""
     max_chunks_per_run: int = Field(500, ge=1)
     max_tokens_per_run: int = Field(500_000, ge=1)
     batch_size: int = Field(8, ge=1)

@@ -31,6 +31,7 @@ from rag_engine.graph.extraction_cache import ExtractionCache, cache_key
 from rag_engine.graph.models import RawExtraction
 from rag_engine.ingest.steps import load_chunks
 from rag_engine.packs import ChunkRecord, DomainPack
+from rag_engine.providers.estimates import extraction_runs
 from rag_engine.providers.ratelimit import estimate_tokens
 from rag_engine.providers.results import GenerationResult
 
@@ -58,6 +59,10 @@ class RunBudget:
     max_chunks: int
     max_tokens: int
     max_output_tokens: int = 2048
+    batch_size: int = 8
+    """Extraction calls running at once."""
+    first_run: bool = False
+    """The pack's first paid extraction run, on ``budgets.first_run``."""
     chunks: int = 0
     """Calls started."""
     tokens: int = 0
@@ -101,10 +106,26 @@ class RunBudget:
         return "partial_failures" if self.failures else "complete"
 
 
-def new_budget(engine: Engine) -> RunBudget:
+def new_budget(engine: Engine, pack: str | None = None) -> RunBudget:
+    """The run's budget: ``budgets``, or ``budgets.first_run`` for ``pack``'s first extraction run
+    with a paid model (none recorded in the store yet)."""
     b = engine.cfg.budgets
+    spec = engine.registry.extraction
+    paid = spec.provider.hosted or spec.model.pricing_ref is not None
+    if pack is not None and b.first_run is not None and paid and extraction_runs(engine, pack) == 0:
+        f = b.first_run
+        return RunBudget(
+            max_chunks=f.max_chunks_per_run,
+            max_tokens=f.max_tokens_per_run,
+            max_output_tokens=min(b.max_output_tokens, f.max_tokens_per_run),
+            batch_size=f.batch_size,
+            first_run=True,
+        )
     return RunBudget(
-        max_chunks=b.max_chunks_per_run, max_tokens=b.max_tokens_per_run, max_output_tokens=b.max_output_tokens
+        max_chunks=b.max_chunks_per_run,
+        max_tokens=b.max_tokens_per_run,
+        max_output_tokens=b.max_output_tokens,
+        batch_size=b.batch_size,
     )
 
 
@@ -213,7 +234,7 @@ def extraction_step(engine: Engine, pack: DomainPack, key: str, *, run_id: str, 
                 },
             )
 
-    size = engine.cfg.budgets.batch_size
+    size = budget.batch_size
     with ThreadPoolExecutor(max_workers=size) as pool:
         for chunk in todo:  # in chunk order; at most batch_size calls at once
             messages = build_messages(pack.manifest, chunk)
