@@ -151,16 +151,19 @@ def operator_approval(
     when none was given (``require`` then refuses it and records the refusal). One was given but
     without the inputs hash of a dry run: ``ApprovalRequired`` (an approval of "whatever the plan
     is now" approves nothing anyone saw)."""
-    if not (approved_by.strip() and reason.strip()):
+    if not (approved_by or reason):
         return None
-    if not (inputs_hash or "").strip():
+    hashed = bool((inputs_hash or "").strip())
+    # a blank or malformed field is refused as such first (ApprovalMismatch naming it)
+    approval = Approval.given(
+        approved_by=approved_by, reason=reason, action=action, inputs_hash=inputs_hash if hashed else "0" * 64
+    )
+    if not hashed:
         raise ApprovalRequired(
             f"{action}: an approval must bind the inputs hash its dry run printed (inputs_hash / "
             "--inputs-hash); nothing was changed"
         )
-    return Approval.given(
-        approved_by=approved_by, reason=reason, action=action, inputs_hash=inputs_hash or "", run_id=run_id
-    )
+    return approval.model_copy(update={"run_id": run_id})
 
 
 class ApprovalRecorder(Protocol):
