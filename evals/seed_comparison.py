@@ -85,8 +85,18 @@ The holiday calendar lists company holidays; billing pipeline deployments pause 
 }
 
 _SYSTEMS = (
-    "expense", "badge", "payroll", "ticketing", "wiki", "backup", "printing", "telephony",
-    "recruiting", "inventory", "calendar booking", "mail relay",
+    "expense",
+    "badge",
+    "payroll",
+    "ticketing",
+    "wiki",
+    "backup",
+    "printing",
+    "telephony",
+    "recruiting",
+    "inventory",
+    "calendar booking",
+    "mail relay",
 )
 DISTRACTORS = {
     f"system-{i:02d}.md": f"""---

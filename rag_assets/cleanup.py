@@ -46,12 +46,18 @@ def cleanup_stale_paths(context: dg.OpExecutionContext, config: CleanupConfig, r
             engine, config, action=GRAPH_CLEANUP, run_id=context.run_id, command="graph_cleanup (Dagster)"
         )
         result = run_cleanup(
-            engine.driver, engine.database, packs, approval, run_id=context.run_id, audit=audit_trail(engine), actor=actor
+            engine.driver,
+            engine.database,
+            packs,
+            approval,
+            run_id=context.run_id,
+            audit=audit_trail(engine),
+            actor=actor,
         )
     except (ApprovalError, Unauthenticated, Forbidden) as exc:
         raise dg.Failure(
-            description=f"{type(exc).__name__}: {exc}. Set approved_by, reason and the dry run's inputs_hash in the op config "
-            "(and key_file when principals are configured).",
+            description=f"{type(exc).__name__}: {exc}. Set approved_by, reason and the dry run's inputs_hash "
+            "in the op config (and key_file when principals are configured).",
             metadata={"would_remove": dg.MetadataValue.json(would), "inputs_hash": digest},
         ) from None
     context.add_output_metadata(

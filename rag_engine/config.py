@@ -694,7 +694,9 @@ class EngineConfig(Frozen):
             )
         graph_weight = self.retrieval.weights.get("graph")
         if graph_weight is not None and graph_weight > 0 and self.traversal.max_candidates == 0:
-            raise ValueError("retrieval.weights.graph > 0 with traversal.max_candidates 0: the graph leg can add nothing")
+            raise ValueError(
+                "retrieval.weights.graph > 0 with traversal.max_candidates 0: the graph leg can add nothing"
+            )
         return self
 
     @model_validator(mode="after")

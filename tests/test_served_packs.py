@@ -40,13 +40,16 @@ def _as(engine: Engine, packs) -> Engine:
 
 
 def test_a_chunk_of_a_pack_not_enabled_is_never_returned_by_any_leg(engine, fixture_pack, unique):
-    own = {r["id"] for r in engine.driver.execute_query(
-        "MATCH (c:Chunk {pack: $p}) WHERE c.active RETURN c.chunk_id AS id", p=unique
-    ).records}
+    own = {
+        r["id"]
+        for r in engine.driver.execute_query(
+            "MATCH (c:Chunk {pack: $p}) WHERE c.active RETURN c.chunk_id AS id", p=unique
+        ).records
+    }
     assert own
-    doc_keys = [r["k"] for r in engine.driver.execute_query(
-        "MATCH (d:Document {pack: $p}) RETURN d.key AS k", p=unique
-    ).records]
+    doc_keys = [
+        r["k"] for r in engine.driver.execute_query("MATCH (d:Document {pack: $p}) RETURN d.key AS k", p=unique).records
+    ]
     vec = engine.embed_texts([QUESTION], purpose="query")[0]
     key = f"{unique}|{'rb-77'}"
 

@@ -284,7 +284,9 @@ def ingest(
         if estimate:
             data = {**paid, "inputs_hash": hash_of(paid), "approval_needed": bool(paid["paid"])}
             emit_json(ctx, data) if json else render.counts(
-                out(), "paid extraction estimate", {"approval needed": data["approval_needed"]}
+                out(),
+                "paid extraction estimate",
+                {"approval needed": data["approval_needed"]}
                 | {f"{name} cost_usd": e["cost_usd"] for name, e in paid["paid"].items()}
                 | {"inputs_hash": data["inputs_hash"]},
             )
@@ -424,7 +426,9 @@ def cleanup(
     approval = operator_approval(
         GRAPH_CLEANUP, approved_by=approved_by, reason=reason, inputs_hash=inputs_hash, run_id=run_id
     )
-    data = run_cleanup(eng.driver, eng.database, packs, approval, run_id=run_id, audit=audit_trail(eng), actor=approved_by)
+    data = run_cleanup(
+        eng.driver, eng.database, packs, approval, run_id=run_id, audit=audit_trail(eng), actor=approved_by
+    )
     if json:
         emit_json(ctx, data)
     else:

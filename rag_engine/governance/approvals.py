@@ -116,7 +116,7 @@ class Approval(BaseModel):
         cls, action: str, inputs: Mapping[str, Any], *, approved_by: str, reason: str, at: datetime | None = None
     ) -> Approval:
         """An approval bound to ``inputs`` as they are now (e.g. the plan a dry run just showed)."""
-        extra = {"at": at} if at is not None else {}
+        extra: dict[str, Any] = {"at": at} if at is not None else {}
         return cls(approved_by=approved_by, reason=reason, action=action, inputs_hash=inputs_hash(inputs), **extra)
 
 
@@ -138,9 +138,7 @@ def approver_of(
             )
         return approver(None, claimed)
     if not key:
-        raise Unauthenticated(
-            f"{command} needs an operator's key: principals are configured (serving.principals)"
-        )
+        raise Unauthenticated(f"{command} needs an operator's key: principals are configured (serving.principals)")
     return approver(PrincipalRegistry(cfg, root, env).operator(key, command), claimed)
 
 
@@ -156,7 +154,7 @@ def operator_approval(
     hashed = bool((inputs_hash or "").strip())
     # a blank or malformed field is refused as such first (ApprovalMismatch naming it)
     approval = Approval.given(
-        approved_by=approved_by, reason=reason, action=action, inputs_hash=inputs_hash if hashed else "0" * 64
+        approved_by=approved_by, reason=reason, action=action, inputs_hash=(inputs_hash or "") if hashed else "0" * 64
     )
     if not hashed:
         raise ApprovalRequired(

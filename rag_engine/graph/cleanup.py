@@ -11,7 +11,7 @@ superseded status, as the record).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import neo4j
@@ -31,8 +31,7 @@ class CleanupNotApproved(ApprovalRequired):
 # them. Cleanup counts and deletes with these; the quality report counts with the same ones.
 STALE: dict[str, tuple[str, str]] = {
     "unprovenanced_inferred_edges": (
-        "MATCH (a:Entity)-[x:RELATED]->(:Entity) WHERE coalesce(x.pack, a.pack) IN $packs "
-        f"AND {lacks_provenance('x')}",
+        f"MATCH (a:Entity)-[x:RELATED]->(:Entity) WHERE coalesce(x.pack, a.pack) IN $packs AND {lacks_provenance('x')}",
         "DELETE x",
     ),
     "dangling_inferred_edges": (
@@ -85,7 +84,7 @@ def _digest(ids: list[str]) -> str:
     return hashlib.sha256("\n".join(sorted(ids)).encode("utf-8")).hexdigest()
 
 
-def _targets(run: Callable[[str], dict[str, Any]]) -> tuple[dict[str, int], dict[str, str]]:
+def _targets(run: Callable[[str], Mapping[str, Any]]) -> tuple[dict[str, int], dict[str, str]]:
     """(count per category, sha256 of its sorted record ids per category), read through ``run``."""
     counts: dict[str, int] = {}
     digests: dict[str, str] = {}
@@ -97,7 +96,8 @@ def _targets(run: Callable[[str], dict[str, Any]]) -> tuple[dict[str, int], dict
 
 def plan_cleanup(driver: neo4j.Driver, database: str, packs: list[str]) -> dict[str, int]:
     """What a cleanup would remove, without removing anything."""
-    return cleanup_inputs(driver, database, packs)["plan"]
+    counts: dict[str, int] = cleanup_inputs(driver, database, packs)["plan"]
+    return counts
 
 
 def cleanup_inputs(driver: neo4j.Driver, database: str, packs: list[str]) -> dict[str, Any]:
@@ -143,7 +143,7 @@ def run_cleanup(
     plan = inputs["plan"]
 
     def work(tx: neo4j.ManagedTransaction) -> dict[str, int]:
-        now, digests = _targets(lambda q: single_record(tx.run(q, packs=packs), "cleanup plan"))
+        now, digests = _targets(lambda q: dict(single_record(tx.run(q, packs=packs), "cleanup plan")))
         if now != plan or digests != inputs["targets"]:
             raise ApprovalMismatch(
                 f"the cleanup plan changed since it was approved ({now} vs {plan}, or other records "

@@ -25,7 +25,6 @@ from rag_engine.graph.cleanup import STALE
 from rag_engine.graph.quality_predicates import PROVENANCE_FIELDS
 from rag_engine.store.session import read
 
-
 _STALE_VERSIONS = """
 MATCH (d:Document)-[:HAS_VERSION]->(v:DocumentVersion {status: 'superseded'}) WHERE d.pack IN $packs
 OPTIONAL MATCH (v)-[:HAS_CHUNK]->(c:Chunk)

@@ -147,7 +147,13 @@ class ModelClient:
             )
 
     def rerank(
-        self, query: str, documents: list[str], *, purpose: str, run_id: str | None = None, timeout_s: float | None = None
+        self,
+        query: str,
+        documents: list[str],
+        *,
+        purpose: str,
+        run_id: str | None = None,
+        timeout_s: float | None = None,
     ) -> RerankResult:
         """One relevance score per document from a rerank endpoint (``llama_cpp``'s ``/rerank``),
         metered like every call. Needs the ``rerank`` capability and a backend that scores."""

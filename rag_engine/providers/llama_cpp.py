@@ -31,7 +31,13 @@ from typing import Any
 import httpx
 from pydantic import BaseModel
 
-from rag_engine.errors import CapabilityNotSupported, ConfigError, ProviderError, ProviderResponseInvalid, ProviderTimeout
+from rag_engine.errors import (
+    CapabilityNotSupported,
+    ConfigError,
+    ProviderError,
+    ProviderResponseInvalid,
+    ProviderTimeout,
+)
 from rag_engine.providers.registry import ModelSpec
 from rag_engine.providers.results import Completion, Embeddings, Scores, TokenUsage
 
@@ -81,7 +87,9 @@ class LlamaCppBackend:
         try:
             data = response.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
-            raise ProviderResponseInvalid(f"provider {self.name!r} answered {path} with a body that is not JSON") from None
+            raise ProviderResponseInvalid(
+                f"provider {self.name!r} answered {path} with a body that is not JSON"
+            ) from None
         if not isinstance(data, dict):
             raise ProviderResponseInvalid(f"provider {self.name!r} answered {path} with a {type(data).__name__}")
         return data
@@ -110,17 +118,18 @@ class LlamaCppBackend:
         content = data.get("content")
         if not isinstance(content, str):
             raise ProviderResponseInvalid(f"provider {self.name!r}: /completion answer has no content")
-        timings = data.get("timings") if isinstance(data.get("timings"), dict) else {}
+        raw_timings = data.get("timings")
+        timings: dict[str, Any] = raw_timings if isinstance(raw_timings, dict) else {}
         evaluated = data.get("tokens_evaluated", timings.get("prompt_n"))
         predicted = data.get("tokens_predicted", timings.get("predicted_n"))
-        reported = isinstance(evaluated, int) and isinstance(predicted, int)
+        counted = isinstance(evaluated, int) and isinstance(predicted, int)
         return Completion(
             text=content,
             reported_model=data.get("model") if isinstance(data.get("model"), str) else None,
             usage=TokenUsage(
-                input_tokens=evaluated if reported else 0,
-                output_tokens=predicted if reported else 0,
-                reported=reported,
+                input_tokens=evaluated if isinstance(evaluated, int) else 0,
+                output_tokens=predicted if isinstance(predicted, int) else 0,
+                reported=counted,
             ),
             provider=self.name,
         )
@@ -142,11 +151,16 @@ class LlamaCppBackend:
             if not isinstance(index, int) or not 0 <= index < len(documents) or scores[index] is not None:
                 raise ProviderResponseInvalid(f"provider {self.name!r}: /rerank result index {index!r} is not valid")
             if not isinstance(score, (int, float)) or isinstance(score, bool) or not math.isfinite(score):
-                raise ProviderResponseInvalid(f"provider {self.name!r}: /rerank score of document {index} is not a number")
+                raise ProviderResponseInvalid(
+                    f"provider {self.name!r}: /rerank score of document {index} is not a number"
+                )
             scores[index] = float(score)
         if any(s is None for s in scores):
-            raise ProviderResponseInvalid(f"provider {self.name!r}: /rerank scored {len(results)} of {len(documents)} documents")
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+            raise ProviderResponseInvalid(
+                f"provider {self.name!r}: /rerank scored {len(results)} of {len(documents)} documents"
+            )
+        raw_usage = data.get("usage")
+        usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
         prompt_tokens = usage.get("prompt_tokens")
         return Scores(
             scores=[float(s) for s in scores if s is not None],
@@ -159,4 +173,6 @@ class LlamaCppBackend:
         )
 
     def embed(self, texts: list[str], *, input_mode: str | None = None) -> Embeddings:
-        raise CapabilityNotSupported(f"provider {self.name!r} (llama_cpp) serves /completion and /rerank, not embeddings")
+        raise CapabilityNotSupported(
+            f"provider {self.name!r} (llama_cpp) serves /completion and /rerank, not embeddings"
+        )

@@ -15,7 +15,8 @@ rerank never runs longer than the question it serves; with nothing left it is sk
 Two rerank methods (``local_inference.rerank_method``): ``endpoint`` scores each candidate on a
 rerank endpoint (``defaults.local_rerank_model``, llama.cpp's ``POST /rerank``) and orders by
 score; ``chat_prompt`` asks the generation model to order the ids. Rerank only permutes: the
-chat model's order must name every given chunk id exactly once, or it is rejected as a whole. Exact-reference hits (``exact=True``) stay on top whatever the model says:
+chat model's order must name every given chunk id exactly once, or it is rejected as a whole.
+Exact-reference hits (``exact=True``) stay on top whatever the model says:
 a question that names a section by its reference is answered by that section, and a semantic
 reranker must never bury the one lexical match the user asked for.
 """
@@ -204,9 +205,7 @@ def rerank(
             # best score first; ties keep the fused order
             order = [c.chunk_id for i, c in sorted(enumerate(candidates), key=lambda p: (-scores[p[0]], p[0]))]
         else:
-            passages = "\n\n".join(
-                f"chunk_id={c.chunk_id}\n{c.text[: limits.rerank_text_chars]}" for c in candidates
-            )
+            passages = "\n\n".join(f"chunk_id={c.chunk_id}\n{c.text[: limits.rerank_text_chars]}" for c in candidates)
             parsed: RerankOrder = _ask(
                 model,
                 _RERANK.format(query=query, passages=passages),

@@ -47,7 +47,9 @@ TEXT_FETCH_CAP = 5000
 """The largest fulltext fetch: Lucene scores every match anyway, this bounds what crosses to Cypher."""
 
 _TEXT_HITS = (
-    f"count(*) AS fetched, collect(CASE WHEN {SERVED} THEN {{" + ", ".join(f"{f}: c.{f}" for f in _FIELDS) + ", score: score} END) AS hits"
+    f"count(*) AS fetched, collect(CASE WHEN {SERVED} THEN {{"
+    + ", ".join(f"{f}: c.{f}" for f in _FIELDS)
+    + ", score: score} END) AS hits"
 )
 """Of one fulltext fetch: how many index hits it returned, and the permitted current ones in score order."""
 
@@ -260,8 +262,7 @@ def chunks_by_id(rx: Reads, chunk_ids: list[str], collections: tuple[str, ...]) 
     if not chunk_ids:
         return []
     return rx.rows(
-        f"MATCH (c:Chunk) WHERE c.chunk_id IN $ids AND {SERVED} "
-        f"RETURN {_CHUNK_FIELDS}",
+        f"MATCH (c:Chunk) WHERE c.chunk_id IN $ids AND {SERVED} RETURN {_CHUNK_FIELDS}",
         ids=chunk_ids,
         **scope(rx, collections),
     )

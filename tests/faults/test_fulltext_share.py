@@ -8,7 +8,6 @@ vector leg it never grew.
 from __future__ import annotations
 
 from rag_engine.engine import Engine
-
 from rag_engine.retrieval.query import run_query
 from rag_engine.store import reads
 from rag_engine.store.session import read_transaction

@@ -93,9 +93,7 @@ def identity(cfg: EngineConfig, model_name: str | None, env: Mapping[str, str], 
         capabilities=tuple(model.capabilities),
         provider_enabled=provider.enabled,
         credential_env=provider.credential_env,
-        credential_present=credential_present(env, provider.credential_env)
-        if provider.credential_env
-        else None,
+        credential_present=credential_present(env, provider.credential_env) if provider.credential_env else None,
         reachable=reachable,
         reachability_note=note,
     )
