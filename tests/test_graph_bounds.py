@@ -75,3 +75,33 @@ def test_at_graph_weight_10_the_graph_never_takes_over(base_config, tmp_path, ne
         seed_comparison.remove_fixture(engine, pack.name)
         engine.close()
         base.close()
+
+
+def test_the_query_audit_record_keeps_the_plan_and_each_graph_path(base_config, tmp_path, neo4j_driver):
+    """A traversal can be explained later: the audit record of the query holds the planner's
+    decision and, for each graph candidate, its path and path score."""
+    from rag_engine.governance.audit import audit_trail
+    from rag_engine.retrieval.query import run_query
+    from tests.conftest import _embed_env, _neo4j_uri
+
+    base = Engine(base_config, ROOT, {"NEO4J_URI": _neo4j_uri(), **_embed_env()})
+    engine, pack = seed_comparison.fixture_engine(base, tmp_path / "seed")
+    try:
+        ingest_pack(engine, pack)
+        cfg = engine.cfg.model_copy(update={"roles": {"employee": ("kb_internal",)}})
+        eng = Engine(cfg, engine.root, engine.env, packs=[pack])
+        try:
+            out = run_query(eng, seed_comparison.QUESTION, "employee", generate=False, session_id=f"s-{pack.name}")
+            (record,) = audit_trail(eng).records(event="query", session_id=f"s-{pack.name}")
+        finally:
+            eng.close()
+        assert record.payload["plan"] == {"traverse": True, "reason": "traverse"}
+        graph = [c for c in record.payload["candidates"] if "path_score" in c]
+        assert graph and all(c["path"] and c["path"][0]["type"] for c in graph)
+        assert {c["chunk_id"]: c["path_score"] for c in graph} == {
+            c.chunk_id: c.path_score for c in out.retrieval.candidates if c.path_score is not None
+        }
+    finally:
+        seed_comparison.remove_fixture(engine, pack.name)
+        engine.close()
+        base.close()
