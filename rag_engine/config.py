@@ -499,7 +499,7 @@ class FirstRunBudgetConfig(Frozen):
 class BudgetsConfig(Frozen):
     first_run: FirstRunBudgetConfig | None = FirstRunBudgetConfig()
     """A new pack's first extraction run with a paid model (hosted, or priced by the pricing file)
-    gets this budget instead of the one below; null gives it the one below. A free local model
+    gets this budget (each figure at most the one below); null gives it the one below. A free local model
     (replay, llama.cpp without a price) runs on the budget below from the start."""
     max_chunks_per_run: int = Field(500, ge=1)
     max_tokens_per_run: int = Field(500_000, ge=1)

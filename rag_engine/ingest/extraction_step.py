@@ -113,12 +113,12 @@ def new_budget(engine: Engine, pack: str | None = None) -> RunBudget:
     spec = engine.registry.extraction
     paid = spec.provider.hosted or spec.model.pricing_ref is not None
     if pack is not None and b.first_run is not None and paid and extraction_runs(engine, pack) == 0:
-        f = b.first_run
+        f = b.first_run  # never looser than the configured budget
         return RunBudget(
-            max_chunks=f.max_chunks_per_run,
-            max_tokens=f.max_tokens_per_run,
-            max_output_tokens=min(b.max_output_tokens, f.max_tokens_per_run),
-            batch_size=f.batch_size,
+            max_chunks=min(f.max_chunks_per_run, b.max_chunks_per_run),
+            max_tokens=min(f.max_tokens_per_run, b.max_tokens_per_run),
+            max_output_tokens=b.max_output_tokens,
+            batch_size=min(f.batch_size, b.batch_size),
             first_run=True,
         )
     return RunBudget(
