@@ -33,3 +33,32 @@ def test_first_paid_extraction_run_of_a_pack_is_conservative(variant, unique, ne
         paid.driver.execute_query("MATCH (r:ExtractionRun {pack: $p}) DELETE r", p=unique)
         paid.close()
         free.close()
+
+
+def test_token_budget_reservations_hold_under_concurrency():
+    """Sixteen threads start and settle calls against one run budget at once: the reserved and
+    billed tokens together never pass the budget, and a call billed what it reserved leaves none."""
+    import random
+    import threading
+
+    from rag_engine.ingest.extraction_step import RunBudget
+
+    budget = RunBudget(max_chunks=10_000, max_tokens=4000, max_output_tokens=300)
+    peak = [0]
+    seen = threading.Lock()
+
+    def worker(seed: int) -> None:
+        rnd = random.Random(seed)
+        for _ in range(200):
+            worst = budget.worst_case(rnd.randint(50, 400))
+            if budget.start(worst) is None:
+                with seen:
+                    peak[0] = max(peak[0], budget.tokens + budget.reserved)
+                budget.settle(worst, rnd.randint(0, 30) if rnd.random() < 0.9 else worst, None)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert budget.reserved == 0 and budget.tokens <= 4000 and peak[0] <= 4000, (budget.tokens, peak[0])

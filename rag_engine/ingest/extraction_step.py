@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -52,9 +53,17 @@ def budget_skipped_partitions(engine: Engine, pack: DomainPack, keys: list[str])
     return out
 
 
+PROMPT_MARGIN = 1.25
+"""A prompt's estimate (characters / 4) is multiplied by at least this before it is reserved: real
+tokenizers count more tokens than characters / 4 on some text, and two calls reserved on the bare
+estimate let 4,023 tokens through a 4,000-token budget."""
+
+
 @dataclass
 class RunBudget:
-    """Shared by all partitions of one run; checked before each model call (by one thread)."""
+    """Shared by all partitions of one run; every call reserves its worst case before it starts
+    (``start``) and settles to what it was billed (``settle``), both under the budget's lock, so
+    calls started from any number of threads never reserve more than the budget together."""
 
     max_chunks: int
     max_tokens: int
@@ -76,29 +85,32 @@ class RunBudget:
     failures: int = 0
     skipped: int = 0
     rejected: Counter[str] = field(default_factory=Counter)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def worst_case(self, prompt_estimate: int) -> int:
-        return math.ceil(prompt_estimate * self.prompt_ratio) + self.max_output_tokens
+        return math.ceil(prompt_estimate * max(self.prompt_ratio, PROMPT_MARGIN)) + self.max_output_tokens
 
     def start(self, worst_case: int) -> str | None:
         """Reserve a call's worst case; the reason it may not start, or None if it may."""
-        if self.chunks >= self.max_chunks:
-            return "max_chunks_per_run"
-        if self.tokens + self.reserved + worst_case > self.max_tokens:
-            return "max_tokens_per_run"
-        self.chunks += 1
-        self.reserved += worst_case
-        return None
+        with self._lock:
+            if self.chunks >= self.max_chunks:
+                return "max_chunks_per_run"
+            if self.tokens + self.reserved + worst_case > self.max_tokens:
+                return "max_tokens_per_run"
+            self.chunks += 1
+            self.reserved += worst_case
+            return None
 
     def settle(
         self, worst_case: int, billed: int, cost: Decimal | None, *, prompt_estimate: int = 0, prompt_tokens: int = 0
     ) -> None:
         """A call ended: its reservation becomes what it was billed."""
-        self.reserved -= worst_case
-        self.tokens += billed
-        self.cost = None if cost is None or self.cost is None else self.cost + cost
-        if prompt_estimate > 0 and prompt_tokens > prompt_estimate:
-            self.prompt_ratio = max(self.prompt_ratio, prompt_tokens / prompt_estimate)
+        with self._lock:
+            self.reserved -= worst_case
+            self.tokens += billed
+            self.cost = None if cost is None or self.cost is None else self.cost + cost
+            if prompt_estimate > 0 and prompt_tokens > prompt_estimate:
+                self.prompt_ratio = max(self.prompt_ratio, prompt_tokens / prompt_estimate)
 
     def status(self) -> str:
         if self.skipped:
