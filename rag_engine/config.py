@@ -692,11 +692,6 @@ class EngineConfig(Frozen):
                 f"retrieval.graph_tail {self.retrieval.graph_tail} exceeds traversal.max_graph_only_in_top_k "
                 f"{self.traversal.max_graph_only_in_top_k}: the graph may fill at most that many places of the top k"
             )
-        graph_weight = self.retrieval.weights.get("graph")
-        if graph_weight is not None and graph_weight > 0 and self.traversal.max_candidates == 0:
-            raise ValueError(
-                "retrieval.weights.graph > 0 with traversal.max_candidates 0: the graph leg can add nothing"
-            )
         return self
 
     @model_validator(mode="after")
