@@ -3,7 +3,9 @@ record it in the audit trail.
 
 An acceptance (``evals.gate_models.Acceptance``) is the one approval type
 ``accept_gate_regression`` (``rag_engine.governance.approvals``), bound to the sha256 of both
-report files; ``evals.gates`` applies a matched one to a waivable regression. Imports
+report files; ``evals.gates`` applies a matched one to a waivable regression. Who accepted is
+bound by the engine's one approval rule (``bind_acceptance``): with principals configured, only the
+operator whose key runs the gate; without, the typed name marked ``local:<name>``. Imports
 ``evals.gate_models`` only, of the gate's modules (see its docstring for the layout).
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +22,8 @@ from pydantic import ValidationError
 
 from evals.gate_models import Acceptance, AcceptanceOutcome, acceptance_inputs
 from rag_engine import yaml_safe
-from rag_engine.errors import ApprovalError, EvalInputError
-from rag_engine.governance.approvals import ACCEPT_GATE_REGRESSION, require
+from rag_engine.errors import ApprovalError, EvalInputError, Forbidden, Unauthenticated
+from rag_engine.governance.approvals import ACCEPT_GATE_REGRESSION, approver_of, require
 
 
 def load_acceptance(path: str | Path) -> dict[str, Any]:
@@ -36,6 +39,28 @@ def load_acceptance(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise EvalInputError(f"{path}: an acceptance must be a mapping of keys to values")
     return data
+
+
+KEY_ENV = "RAG_KEY"
+"""Where the person running the gate with an acceptance puts the operator's key (as for `rag`)."""
+
+
+def bind_acceptance(
+    engine_cfg: Any, root: Path, env: Mapping[str, str], raw: dict[str, Any] | None
+) -> tuple[dict[str, Any] | None, str | None]:
+    """(the acceptance with ``accepted_by`` as the approval rule records it, or None; the reason it
+    cannot apply, or None). The same rule as every other approval
+    (``governance.approvals.approver_of``): with principals configured, the operator's key in
+    ``RAG_KEY`` must be given and ``accepted_by`` may only name its principal; without, the typed
+    name is recorded as ``local:<name>``. A refused one is reported and ignored by the gate."""
+    if raw is None or not isinstance(raw, dict):
+        return raw, None
+    claimed = str(raw.get("accepted_by") or "")
+    try:
+        bound = approver_of(engine_cfg, root, env, env.get(KEY_ENV) or None, claimed, "accepting a gate regression")
+    except (Unauthenticated, Forbidden) as exc:
+        return None, f"acceptance refused: {type(exc).__name__}: {exc}"
+    return {**raw, "accepted_by": bound}, None
 
 
 def judge_acceptance(

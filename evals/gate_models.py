@@ -124,7 +124,7 @@ class Acceptance(_Frozen):
     def as_approval(self) -> Approval:
         """The acceptance as the one approval type: action ``accept_gate_regression`` bound to
         both report hashes (``acceptance_inputs``); ``at`` is its date, else now."""
-        at = {"at": dt.datetime.combine(self.date, dt.time(0), tzinfo=dt.UTC)} if self.date else {}
+        at: dict[str, Any] = {"at": dt.datetime.combine(self.date, dt.time(0), tzinfo=dt.UTC)} if self.date else {}
         return Approval(
             approved_by=self.accepted_by,
             reason=self.reason,

@@ -70,12 +70,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from evals.gate_acceptance import audit_acceptance, judge_acceptance, load_acceptance
+from evals.gate_acceptance import audit_acceptance, bind_acceptance, judge_acceptance, load_acceptance
 from evals.gate_metrics import (
     bm25_floor,
     comparability_problems,
@@ -107,6 +108,7 @@ from evals.gate_models import (
 from evals.gate_render import summary
 from evals.report import EvalReport, load_report, report_sha256
 from rag_engine.config import EvalsConfig, load_config
+from rag_engine.engine import project_root
 from rag_engine.errors import EvalInputError, RagError
 
 # ---------------------------------------------------------------------------------------
@@ -356,6 +358,8 @@ def run(config: str, report: str, baseline_report: str | None, output: str, acce
         except EvalInputError as exc:
             acc_error = str(exc)
 
+    if engine_cfg is not None and acc_error is None:  # who accepted: the one approval rule
+        acc_raw, acc_error = bind_acceptance(engine_cfg, project_root(), os.environ, acc_raw)
     if unreadable or cfg is None:
         outcome = judge_acceptance(
             acc_raw, source=accept, error=acc_error, candidate_sha=cand_sha, baseline_sha=base_sha

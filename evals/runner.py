@@ -231,7 +231,7 @@ def baseline_rankings(engine: Engine, bm25: BM25Baseline, pack: str, question: s
     collections = gate(engine.cfg, role).collections
     cfg = engine.cfg.retrieval
     vec = engine.embed_texts([question], purpose="query")[0]
-    with read_transaction(engine.driver, engine.database) as rx:
+    with read_transaction(engine.driver, engine.database, packs=engine.packs) as rx:
         return {
             "bm25": bm25.search(pack, collections, question, TOP_K),
             "fulltext": _anchors(reads.fulltext(rx, question, collections, cfg.lexical_k)),
@@ -319,7 +319,7 @@ def run_eval(
             )
             latency = (time.perf_counter() - started) * 1000
             started = time.perf_counter()  # the in-run latency control: the fulltext leg alone
-            with read_transaction(engine.driver, engine.database) as rx:
+            with read_transaction(engine.driver, engine.database, packs=engine.packs) as rx:
                 reads.fulltext(rx, q["question"], gate(engine.cfg, role).collections, engine.cfg.retrieval.lexical_k)
             control_ms = (time.perf_counter() - started) * 1000
             records = engine.ledger.records(run_id) if generate else []

@@ -1,7 +1,8 @@
 """The seed comparison: does the inferred graph find what deterministic retrieval misses?
 
-A three-document fixture (company KB rules, its own pack name) where the answer to "Which
-system does Project Falcon depend on?" sits in a chunk the text search ranks below another.
+A fixture pack (company KB rules, its own pack name: three documents about Project Falcon and
+twelve about other systems' dependencies) where the answer to "Which system does Project Falcon
+depend on?" sits in a chunk the text search ranks below ten others.
 Extraction runs through the real pipeline, answered by a replay cassette written here from
 hand-made records (labelled as fixture data, not model output):
 
@@ -20,6 +21,11 @@ pipeline" an alias of Project Falcon, so the storage and freeze chunks (which sa
 pipeline", never "Project Falcon") ground it, and the question's words still miss the target chunk.
 
     python -m evals.seed_comparison      # prints the JSON (needs Neo4j, like `make test`)
+
+The fixture pack is written to the configured store under its own name (``seed_<hex>``, never an
+enabled pack, so retrieval never serves it to anyone else: ``store.reads.SERVED``) and removed
+again when the run ends, whatever happened; the JSON's ``store`` entry proves it (the nodes of the
+pack left afterwards, 0, else the run fails).
 """
 
 from __future__ import annotations
@@ -77,6 +83,39 @@ collection: kb_internal
 The holiday calendar lists company holidays; billing pipeline deployments pause during the December freeze.
 """,
 }
+
+_SYSTEMS = (
+    "expense",
+    "badge",
+    "payroll",
+    "ticketing",
+    "wiki",
+    "backup",
+    "printing",
+    "telephony",
+    "recruiting",
+    "inventory",
+    "calendar booking",
+    "mail relay",
+)
+DISTRACTORS = {
+    f"system-{i:02d}.md": f"""---
+id: POL-{960 + i}
+collection: kb_internal
+---
+# The {name} system
+
+## Dependencies
+Which system does the {name} system depend on? The {name} system depends on the directory service
+and on the {_SYSTEMS[(i + 1) % len(_SYSTEMS)]} system; every other system it uses is listed in its runbook.
+"""
+    for i, name in enumerate(_SYSTEMS)
+}
+"""Twelve passages that answer "which system does X depend on" for other systems: they outrank
+the target chunk for the question's words and meaning, inside the fixture's own pack, so the
+comparison does not depend on what else the store holds (only enabled packs are served, and the
+fixture is served alone)."""
+DOCS.update(DISTRACTORS)
 
 # grounds "Project Falcon" in chunks that name it by the pipeline it rebuilds
 ALIASES = {"Project Falcon": ["billing pipeline"]}
@@ -192,7 +231,7 @@ def run(base: Engine, workdir: Path) -> dict[str, Any]:
         plain_rank = _rank([c.anchor for c in plain], target)
         graph_rank = _rank([c.anchor for c in with_graph], target)
         neg = next(e for e in _edges(engine, pack.name) if e["type"] == "applies_to")
-        return {
+        out: dict[str, Any] = {
             "question": QUESTION,
             "target_anchor": target,
             "deterministic_only": {
@@ -223,9 +262,37 @@ def run(base: Engine, workdir: Path) -> dict[str, Any]:
                 "stored": True,
                 "retrieved_via_graph": any(c.anchor == negative and c.path_score is not None for c in with_graph),
             },
+            "store": {"fixture_pack": pack.name},
         }
     finally:
-        engine.close()
+        try:
+            removed = remove_fixture(engine, pack.name)
+        finally:
+            engine.close()
+    out["store"] = removed
+    return out
+
+
+_FIXTURE_NODES = (
+    "MATCH (n) WHERE ((n:Chunk OR n:Document OR n:Entity OR n:ExtractionRun) AND n.pack = $p) "
+    "OR (n:DocumentVersion AND n.key STARTS WITH $p + ':') OR (n:RefKey AND n.key STARTS WITH $p + '|') "
+)
+
+
+def remove_fixture(engine: Engine, pack: str) -> dict[str, Any]:
+    """Delete every node the fixture pack wrote, then count what is left of it (0, or ``ConfigError``)."""
+    if not pack.startswith("seed_"):
+        raise ConfigError(f"refusing to remove pack {pack!r}: only a seed comparison fixture (seed_<hex>)")
+    rows, _, _ = engine.driver.execute_query(
+        _FIXTURE_NODES + "WITH collect(n) AS ns UNWIND ns AS n DETACH DELETE n RETURN count(*) AS n",
+        p=pack,
+        database_=engine.database,
+    )
+    removed = int(rows[0]["n"]) if rows else 0
+    left, _, _ = engine.driver.execute_query(_FIXTURE_NODES + "RETURN count(n) AS n", p=pack, database_=engine.database)
+    if int(left[0]["n"]):
+        raise ConfigError(f"the seed comparison left {left[0]['n']} nodes of its fixture pack {pack!r} in the store")
+    return {"fixture_pack": pack, "nodes_removed": removed, "nodes_left": 0}
 
 
 def _pack_chunks(engine: Engine, pack: str) -> set[str]:

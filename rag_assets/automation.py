@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
+from rag_assets.approval import RunApproval, run_approval
 from rag_assets.resources import engine_for
 from rag_engine.engine import Engine
 from rag_engine.errors import RagError, RegistryError
@@ -180,14 +181,10 @@ def within_limit(engine: Engine, estimate: dict[str, Any]) -> bool:
     return cost is not None and cost <= engine.cfg.automation.max_auto_cost_usd
 
 
-class PaidApproval(dg.Config):
-    """Run config of a paid asset: the operator's approval, needed when the run's estimated cost is
-    above automation.max_auto_cost_usd (or unknown)."""
-
-    approved_by: str = ""
-    reason: str = ""
-    inputs_hash: str = ""
-    """The inputs_hash the refusal (or the run log) printed: the run proceeds only if the estimate is unchanged."""
+class PaidApproval(RunApproval):
+    """Run config of a paid asset: the operator's approval (``rag_assets.approval``: approved_by,
+    reason, the inputs_hash the refusal printed, and key_file with principals configured), needed
+    when the run's estimated cost is above automation.max_auto_cost_usd (or unknown)."""
 
 
 def paid_inputs(asset: str, partitions: list[str], estimate: dict[str, Any]) -> dict[str, Any]:
@@ -200,7 +197,7 @@ def require_paid_approval(
 ) -> None:
     """Before any model call: nothing to approve under the limit; above it, the approval in the run
     config must bind this asset, its partitions and the estimate (``paid_automation``)."""
-    from rag_engine.governance.approvals import PAID_AUTOMATION, Approval, inputs_hash, require
+    from rag_engine.governance.approvals import PAID_AUTOMATION, require
     from rag_engine.governance.audit import audit_trail
 
     if within_limit(engine, estimate):
@@ -208,14 +205,9 @@ def require_paid_approval(
     partitioned = context.has_partition_key or context.has_partition_key_range
     partitions = sorted(context.partition_keys) if partitioned else []
     inputs = paid_inputs(context.asset_key.to_user_string(), partitions, estimate)
-    approval = None
-    if config.approved_by.strip() and config.reason.strip():
-        approval = Approval(
-            approved_by=config.approved_by,
-            reason=config.reason,
-            action=PAID_AUTOMATION,
-            inputs_hash=config.inputs_hash or inputs_hash(inputs),
-        )
+    approval, actor = run_approval(
+        engine, config, action=PAID_AUTOMATION, run_id=context.run.run_id, command=f"paid run of {inputs['asset']}"
+    )
     context.log.info(
         "paid work above automation.max_auto_cost_usd (estimate %s USD, %s calls of %s): %s",
         estimate["cost_usd"] if estimate["cost_usd"] is not None else "unknown",
@@ -223,7 +215,7 @@ def require_paid_approval(
         estimate["model"],
         f"approved by {approval.approved_by}" if approval else "needs approved_by and reason in the run config",
     )
-    require(approval, PAID_AUTOMATION, inputs, audit=audit_trail(engine))
+    require(approval, PAID_AUTOMATION, inputs, audit=audit_trail(engine), actor=actor)
 
 
 # -- conditions ---------------------------------------------------------------------------------

@@ -1,23 +1,33 @@
-"""graph_cleanup: remove stale graph paths, only with an explicit approval in the run config.
+"""graph_cleanup: remove stale graph paths, only with an approval in the run config bound to the
+plan its dry run printed (the engine's one approval rule: ``rag_assets.approval``).
 
+    # 1. dry run: counts what would go and prints the inputs_hash
+    ops: {cleanup_stale_paths: {config: {dry_run: true}}}
+    # 2. approve exactly that plan
     ops:
       cleanup_stale_paths:
-        config: {approved_by: "jane@company", reason: "superseded GDPR versions after re-ingest"}
+        config: {approved_by: "jane", reason: "superseded GDPR versions after re-ingest",
+                 inputs_hash: "<64 hex from the dry run>"}
+        # with principals configured, also key_file: <file holding the operator's key>
 
-Without approved_by and reason the run fails before anything is deleted. dry_run counts only.
+Without an approval bound to the current plan the run fails before anything is deleted, and the
+refusal is in the audit trail (``approval_refused``) like the CLI's; an approval is recorded as
+``approval_granted`` with the approver (``local:<name>`` without principals) and the run id.
 """
 
 from typing import Any
 
 import dagster as dg
 
+from rag_assets.approval import RunApproval, run_approval
 from rag_assets.resources import EngineResource
-from rag_engine.graph.cleanup import Approval, plan_cleanup, run_cleanup
+from rag_engine.errors import ApprovalError, Forbidden, Unauthenticated
+from rag_engine.governance.approvals import GRAPH_CLEANUP, inputs_hash
+from rag_engine.governance.audit import audit_trail
+from rag_engine.graph.cleanup import cleanup_inputs, run_cleanup
 
 
-class CleanupConfig(dg.Config):
-    approved_by: str = ""
-    reason: str = ""
+class CleanupConfig(RunApproval):
     dry_run: bool = False
 
 
@@ -25,28 +35,37 @@ class CleanupConfig(dg.Config):
 def cleanup_stale_paths(context: dg.OpExecutionContext, config: CleanupConfig, rag: EngineResource) -> dict[str, Any]:
     engine = rag.engine()
     packs = sorted(engine.packs)
-    would = plan_cleanup(engine.driver, engine.database, packs)
-    context.log.info("would remove: %s", would)
+    inputs = cleanup_inputs(engine.driver, engine.database, packs)
+    would, digest = inputs["plan"], inputs_hash(inputs)
+    context.log.info("would remove: %s (inputs_hash %s)", would, digest)
     if config.dry_run:
-        return {"dry_run": True, "would_remove": would}
-    if not (config.approved_by.strip() and config.reason.strip()):
-        raise dg.Failure(
-            description="graph cleanup deletes data and needs an approval: set approved_by and "
-            "reason in the op config. Nothing was deleted.",
-            metadata={"would_remove": dg.MetadataValue.json(would)},
+        context.add_output_metadata({"would_remove": dg.MetadataValue.json(would), "inputs_hash": digest})
+        return {"dry_run": True, "would_remove": would, "inputs_hash": digest}
+    try:
+        approval, actor = run_approval(
+            engine, config, action=GRAPH_CLEANUP, run_id=context.run_id, command="graph_cleanup (Dagster)"
         )
-    result = run_cleanup(
-        engine.driver,
-        engine.database,
-        packs,
-        Approval(approved_by=config.approved_by, reason=config.reason),
-        run_id=context.run_id,
-    )
+        result = run_cleanup(
+            engine.driver,
+            engine.database,
+            packs,
+            approval,
+            run_id=context.run_id,
+            audit=audit_trail(engine),
+            actor=actor,
+        )
+    except (ApprovalError, Unauthenticated, Forbidden) as exc:
+        raise dg.Failure(
+            description=f"{type(exc).__name__}: {exc}. Set approved_by, reason and the dry run's inputs_hash "
+            "in the op config (and key_file when principals are configured).",
+            metadata={"would_remove": dg.MetadataValue.json(would), "inputs_hash": digest},
+        ) from None
     context.add_output_metadata(
         {
             "removed": dg.MetadataValue.json(result["removed"]),
             "approved_by": result["approved_by"],
             "reason": result["reason"],
+            "inputs_hash": result["inputs_hash"],
         }
     )
     return result

@@ -70,7 +70,7 @@ class StorageConfig(Frozen):
     re-ingest of unchanged chunks makes no embedding call; None turns the cache off."""
 
 
-ProviderKind = Literal["openai", "openai_compatible", "replay", "local_hash"]
+ProviderKind = Literal["openai", "openai_compatible", "replay", "local_hash", "llama_cpp"]
 StructuredOutputForm = Literal["json_schema", "json_object_schema", "json_object", "structured_outputs"]
 """How a schema-constrained request tells the server the schema (providers/openai_backend.py):
 ``json_schema`` OpenAI's ``response_format`` (also read by llama.cpp's llama-server and Ollama),
@@ -270,6 +270,32 @@ class DefaultsConfig(Frozen):
     extraction_model: str | None = None
     local_inference_model: str | None = None
     """Model for query expansion / rerank (needs those capabilities); None disables both."""
+    local_rerank_model: str | None = None
+    """A model with role ``rerank`` on a rerank endpoint (provider kind ``llama_cpp``: ``POST
+    /rerank``) that scores the candidates; None: ``local_inference_model`` reranks by the chat
+    prompt (``local_inference.rerank_method``)."""
+
+
+class LocalInferenceConfig(Frozen):
+    """Caps of the local inference sidecar's calls (query variants, rerank), per question
+    (``rag_engine/retrieval/local_inference.py``). Every call carries an output cap and a timeout
+    derived from the question's budget: the rerank never runs longer than the question it serves."""
+
+    question_budget_s: float = Field(10.0, gt=0, le=600)
+    """The time a question may spend in local inference, expansion and rerank together."""
+    expansion_share: float = Field(0.3, gt=0, le=1)
+    """The share of ``question_budget_s`` the query-variants call may take."""
+    expansion_max_tokens: int = Field(256, ge=16, le=4096)
+    """Output cap of the query-variants call."""
+    rerank_method: Literal["endpoint", "chat_prompt"] = "chat_prompt"
+    """``endpoint``: ``defaults.local_rerank_model`` scores each candidate (``POST /rerank``);
+    ``chat_prompt``: ``defaults.local_inference_model`` is asked to order the ids."""
+    rerank_tokens_per_candidate: int = Field(24, ge=4, le=256)
+    """Output cap of the chat-prompt rerank, per candidate id it must repeat (plus 32 for the JSON)."""
+    rerank_max_tokens: int = Field(512, ge=32, le=8192)
+    """Output cap of the chat-prompt rerank whatever the number of candidates."""
+    rerank_text_chars: int = Field(600, ge=50, le=20_000)
+    """Characters of each candidate sent to the reranker (the candidates themselves are untouched)."""
 
 
 SQL_NAME = r"^[a-z_][a-z0-9_]{0,62}$"
@@ -468,6 +494,10 @@ class TraversalConfig(Frozen):
     max_depth: int = Field(2, ge=1, le=4)
     max_paths: int = Field(20, ge=1, le=500)
     max_candidates: int = Field(5, ge=0, le=100)
+    max_graph_only_in_top_k: int = Field(2, ge=0, le=20)
+    """At most this many candidates found by traversal alone in a question's top k, whatever
+    ``retrieval.weights.graph`` is (``graph/quality_bounds.py``); exact hits always rank above
+    anything the graph contributed to."""
     per_seed_limit: int = Field(5, ge=1, le=100)
     confidence_floor: float = Field(0.5, ge=0, le=1)
     relationship_bonus: dict[str, float] = {}
@@ -481,7 +511,20 @@ class PlannerConfig(Frozen):
     min_seed_entities: int = Field(2, ge=1)
 
 
+class FirstRunBudgetConfig(Frozen):
+    """The budget of a pack's first paid extraction run (no (:ExtractionRun) of the pack yet): small,
+    so a new pack's first run shows what extraction costs before it spends more."""
+
+    max_chunks_per_run: int = Field(10, ge=1)
+    max_tokens_per_run: int = Field(4000, ge=1)
+    batch_size: int = Field(2, ge=1)
+
+
 class BudgetsConfig(Frozen):
+    first_run: FirstRunBudgetConfig | None = FirstRunBudgetConfig()
+    """A new pack's first extraction run with a paid model (hosted, or priced by the pricing file)
+    gets this budget (each figure at most the one below); null gives it the one below. A free local model
+    (replay, llama.cpp without a price) runs on the budget below from the start."""
     max_chunks_per_run: int = Field(500, ge=1)
     max_tokens_per_run: int = Field(500_000, ge=1)
     batch_size: int = Field(8, ge=1)
@@ -651,6 +694,7 @@ class EngineConfig(Frozen):
     planner: PlannerConfig = PlannerConfig()
     budgets: BudgetsConfig = BudgetsConfig()
     context: ContextBudgetsConfig = ContextBudgetsConfig()
+    local_inference: LocalInferenceConfig = LocalInferenceConfig()
     evals: EvalsConfig = EvalsConfig()
     automation: AutomationConfig = AutomationConfig()
     audit: AuditConfig = AuditConfig()
@@ -672,6 +716,17 @@ class EngineConfig(Frozen):
             dupes = sorted({n for n in names if names.count(n) > 1})
             if dupes:
                 raise ValueError(f"duplicate {label} names: {dupes}")
+        return self
+
+    @model_validator(mode="after")
+    def _graph_stays_bounded(self) -> EngineConfig:
+        """The graph's caps must agree: a graph tail longer than the cap on graph-only candidates in
+        the top k could never be honoured, and is refused rather than silently cut."""
+        if self.retrieval.graph_tail > self.traversal.max_graph_only_in_top_k:
+            raise ValueError(
+                f"retrieval.graph_tail {self.retrieval.graph_tail} exceeds traversal.max_graph_only_in_top_k "
+                f"{self.traversal.max_graph_only_in_top_k}: the graph may fill at most that many places of the top k"
+            )
         return self
 
     @model_validator(mode="after")

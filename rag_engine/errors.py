@@ -124,6 +124,11 @@ class ProviderTimeout(ProviderError):
     """The provider did not answer within the configured timeout."""
 
 
+class ContextLimitExceeded(ProviderError):
+    """A request would not fit the model's declared ``context_limit`` (prompt plus output cap):
+    refused at the provider boundary, before any I/O."""
+
+
 class ProviderRateLimited(ProviderError):
     """The provider kept answering 429 after the allowed retries."""
 

@@ -231,7 +231,7 @@ def test_materializing_paid_work_above_the_limit_needs_an_approval(variant, uniq
     refused = mine("approval_refused")[refused_before:]
     assert len(refused) == 1 and refused[0].payload["refused"].startswith("ApprovalRequired")
 
-    config = {"approved_by": "jane", "reason": "new policy documents"}
+    config = {"approved_by": "jane", "reason": "new policy documents", "inputs_hash": meta["inputs_hash"]}
     run = job.execute_in_process(
         instance=auto.instance,
         raise_on_error=False,
@@ -241,7 +241,9 @@ def test_materializing_paid_work_above_the_limit_needs_an_approval(variant, uniq
     assert run.success, [e.message for e in run.all_events if e.is_failure]
     assert _calls(priced) > calls_before
     granted = mine("approval_granted")[-1]
-    assert granted.actor == "jane" and len(granted.payload["inputs_hash"]) == 64
+    # recorded like the CLI's: a typed name marked unauthenticated, the run id kept (#38 item 8)
+    assert granted.actor == "local:jane" and granted.payload["inputs_hash"] == meta["inputs_hash"]
+    assert granted.payload["run_id"] == run.run_id
 
 
 def _approval_status(defs: dg.Definitions, auto: Automation, cursor: str | None = None):

@@ -366,7 +366,9 @@ def test_raising_the_confidence_floor_needs_only_a_graph_rebuild(base_config, tm
 def test_failed_calls_count_against_the_budget(base_config, tmp_path, server, unique, neo4j_driver):
     from tests.support.fake_openai import invalid_json
 
-    engine, pack, _ = _setup(base_config, tmp_path, server, unique, budgets={"max_chunks_per_run": 3, "batch_size": 1})
+    engine, pack, _ = _setup(
+        base_config, tmp_path, server, unique, budgets={"max_chunks_per_run": 3, "batch_size": 1, "first_run": None}
+    )
     server.responder = lambda body: invalid_json()  # a model that only ever answers garbage
     try:
         reports = ingest_pack(engine, pack, run_id=f"bad-{unique}")

@@ -229,7 +229,8 @@ def test_matching_acceptance_accepts_the_regression(repo_root, tmp_path, suffix)
     assert code == 0 and out["status"] == "accepted"
     assert out["metrics"]["ndcg@10"]["regressed"] is True  # accepted, not hidden
     assert out["acceptance"]["matched"] is True and out["acceptance"]["applied"] is True
-    assert out["acceptance"]["accepted_by"] == "jane.doe" and out["acceptance"]["date"] == "2025-06-01"
+    # no principal configured: the typed name is recorded as such (the one approval rule)
+    assert out["acceptance"]["accepted_by"] == "local:jane.doe" and out["acceptance"]["date"] == "2025-06-01"
     assert any("smaller chunks" in r for r in out["reasons"])
 
 

@@ -112,15 +112,19 @@ def test_checks_fail_on_orphans_and_dangling_edges_and_pass_after_approved_clean
     assert not refused.success
     assert quality_report(engine.driver, engine.database, [unique])["orphan_entities"]["count"] == 1  # nothing deleted
 
+    dry = cleanup.execute_in_process(
+        instance=instance, run_config={"ops": {"cleanup_stale_paths": {"config": {"dry_run": True}}}}
+    )
+    digest = dry.output_for_node("cleanup_stale_paths")["inputs_hash"]
+    approval = {"approved_by": "reviewer@example.org", "reason": "test: seeded orphan and dangling edge"}
+    unbound = cleanup.execute_in_process(  # an approval not bound to the dry run's plan approves nothing
+        instance=instance, raise_on_error=False, run_config={"ops": {"cleanup_stale_paths": {"config": approval}}}
+    )
+    assert not unbound.success
+    assert quality_report(engine.driver, engine.database, [unique])["orphan_entities"]["count"] == 1
     approved = cleanup.execute_in_process(
         instance=instance,
-        run_config={
-            "ops": {
-                "cleanup_stale_paths": {
-                    "config": {"approved_by": "reviewer@example.org", "reason": "test: seeded orphan and dangling edge"}
-                }
-            }
-        },
+        run_config={"ops": {"cleanup_stale_paths": {"config": {**approval, "inputs_hash": digest}}}},
     )
     assert approved.success
     removed = approved.output_for_node("cleanup_stale_paths")["removed"]
@@ -131,7 +135,9 @@ def test_checks_fail_on_orphans_and_dangling_edges_and_pass_after_approved_clean
     assert all(e.passed for e in passed.get_asset_check_evaluations() if e.check_name.startswith("no_"))
     assert _facts(engine, unique) == before  # current chunks and valid edges untouched
     status = quality_report(engine.driver, engine.database, [unique])["cleanup"]
-    assert status["approved_by"] == "reviewer@example.org" and status["removed"] == 2, (status, removed)
+    # a typed name with no principal configured is marked as such, and the run id is kept
+    assert status["approved_by"] == "local:reviewer@example.org" and status["removed"] == 2, (status, removed)
+    assert status["run_id"] == approved.run_id
 
 
 def test_cleanup_without_approval_is_refused_in_the_engine(engine, unique):

@@ -180,7 +180,7 @@ def test_changed_rules_on_the_same_chunk_drop_old_reference_keys(engine, unique)
         writer.activate_version(engine.driver, engine.database, pack=unique, doc_id="d", version="v1")
 
     def hits(key):
-        with read_transaction(engine.driver, engine.database) as rx:
+        with read_transaction(engine.driver, engine.database, packs=[unique]) as rx:
             return reads.by_keys(rx, [f"{unique}|{key}"], ("kb_internal",), 5)[0]
 
     assert hits("policy:pol-111") == [] and len(hits("policy:pol-222")) == 1

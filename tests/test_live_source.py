@@ -117,8 +117,10 @@ def _source(**update: object) -> LiveSourceConfig:
 
 def _config(base_config: EngineConfig, artifacts: Path) -> EngineConfig:
     cfg = with_artifacts(base_config, artifacts)
-    # the live table is the authority on current state here: its leg weighs twice a store leg
-    retrieval = cfg.retrieval.model_copy(update={"weights": {**cfg.retrieval.weights, "live": 2.0}})
+    # the live table is the authority on current state here: its leg outweighs the two store legs'
+    # first places together (only this pack is served, so its runbook, which says "ticket", is the
+    # lexical and dense rank 1 of these questions; 2.0 tied with it)
+    retrieval = cfg.retrieval.model_copy(update={"weights": {**cfg.retrieval.weights, "live": 2.5}})
     return cfg.model_copy(update={"retrieval": retrieval})
 
 

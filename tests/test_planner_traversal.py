@@ -46,7 +46,7 @@ def test_seed_comparison_json(seed_world):
 
 def _plan(engine: Engine, pack, question: str, **planner):
     cfg = engine.cfg.planner.model_copy(update=planner)
-    with read_transaction(engine.driver, engine.database) as rx:
+    with read_transaction(engine.driver, engine.database, packs=[pack.name]) as rx:
         return plan(rx, question, [pack], cfg, engine.cfg.traversal, ("kb_internal",))
 
 
@@ -92,7 +92,7 @@ def test_relationship_bonus_is_added_to_the_path_score(seed_world):
         "MATCH (e:Entity {normalized_name: 'project falcon', pack: $p}) RETURN e.entity_id AS id", p=seed_world[1].name
     )
     cfg = engine.cfg.traversal.model_copy(update={"relationship_bonus": {"depends_on": 0.1}})
-    with read_transaction(engine.driver, engine.database) as rx:
+    with read_transaction(engine.driver, engine.database, packs=[seed_world[1].name]) as rx:
         paths = traverse(rx, [(rows[0]["id"], "Project Falcon")], cfg, ("kb_internal",))
     best = paths[0]
     assert best.hops[0].type == "depends_on"
@@ -188,7 +188,7 @@ def test_dense_graph_never_exceeds_the_caps(engine, unique, tmp_path):
         )
     writer.write_inferred(engine.driver, engine.database, pack=unique, doc_id="hub", records=records)
     cfg = engine.cfg.traversal.model_copy(update={"max_paths": 7, "per_seed_limit": 3, "max_candidates": 2})
-    with read_transaction(engine.driver, engine.database) as rx:
+    with read_transaction(engine.driver, engine.database, packs=[unique]) as rx:
         paths = traverse(rx, [(hub, "hub service")], cfg, ("kb_internal",))
     assert 0 < len(paths) <= 3  # per-seed limit binds before max_paths with one seed
     assert all(len(p.hops) <= cfg.max_depth for p in paths)
@@ -213,7 +213,7 @@ def test_graph_path_never_crosses_into_a_forbidden_collection(seed_world):
     rows, _, _ = engine.driver.execute_query(
         "MATCH (e:Entity {normalized_name: 'project falcon', pack: $p}) RETURN e.entity_id AS id", p=pack.name
     )
-    with read_transaction(engine.driver, engine.database) as rx:
+    with read_transaction(engine.driver, engine.database, packs=[pack.name]) as rx:
         public = plan(rx, question, [pack], engine.cfg.planner, engine.cfg.traversal, ("kb_public",))
         # the internal edges are invisible to kb_public: the planner stops before any entity lookup,
         # and the lookup itself would find no entity either

@@ -96,7 +96,7 @@ def test_query_path_sessions_are_read_only(ingested_engine):
         session.read(ingested_engine.driver, ingested_engine.database, "CREATE (:Intruder {x: 1})")
     with (
         pytest.raises(neo4j.exceptions.ClientError),
-        session.read_transaction(ingested_engine.driver, ingested_engine.database) as rx,
+        session.read_transaction(ingested_engine.driver, ingested_engine.database, packs=ingested_engine.packs) as rx,
     ):
         rx.rows("CREATE (:Intruder {x: 1})")
     rows = session.read(ingested_engine.driver, ingested_engine.database, "MATCH (n:Intruder) RETURN count(n) AS n")
@@ -126,7 +126,7 @@ def test_small_collection_still_gets_k_dense_hits(ingested_engine):
     """kb_public is a few dozen chunks among ~700: the unfiltered index must be over-fetched
     until the permitted nearest neighbours are found."""
     vec = ingested_engine.embed_texts(["right to erasure of personal data"], purpose="test")[0]
-    with session.read_transaction(ingested_engine.driver, ingested_engine.database) as rx:
+    with session.read_transaction(ingested_engine.driver, ingested_engine.database, packs=ingested_engine.packs) as rx:
         rows = reads.vector(rx, vec, ("kb_public",), 20, ingested_engine.embedder_identity)
     total, _, _ = ingested_engine.driver.execute_query(
         "MATCH (c:Chunk {active: true, collection: 'kb_public'}) RETURN count(c) AS n"
@@ -190,7 +190,7 @@ def test_the_engine_answers_over_a_routing_uri(ingested_engine):
         over_routing = retrieve(routed, question, "legal_analyst", weights={"dense": 1.0})
         with (
             pytest.raises(neo4j.exceptions.ClientError),
-            session.read_transaction(routed.driver, routed.database) as rx,
+            session.read_transaction(routed.driver, routed.database, packs=routed.packs) as rx,
         ):
             rx.rows("CREATE (:Intruder {x: 1})")  # a reader's transaction refuses writes
     finally:
@@ -214,19 +214,19 @@ def test_vector_leg_rides_in_the_fulltext_statement_with_the_same_hits(ingested_
     vec = ingested_engine.embed_texts([question], purpose="test")[0]
     collections = first.collections
     identity = ingested_engine.embedder_identity
-    with session.read_transaction(ingested_engine.driver, ingested_engine.database) as rx:
+    with session.read_transaction(ingested_engine.driver, ingested_engine.database, packs=ingested_engine.packs) as rx:
         lexical, dense = reads.legs(rx, question, vec, collections, lexical_k=20, dense_k=20, identity=identity)
         assert rx.queries == 1 and rx.memo["index_cached"] is True
         assert lexical == reads.fulltext(rx, question, collections, 20)
         assert dense == reads.vector(rx, vec, collections, 20, identity)
         assert len(dense) == 20
     # an embedding still being computed is not waited for: fulltext goes first, vector after it
-    with session.read_transaction(ingested_engine.driver, ingested_engine.database) as rx:
+    with session.read_transaction(ingested_engine.driver, ingested_engine.database, packs=ingested_engine.packs) as rx:
         lexical_only, none = reads.legs(rx, question, None, collections, lexical_k=20, dense_k=20, identity=identity)
         assert none is None and lexical_only == lexical and rx.queries == 1
     # a new index epoch in the store (what a re-index switch writes): the cached index is not used
     ingested_engine.driver.execute_query("MATCH (m:IndexMeta) SET m.epoch = randomUUID()")
-    with session.read_transaction(ingested_engine.driver, ingested_engine.database) as rx:
+    with session.read_transaction(ingested_engine.driver, ingested_engine.database, packs=ingested_engine.packs) as rx:
         _, stale = reads.legs(rx, question, vec, collections, lexical_k=20, dense_k=20, identity=identity)
         assert stale is None
         assert reads.vector(rx, vec, collections, 20, identity) == dense and rx.memo["index_cached"] is False

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -70,7 +69,7 @@ def serve_url() -> str:
 def pack(serve_url, tmp_path_factory, neo4j_driver) -> str:
     """A public and an internal document under a throwaway pack name, ingested into the store
     the service reads (removed at the end of the session with the other test packs)."""
-    name = "t" + uuid.uuid4().hex[:10]
+    name = serve_config.SERVED_PACK  # a pack the service has enabled: only enabled packs are served
     base = tmp_path_factory.mktemp("served")
     env = {"NEO4J_URI": _neo4j_uri(), "RAG_LEDGER_URL": f"sqlite:///{base / 'ledger.sqlite'}", **_embed_env()}
     engine = Engine(with_artifacts(load_config(ROOT / "config" / "engine.yaml"), base / "artifacts"), ROOT, env)

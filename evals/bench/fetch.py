@@ -59,7 +59,7 @@ def main() -> None:
         for q in golden["queries"]:
             collections = gate(engine.cfg, q.get("role", role_default)).collections
             vec = engine.embed_texts([q["question"]], purpose="query")[0]
-            with read_transaction(engine.driver, engine.database) as rx:
+            with read_transaction(engine.driver, engine.database, packs=engine.packs) as rx:
                 lexical = reads.fulltext(rx, q["question"], collections, cfg.lexical_k)
                 exact = exact_neighbours(rx, vec, collections, dense_k, engine.embedder_identity)
                 tops = {}

@@ -91,6 +91,7 @@ class GroundedFixtureBackend:
         schema: type[BaseModel] | None,
         structured: bool,
         max_tokens: int | None,
+        timeout_s: float | None = None,
     ) -> Completion:
         if schema is not AnswerDraft:
             raise ProviderResponseInvalid(f"fixture answerer: answers AnswerDraft requests only, not {schema}")

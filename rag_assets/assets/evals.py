@@ -21,7 +21,7 @@ from typing import Any
 import dagster as dg
 
 from evals.code_version import eval_code_version
-from evals.gate_acceptance import load_acceptance
+from evals.gate_acceptance import bind_acceptance, load_acceptance
 from evals.gate_models import BM25_FLOOR, GateResult
 from evals.gates import evaluate_gate
 from evals.report import EvalReport, dump_report, golden_sha256, load_report, report_sha256
@@ -291,6 +291,8 @@ def build_eval_assets(pack_keys: list[dg.AssetKey], engine: Engine, config_path:
             )
         c_sha, b_sha = report_sha256(latest), report_sha256(baseline)
         acceptance, source = _acceptance_for(under_root(engine.root, evals.acceptances_dir), b_sha, c_sha)
+        # who accepted, by the one approval rule (no key here: with principals configured, refused)
+        acceptance, refused = bind_acceptance(engine.cfg, engine.root, {}, acceptance)
         result = evaluate_gate(
             candidate_report,
             baseline_report,
@@ -299,6 +301,7 @@ def build_eval_assets(pack_keys: list[dg.AssetKey], engine: Engine, config_path:
             baseline_sha=b_sha,
             acceptance=acceptance,
             acceptance_source=source,
+            acceptance_error=refused,
         )
         reasons = "; ".join(result.reasons) or "no regression"
         table = gate_table(result)

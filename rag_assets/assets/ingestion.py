@@ -414,7 +414,7 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
                 else f"Approved by {config.approved_by}: {config.reason}"
             ),
         )
-        budget = new_budget(engine)
+        budget = new_budget(engine, name)
 
         def step(e: Engine, p: DomainPack, k: str) -> dict[str, Any]:
             tokens, cost, calls, hits = budget.tokens, budget.cost, budget.chunks, budget.cache_hits

@@ -114,7 +114,7 @@ def audit_purge(
     json: JsonOpt = False,
 ) -> None:
     """Delete records older than audit.retention_days: an approved action (refused, nothing deleted, without one)."""
-    from rag_engine.governance.approvals import DELETE_AUDIT_RECORDS, Approval
+    from rag_engine.governance.approvals import DELETE_AUDIT_RECORDS, operator_approval
     from rag_engine.governance.approvals import inputs_hash as hash_of
     from rag_engine.governance.audit import audit_trail
 
@@ -128,15 +128,9 @@ def audit_purge(
         plan = trail.deletion_plan(days)
         data = {"would_delete": plan, "inputs_hash": hash_of(plan)}
     else:
-        approval = None
-        if approved_by and reason:
-            plan = trail.deletion_plan(days)
-            approval = Approval.given(
-                approved_by=approved_by,
-                reason=reason,
-                action=DELETE_AUDIT_RECORDS,
-                inputs_hash=inputs_hash or hash_of(plan),
-            )
+        approval = operator_approval(
+            DELETE_AUDIT_RECORDS, approved_by=approved_by, reason=reason, inputs_hash=inputs_hash
+        )
         data = trail.delete_expired(days, approval)
     if json:
         emit_json(ctx, data)

@@ -244,9 +244,24 @@ def ingest(
             "step code versions are unchanged since their last run.",
         ),
     ] = False,
+    estimate: Annotated[
+        bool,
+        typer.Option("--estimate", help="Show the paid extraction estimate and its inputs_hash; ingest nothing."),
+    ] = False,
+    approved_by: Annotated[
+        str, typer.Option("--approved-by", help="Who approves paid extraction above automation.max_auto_cost_usd.")
+    ] = "",
+    reason: Annotated[str, typer.Option("--reason", help="Why (with --approved-by).")] = "",
+    inputs_hash: Annotated[
+        str | None, typer.Option("--inputs-hash", help="The inputs_hash --estimate printed: run only if unchanged.")
+    ] = None,
     json: JsonOpt = False,
 ) -> None:
     """Ingest the enabled packs (or one) into Neo4j, without Dagster.
+
+    Paid extraction above automation.max_auto_cost_usd (or of unknown cost) needs the same approval as
+    in Dagster: see it with --estimate, then --approved-by, --reason and --inputs-hash (with principals
+    configured, an operator's key in RAG_KEY).
 
     The same steps as the assets. Unchanged documents are skipped per step (change detection; --force redoes them). Exits 1
     when a partition or an extraction call failed, or the extraction run budget left chunks for the next run (which
@@ -259,6 +274,29 @@ def ingest(
     use_json(ctx, json)
     eng = engine(ctx, store=True)
     packs = [eng.pack(pack)] if pack else list(eng.packs.values())
+    if not no_extract:  # paid extraction: the same approval as Dagster's, before any model call
+        from rag_engine.governance.approvals import PAID_AUTOMATION, operator_approval
+        from rag_engine.governance.approvals import inputs_hash as hash_of
+        from rag_engine.governance.audit import audit_trail
+        from rag_engine.ops.paid_work import ingest_inputs, require_ingest_approval
+
+        paid = ingest_inputs(eng, packs)
+        if estimate:
+            data = {**paid, "inputs_hash": hash_of(paid), "approval_needed": bool(paid["paid"])}
+            emit_json(ctx, data) if json else render.counts(
+                out(),
+                "paid extraction estimate",
+                {"approval needed": data["approval_needed"]}
+                | {f"{name} cost_usd": e["cost_usd"] for name, e in paid["paid"].items()}
+                | {"inputs_hash": data["inputs_hash"]},
+            )
+            return
+        if paid["paid"]:
+            who = auth.approver(auth.operator(ctx, eng, "rag ingest (paid extraction)"), approved_by)
+            approval = operator_approval(PAID_AUTOMATION, approved_by=who, reason=reason, inputs_hash=inputs_hash)
+            require_ingest_approval(eng, paid, approval, audit=audit_trail(eng), actor=who or None)
+    elif estimate:
+        raise typer.BadParameter("--estimate shows the extraction estimate: leave out --no-extract")
     summary: dict[str, dict[str, Any]] = {}
     with RichIngestProgress(err(), live=progress_wanted(ctx)) as observer:
         if not progress_wanted(ctx) and not json:
@@ -367,7 +405,7 @@ def cleanup(
     """Remove stale graph paths (orphans, dangling edges, superseded chunks): needs --approved-by and --reason.
 
     With principals configured: an operator's key (RAG_KEY), whose principal is the approver."""
-    from rag_engine.governance.approvals import GRAPH_CLEANUP, Approval
+    from rag_engine.governance.approvals import GRAPH_CLEANUP, operator_approval
     from rag_engine.governance.approvals import inputs_hash as hash_of
     from rag_engine.governance.audit import audit_trail
     from rag_engine.graph.cleanup import cleanup_inputs, run_cleanup
@@ -384,15 +422,12 @@ def cleanup(
             out(), "cleanup dry run: would remove", data["would_remove"] | {"inputs_hash": data["inputs_hash"]}
         )
         return
-    approval = (
-        Approval.given(
-            approved_by=approved_by, reason=reason, action=GRAPH_CLEANUP, inputs_hash=inputs_hash or hash_of(plan)
-        )
-        if approved_by and reason
-        else None
+    run_id = f"cli-{int(time.time())}"
+    approval = operator_approval(
+        GRAPH_CLEANUP, approved_by=approved_by, reason=reason, inputs_hash=inputs_hash, run_id=run_id
     )
     data = run_cleanup(
-        eng.driver, eng.database, packs, approval, run_id=f"cli-{int(time.time())}", audit=audit_trail(eng)
+        eng.driver, eng.database, packs, approval, run_id=run_id, audit=audit_trail(eng), actor=approved_by
     )
     if json:
         emit_json(ctx, data)
@@ -558,7 +593,7 @@ def reindex(
     The switch is an approved action (--approved-by, --reason) unless an eval gate passed for the
     new embedder; without either the new index is built and the switch refused (ApprovalRequired).
     With principals configured: an operator's key (RAG_KEY), whose principal is the approver."""
-    from rag_engine.governance.approvals import REINDEX_CUTOVER, Approval
+    from rag_engine.governance.approvals import REINDEX_CUTOVER, operator_approval
     from rag_engine.governance.approvals import inputs_hash as hash_of
     from rag_engine.ingest.reindex import GATE_PASSED, cutover_plan, render_text, run_reindex
 
@@ -590,10 +625,8 @@ def reindex(
                 )
         return
     approval = None
-    if approved_by and reason and plan is not None:
-        approval = Approval.given(
-            approved_by=approved_by, reason=reason, action=REINDEX_CUTOVER, inputs_hash=inputs_hash or hash_of(plan)
-        )
+    if plan is not None:
+        approval = operator_approval(REINDEX_CUTOVER, approved_by=approved_by, reason=reason, inputs_hash=inputs_hash)
     live = progress_wanted(ctx)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 

@@ -274,6 +274,15 @@ def status(console: Console, s: dict[str, Any]) -> None:
             str(row["embedded"]),
         )
     p(packs)
+    for row in s.get("stored_packs", []):
+        if not row["enabled"]:
+            p(
+                escape(
+                    f"in the store, not enabled (never served): {row['pack']}: {row['documents']} documents, "
+                    f"{row['active_chunks']} current chunks of {row['chunks']}"
+                ),
+                style="yellow",
+            )
     for name, error in s.get("broken_packs", {}).items():
         p(f"[red]broken pack[/red] {escape(name)}: {escape(error)}")
     q = _table("graph quality (blocking first)", "check", "severity", "count", "result")

@@ -7,6 +7,15 @@ or one bound to other inputs raises a typed error, so an operator who approved a
 approves what the data became afterwards. Every check, granted or refused, is written to the
 audit trail when one is given. Read-only operations never need an approval.
 
+The one rule, for every path that spends or deletes (the CLI, Dagster run config, MCP approval
+requests, gate acceptances, ``rag ingest`` above the paid limit): who approves is decided by
+``approver_of`` (with principals configured: the operator whose key was given, a typed name other
+than it refused; without: the typed name as ``local:<name>``), and what is approved is the inputs
+hash a dry run printed (``operator_approval``: no hash, no approval). ``require`` then checks the
+hash against the inputs as they are now and writes ``approval_granted`` / ``approval_refused``
+with the approver (or, refused before there was an approval, the authenticated actor) and the
+Dagster run id when there is one.
+
 Known actions (any string works; these are the ones the engine uses):
 ``graph_cleanup``, ``accept_gate_regression``, ``delete_audit_records``, ``reindex_cutover``,
 ``paid_automation``.
@@ -19,11 +28,15 @@ import json
 from collections.abc import Mapping
 from datetime import UTC, date, datetime
 from decimal import Decimal
-from typing import Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from rag_engine.errors import ApprovalMismatch, ApprovalRequired
+from rag_engine.errors import ApprovalMismatch, ApprovalRequired, Unauthenticated
+
+if TYPE_CHECKING:
+    from rag_engine.config import EngineConfig
 
 GRAPH_CLEANUP = "graph_cleanup"
 ACCEPT_GATE_REGRESSION = "accept_gate_regression"
@@ -67,6 +80,8 @@ class Approval(BaseModel):
     action: str
     inputs_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
     at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    run_id: str | None = None
+    """The Dagster run (or CLI run) the approval was given for, kept in its audit record."""
 
     @field_validator("approved_by", "reason", "action")
     @classmethod
@@ -81,11 +96,13 @@ class Approval(BaseModel):
         return v.strip().lower() if isinstance(v, str) else v
 
     @classmethod
-    def given(cls, *, approved_by: str, reason: str, action: str, inputs_hash: str) -> Approval:
+    def given(
+        cls, *, approved_by: str, reason: str, action: str, inputs_hash: str, run_id: str | None = None
+    ) -> Approval:
         """An approval as an operator typed it (``--approved-by``, ``--reason``, ``--inputs-hash``):
         a malformed one is refused as ``ApprovalMismatch`` naming the field, nothing changed."""
         try:
-            return cls(approved_by=approved_by, reason=reason, action=action, inputs_hash=inputs_hash)
+            return cls(approved_by=approved_by, reason=reason, action=action, inputs_hash=inputs_hash, run_id=run_id)
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc'])}: "
@@ -99,8 +116,52 @@ class Approval(BaseModel):
         cls, action: str, inputs: Mapping[str, Any], *, approved_by: str, reason: str, at: datetime | None = None
     ) -> Approval:
         """An approval bound to ``inputs`` as they are now (e.g. the plan a dry run just showed)."""
-        extra = {"at": at} if at is not None else {}
+        extra: dict[str, Any] = {"at": at} if at is not None else {}
         return cls(approved_by=approved_by, reason=reason, action=action, inputs_hash=inputs_hash(inputs), **extra)
+
+
+def approver_of(
+    cfg: EngineConfig, root: Path, env: Mapping[str, str], key: str | None, claimed: str, command: str
+) -> str:
+    """Who an approval is made by, the same on every path: with principals configured
+    (``serving.principals``), the principal of ``key`` if it holds the operator role
+    (``Unauthenticated`` for no key or a bad one, ``Forbidden`` otherwise, or for a ``claimed``
+    name other than it); without, the claimed name as ``local:<name>`` (a key is then refused:
+    nothing could check it). ``command`` names what was asked, in the refusal."""
+    from rag_engine.governance.principals import PrincipalRegistry, approver
+
+    if not cfg.serving.principals:
+        if key:
+            raise Unauthenticated(
+                f"{command}: a key was given but no principal is configured (serving.principals): "
+                "there is nothing to check it against"
+            )
+        return approver(None, claimed)
+    if not key:
+        raise Unauthenticated(f"{command} needs an operator's key: principals are configured (serving.principals)")
+    return approver(PrincipalRegistry(cfg, root, env).operator(key, command), claimed)
+
+
+def operator_approval(
+    action: str, *, approved_by: str, reason: str, inputs_hash: str | None, run_id: str | None = None
+) -> Approval | None:
+    """The approval an operator gave (``approved_by`` already bound by ``approver_of``), or None
+    when none was given (``require`` then refuses it and records the refusal). One was given but
+    without the inputs hash of a dry run: ``ApprovalRequired`` (an approval of "whatever the plan
+    is now" approves nothing anyone saw)."""
+    if not (approved_by or reason):
+        return None
+    hashed = bool((inputs_hash or "").strip())
+    # a blank or malformed field is refused as such first (ApprovalMismatch naming it)
+    approval = Approval.given(
+        approved_by=approved_by, reason=reason, action=action, inputs_hash=(inputs_hash or "") if hashed else "0" * 64
+    )
+    if not hashed:
+        raise ApprovalRequired(
+            f"{action}: an approval must bind the inputs hash its dry run printed (inputs_hash / "
+            "--inputs-hash); nothing was changed"
+        )
+    return approval.model_copy(update={"run_id": run_id})
 
 
 class ApprovalRecorder(Protocol):
@@ -115,6 +176,7 @@ class ApprovalRecorder(Protocol):
         expected_hash: str,
         refused: str | None,
         session_id: str | None = None,
+        actor: str | None = None,
     ) -> object: ...
 
 
@@ -126,13 +188,15 @@ def require(
     audit: ApprovalRecorder | None = None,
     session_id: str | None = None,
     unchanged: str = "nothing was changed",
+    actor: str | None = None,
 ) -> None:
     """Raise unless ``approval`` approves ``action`` on exactly ``inputs``; call it before any change.
 
     ``ApprovalRequired`` for no approval, ``ApprovalMismatch`` for another action or other inputs.
     With ``audit`` the outcome is appended to the trail (``approval_granted`` / ``approval_refused``).
     ``unchanged``: what the refusal leaves as it was, said in the error (an action that prepared
-    something before its approved step says what it prepared)."""
+    something before its approved step says what it prepared). ``actor``: who asked, recorded on a
+    refusal that has no approval to name them (the authenticated operator, ``local:<name>``)."""
     expected = inputs_hash(inputs)
     error: Exception | None = None
     if approval is None:
@@ -159,6 +223,7 @@ def require(
             expected_hash=expected,
             session_id=session_id,
             refused=None if error is None else f"{type(error).__name__}: {error}",
+            actor=actor,
         )
     if error is not None:
         raise error

@@ -189,6 +189,7 @@ class AuditTrail:
         expected_hash: str,
         refused: str | None,
         session_id: str | None = None,
+        actor: str | None = None,
     ) -> AuditRecord:
         payload: dict[str, Any] = {"action": action, "expected_inputs_hash": expected_hash}
         if approval is not None:
@@ -199,7 +200,7 @@ class AuditTrail:
             AuditRecord(
                 event="approval_refused" if refused else "approval_granted",
                 session_id=session_id,
-                actor=approval.approved_by if approval else None,
+                actor=approval.approved_by if approval else actor,
                 payload=payload,
             )
         )[0]

@@ -10,13 +10,15 @@ superseded status, as the record).
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import neo4j
-from pydantic import BaseModel, ConfigDict, field_validator
 
 from rag_engine.errors import ApprovalMismatch, ApprovalRequired
 from rag_engine.governance import approvals
+from rag_engine.graph.quality_predicates import has_provenance, lacks_provenance
 from rag_engine.store.connection import single_record
 from rag_engine.store.session import read
 
@@ -25,32 +27,17 @@ class CleanupNotApproved(ApprovalRequired):
     """A cleanup was requested without an approval naming who and why."""
 
 
-class CleanupApproval(BaseModel):
-    """Legacy approval (who, why) not bound to a plan: ``run_cleanup`` binds it to the plan it
-    reads itself. Prefer ``rag_engine.governance.approvals.Approval`` bound with ``cleanup_inputs``."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    approved_by: str
-    reason: str
-
-    @field_validator("approved_by", "reason")
-    @classmethod
-    def _not_blank(cls, v: str) -> str:
-        if not v or not v.strip():
-            raise ValueError("must not be blank")
-        return v.strip()
-
-
-Approval = CleanupApproval  # the old name, still imported by callers that predate rag_engine.governance.approvals
-
-
 # What counts as stale, once: each entry selects the stale records as `x` and says how to remove
 # them. Cleanup counts and deletes with these; the quality report counts with the same ones.
 STALE: dict[str, tuple[str, str]] = {
+    "unprovenanced_inferred_edges": (
+        f"MATCH (a:Entity)-[x:RELATED]->(:Entity) WHERE coalesce(x.pack, a.pack) IN $packs AND {lacks_provenance('x')}",
+        "DELETE x",
+    ),
     "dangling_inferred_edges": (
         "MATCH (:Entity)-[x:RELATED]->(:Entity) WHERE x.pack IN $packs "
-        "AND NOT EXISTS { MATCH (c:Chunk {chunk_id: x.chunk_id}) WHERE c.active }",
+        f"AND {has_provenance('x')} "
+        "AND NOT EXISTS { MATCH (c:Chunk {chunk_id: x.chunk_id}) WHERE c.active AND c.pack = x.pack }",
         "DELETE x",
     ),
     "stale_mentions": (
@@ -73,34 +60,70 @@ STALE: dict[str, tuple[str, str]] = {
     ),
 }
 
+# What each stale record is, as text an approval can bind: the ids (and versions) it deletes. Two
+# plans with the same counts over different records have different inputs hashes.
+_IDENTITY: dict[str, str] = {
+    "unprovenanced_inferred_edges": "startNode(x).entity_id + '-' + coalesce(x.type, '') + '->' "
+    "+ endNode(x).entity_id + '@' + coalesce(x.chunk_id, '') + '#' + coalesce(x.doc_version, '')",
+    "dangling_inferred_edges": "startNode(x).entity_id + '-' + x.type + '->' + endNode(x).entity_id + '@' "
+    "+ x.chunk_id + '#' + x.doc_version",
+    "stale_mentions": "startNode(x).entity_id + '@' + endNode(x).chunk_id + '#' + coalesce(endNode(x).doc_version, '')",
+    "dangling_reference_edges": "startNode(x).chunk_id + '#' + coalesce(startNode(x).doc_version, '') + '->' "
+    "+ endNode(x).chunk_id + '#' + coalesce(endNode(x).doc_version, '')",
+    "superseded_chunks": "x.chunk_id + '#' + coalesce(x.doc_version, '')",
+    "orphan_entities": "x.entity_id",
+}
+
+
+def _targets_query(name: str) -> str:
+    match, _ = STALE[name]
+    return f"{match} WITH {_IDENTITY[name]} AS id ORDER BY id RETURN count(*) AS n, collect(id) AS ids"
+
+
+def _digest(ids: list[str]) -> str:
+    return hashlib.sha256("\n".join(sorted(ids)).encode("utf-8")).hexdigest()
+
+
+def _targets(run: Callable[[str], Mapping[str, Any]]) -> tuple[dict[str, int], dict[str, str]]:
+    """(count per category, sha256 of its sorted record ids per category), read through ``run``."""
+    counts: dict[str, int] = {}
+    digests: dict[str, str] = {}
+    for name in STALE:
+        row = run(_targets_query(name))
+        counts[name], digests[name] = int(row["n"]), _digest(row["ids"])
+    return counts, digests
+
 
 def plan_cleanup(driver: neo4j.Driver, database: str, packs: list[str]) -> dict[str, int]:
     """What a cleanup would remove, without removing anything."""
-    return {
-        name: read(driver, database, f"{match} RETURN count(x) AS n", packs=packs)[0]["n"]
-        for name, (match, _) in STALE.items()
-    }
+    counts: dict[str, int] = cleanup_inputs(driver, database, packs)["plan"]
+    return counts
 
 
 def cleanup_inputs(driver: neo4j.Driver, database: str, packs: list[str]) -> dict[str, Any]:
-    """The canonical inputs a cleanup approval binds: database, packs and the plan's counts."""
-    return {"database": database, "packs": sorted(packs), "plan": plan_cleanup(driver, database, packs)}
+    """The canonical inputs a cleanup approval binds: database, packs, the plan's counts and, per
+    category, the sha256 of the ids (with their versions) it would delete: an approval of one plan
+    never deletes the records of another with the same counts."""
+    counts, digests = _targets(lambda q: read(driver, database, q, packs=packs)[0])
+    return {"database": database, "packs": sorted(packs), "plan": counts, "targets": digests}
 
 
 def run_cleanup(
     driver: neo4j.Driver,
     database: str,
     packs: list[str],
-    approval: approvals.Approval | CleanupApproval | None,
+    approval: approvals.Approval | None,
     *,
     run_id: str,
     audit: Any = None,
+    actor: str | None = None,
 ) -> dict[str, Any]:
     """Remove stale paths in one transaction and record who approved it.
 
     Refused before anything is deleted without an approval, or with one for another action or
     another plan (``ApprovalMismatch``; the plan is re-counted inside the deleting transaction
-    too). ``audit`` (an AuditTrail) records the approval check."""
+    too). ``audit`` (an AuditTrail) records the approval check; ``actor`` is who asked, recorded
+    on a refusal without an approval."""
     if approval is None:
         inputs = cleanup_inputs(driver, database, packs)
         if audit is not None:
@@ -109,27 +132,22 @@ def run_cleanup(
                 approval=None,
                 expected_hash=approvals.inputs_hash(inputs),
                 refused="CleanupNotApproved",
+                actor=actor,
             )
         raise CleanupNotApproved(
             "cleanup deletes graph data: an approval with approved_by and reason, bound to the "
             f"plan (sha256 {approvals.inputs_hash(inputs)}), is required"
         )
     inputs = cleanup_inputs(driver, database, packs)
-    if isinstance(approval, CleanupApproval):  # legacy: approves whatever the plan is now
-        approval = approvals.Approval.grant(
-            approvals.GRAPH_CLEANUP, inputs, approved_by=approval.approved_by, reason=approval.reason
-        )
-    approvals.require(approval, approvals.GRAPH_CLEANUP, inputs, audit=audit)
+    approvals.require(approval, approvals.GRAPH_CLEANUP, inputs, audit=audit, actor=actor)
     plan = inputs["plan"]
 
     def work(tx: neo4j.ManagedTransaction) -> dict[str, int]:
-        now = {
-            name: single_record(tx.run(f"{match} RETURN count(x) AS n", packs=packs), f"cleanup count {name}")["n"]
-            for name, (match, _) in STALE.items()
-        }
-        if now != plan:
+        now, digests = _targets(lambda q: dict(single_record(tx.run(q, packs=packs), "cleanup plan")))
+        if now != plan or digests != inputs["targets"]:
             raise ApprovalMismatch(
-                f"the cleanup plan changed since it was approved ({now} != {plan}); nothing was deleted"
+                f"the cleanup plan changed since it was approved ({now} vs {plan}, or other records "
+                "with the same counts); nothing was deleted"
             )
         removed = {
             name: single_record(tx.run(f"{match} {action} RETURN count(*) AS n", packs=packs), f"cleanup {name}")["n"]

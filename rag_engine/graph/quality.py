@@ -22,18 +22,8 @@ from typing import Any
 import neo4j
 
 from rag_engine.graph.cleanup import STALE
+from rag_engine.graph.quality_predicates import PROVENANCE_FIELDS
 from rag_engine.store.session import read
-
-PROVENANCE_FIELDS = (
-    "doc_id",
-    "chunk_id",
-    "doc_version",
-    "confidence_bucket",
-    "extraction_run_id",
-    "model",
-    "prompt_hash",
-    "source_type",
-)
 
 _STALE_VERSIONS = """
 MATCH (d:Document)-[:HAS_VERSION]->(v:DocumentVersion {status: 'superseded'}) WHERE d.pack IN $packs
@@ -43,7 +33,7 @@ RETURN count(v) AS superseded, sum(CASE WHEN chunks > 0 THEN 1 ELSE 0 END) AS n,
 """
 
 _MISSING_PROVENANCE = """
-MATCH (:Entity)-[r:RELATED|MENTIONED_IN]->() WHERE r.pack IN $packs
+MATCH (a:Entity)-[r:RELATED|MENTIONED_IN]->() WHERE coalesce(r.pack, a.pack) IN $packs
 AND any(f IN $fields WHERE r[f] IS NULL)
 RETURN count(r) AS n
 """

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -31,6 +32,7 @@ from rag_engine.graph.extraction_cache import ExtractionCache, cache_key
 from rag_engine.graph.models import RawExtraction
 from rag_engine.ingest.steps import load_chunks
 from rag_engine.packs import ChunkRecord, DomainPack
+from rag_engine.providers.estimates import extraction_runs
 from rag_engine.providers.ratelimit import estimate_tokens
 from rag_engine.providers.results import GenerationResult
 
@@ -51,13 +53,25 @@ def budget_skipped_partitions(engine: Engine, pack: DomainPack, keys: list[str])
     return out
 
 
+PROMPT_MARGIN = 1.25
+"""A prompt's estimate (characters / 4) is multiplied by at least this before it is reserved: real
+tokenizers count more tokens than characters / 4 on some text, and two calls reserved on the bare
+estimate let 4,023 tokens through a 4,000-token budget."""
+
+
 @dataclass
 class RunBudget:
-    """Shared by all partitions of one run; checked before each model call (by one thread)."""
+    """Shared by all partitions of one run; every call reserves its worst case before it starts
+    (``start``) and settles to what it was billed (``settle``), both under the budget's lock, so
+    calls started from any number of threads never reserve more than the budget together."""
 
     max_chunks: int
     max_tokens: int
     max_output_tokens: int = 2048
+    batch_size: int = 8
+    """Extraction calls running at once."""
+    first_run: bool = False
+    """The pack's first paid extraction run, on ``budgets.first_run``."""
     chunks: int = 0
     """Calls started."""
     tokens: int = 0
@@ -71,29 +85,32 @@ class RunBudget:
     failures: int = 0
     skipped: int = 0
     rejected: Counter[str] = field(default_factory=Counter)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def worst_case(self, prompt_estimate: int) -> int:
-        return math.ceil(prompt_estimate * self.prompt_ratio) + self.max_output_tokens
+        return math.ceil(prompt_estimate * max(self.prompt_ratio, PROMPT_MARGIN)) + self.max_output_tokens
 
     def start(self, worst_case: int) -> str | None:
         """Reserve a call's worst case; the reason it may not start, or None if it may."""
-        if self.chunks >= self.max_chunks:
-            return "max_chunks_per_run"
-        if self.tokens + self.reserved + worst_case > self.max_tokens:
-            return "max_tokens_per_run"
-        self.chunks += 1
-        self.reserved += worst_case
-        return None
+        with self._lock:
+            if self.chunks >= self.max_chunks:
+                return "max_chunks_per_run"
+            if self.tokens + self.reserved + worst_case > self.max_tokens:
+                return "max_tokens_per_run"
+            self.chunks += 1
+            self.reserved += worst_case
+            return None
 
     def settle(
         self, worst_case: int, billed: int, cost: Decimal | None, *, prompt_estimate: int = 0, prompt_tokens: int = 0
     ) -> None:
         """A call ended: its reservation becomes what it was billed."""
-        self.reserved -= worst_case
-        self.tokens += billed
-        self.cost = None if cost is None or self.cost is None else self.cost + cost
-        if prompt_estimate > 0 and prompt_tokens > prompt_estimate:
-            self.prompt_ratio = max(self.prompt_ratio, prompt_tokens / prompt_estimate)
+        with self._lock:
+            self.reserved -= worst_case
+            self.tokens += billed
+            self.cost = None if cost is None or self.cost is None else self.cost + cost
+            if prompt_estimate > 0 and prompt_tokens > prompt_estimate:
+                self.prompt_ratio = max(self.prompt_ratio, prompt_tokens / prompt_estimate)
 
     def status(self) -> str:
         if self.skipped:
@@ -101,10 +118,26 @@ class RunBudget:
         return "partial_failures" if self.failures else "complete"
 
 
-def new_budget(engine: Engine) -> RunBudget:
+def new_budget(engine: Engine, pack: str | None = None) -> RunBudget:
+    """The run's budget: ``budgets``, or ``budgets.first_run`` for ``pack``'s first extraction run
+    with a paid model (none recorded in the store yet)."""
     b = engine.cfg.budgets
+    spec = engine.registry.extraction
+    paid = spec.provider.hosted or spec.model.pricing_ref is not None
+    if pack is not None and b.first_run is not None and paid and extraction_runs(engine, pack) == 0:
+        f = b.first_run  # never looser than the configured budget
+        return RunBudget(
+            max_chunks=min(f.max_chunks_per_run, b.max_chunks_per_run),
+            max_tokens=min(f.max_tokens_per_run, b.max_tokens_per_run),
+            max_output_tokens=b.max_output_tokens,
+            batch_size=min(f.batch_size, b.batch_size),
+            first_run=True,
+        )
     return RunBudget(
-        max_chunks=b.max_chunks_per_run, max_tokens=b.max_tokens_per_run, max_output_tokens=b.max_output_tokens
+        max_chunks=b.max_chunks_per_run,
+        max_tokens=b.max_tokens_per_run,
+        max_output_tokens=b.max_output_tokens,
+        batch_size=b.batch_size,
     )
 
 
@@ -213,7 +246,7 @@ def extraction_step(engine: Engine, pack: DomainPack, key: str, *, run_id: str, 
                 },
             )
 
-    size = engine.cfg.budgets.batch_size
+    size = budget.batch_size
     with ThreadPoolExecutor(max_workers=size) as pool:
         for chunk in todo:  # in chunk order; at most batch_size calls at once
             messages = build_messages(pack.manifest, chunk)

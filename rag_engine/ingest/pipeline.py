@@ -105,7 +105,7 @@ def ingest_pack(
     run_id = run_id or f"local-{uuid.uuid4().hex[:12]}"
     schema.ensure_schema(engine.driver, engine.database)  # once for the run (and the process)
     withdraw_missing_documents(engine, pack, [r.doc_id for r in found if r.problem is None])
-    budget = new_budget(engine)
+    budget = new_budget(engine, pack.name)
     obs = observer or IngestObserver()
 
     def on_batch(k: str) -> Callable[[Any], None] | None:

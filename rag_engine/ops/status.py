@@ -2,7 +2,8 @@
 
 Config hash; the active embedder against the one that built the index (IndexMeta) and how many
 current chunks the vector index holds (a stored vector it leaves out does not count); per
-enabled pack the corpus, current documents and chunks; graph quality with the blocking checks
+enabled pack the corpus, current documents and chunks; every pack present in the store, enabled
+or not (one that is not enabled is never served); graph quality with the blocking checks
 first (the same counts and verdicts as the graph_quality asset);
 the latest eval gate file; spend by model over the last day and all time (usage ledger); and,
 when DAGSTER_HOME is set, the automation state read from the instance's SQLite files (never by
@@ -55,6 +56,36 @@ RETURN pack, documents, count(c) AS chunks,
        sum(CASE WHEN indexed THEN 1 ELSE 0 END) AS embedded,
        sum(CASE WHEN vec IS NOT NULL AND NOT indexed THEN 1 ELSE 0 END) AS unindexable
 """
+
+
+_STORED_PACKS = """
+CALL () { MATCH (d:Document) RETURN d.pack AS pack, count(d) AS documents, 0 AS chunks, 0 AS active
+          UNION ALL
+          MATCH (c:Chunk) RETURN c.pack AS pack, 0 AS documents, count(c) AS chunks,
+                                 sum(CASE WHEN c.active THEN 1 ELSE 0 END) AS active }
+WITH coalesce(pack, '(none)') AS pack, sum(documents) AS documents, sum(chunks) AS chunks, sum(active) AS active
+RETURN pack, documents, chunks, active ORDER BY pack
+"""
+"""Every pack that has documents or chunks in the store, enabled or not."""
+
+
+def stored_packs(engine: Engine) -> list[dict[str, Any]]:
+    """Every pack present in the store (documents, chunks, current chunks), each marked enabled or
+    not: a pack that is not enabled is never served (``store.reads.SERVED``), but it is shown here
+    so an operator sees what the store holds (a fixture left behind, a pack turned off)."""
+    records, _, _ = engine.driver.execute_query(
+        _STORED_PACKS, database_=engine.database, routing_=neo4j.RoutingControl.READ
+    )
+    return [
+        {
+            "pack": r["pack"],
+            "enabled": r["pack"] in engine.packs,
+            "documents": int(r["documents"]),
+            "chunks": int(r["chunks"]),
+            "active_chunks": int(r["active"]),
+        }
+        for r in records
+    ]
 
 
 def quality_checks(report: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -280,6 +311,7 @@ def collect_status(engine: Engine, env: Mapping[str, str] | None = None) -> dict
         "config_hash": config_hash(engine.cfg),
         "embedder": store["index"],
         "packs": packs,
+        "stored_packs": stored_packs(engine),
         "broken_packs": {name: f"{type(exc).__name__}: {exc}" for name, exc in sorted(engine.broken_packs.items())},
         "quality": store["quality"],
         "eval_gate": _gate(engine),

@@ -24,20 +24,23 @@ from rag_engine.config import EngineConfig, LocalCostConfig, under_root
 from rag_engine.errors import (
     CapabilityNotSupported,
     ConfigError,
+    ContextLimitExceeded,
     MissingCredential,
     ProviderError,
     ProviderResponseInvalid,
 )
 from rag_engine.providers.ledger import UsageLedger
 from rag_engine.providers.pricing import PriceTable, local_compute, local_cost_for
-from rag_engine.providers.ratelimit import RateLimiter, limiter_for
-from rag_engine.providers.registry import ModelSpec, resolve_endpoint
+from rag_engine.providers.ratelimit import RateLimiter, estimate_tokens, limiter_for
+from rag_engine.providers.registry import ModelSpec, credential_present, resolve_endpoint
 from rag_engine.providers.results import (
     Backend,
     Completion,
     EmbeddingResult,
     Embeddings,
     GenerationResult,
+    RerankResult,
+    Scores,
     TokenUsage,
 )
 from rag_engine.providers.vectors import check_vectors
@@ -102,20 +105,27 @@ class ModelClient:
         run_id: str | None = None,
         max_tokens: int | None = None,
         tolerant: bool = False,
+        timeout_s: float | None = None,
     ) -> GenerationResult:
         """Generate text, or an instance of ``schema``.
 
         ``tolerant`` lets a model without structured output answer a schema request in plain
         text, from which the JSON is extracted; without it such a request is refused up front.
+        ``timeout_s`` caps this call's time (None: the provider's ``timeout_s``). A request whose
+        prompt (estimated) plus ``max_tokens`` exceeds the model's ``context_limit`` is refused
+        before any I/O (``ContextLimitExceeded``).
         """
         self.spec.require("generation")
         if schema is not None and not tolerant:
             self.spec.require("structured_output")
+        self._check_context(messages, max_tokens)
         structured = schema is not None and self.spec.supports("structured_output")
         started = time.perf_counter()
         completion: Completion | None = None
         try:
-            completion = self._backend.complete(messages, schema=schema, structured=structured, max_tokens=max_tokens)
+            completion = self._backend.complete(
+                messages, schema=schema, structured=structured, max_tokens=max_tokens, timeout_s=timeout_s
+            )
             parsed = parse_output(completion.text, schema, tolerant=tolerant) if schema is not None else None
         except Exception as exc:
             # A completion that failed to parse was still paid for: keep its tokens, and hand the
@@ -126,6 +136,47 @@ class ModelClient:
             raise
         record = self._write(purpose, run_id, started, answer=completion)
         return GenerationResult(text=completion.text, parsed=parsed, usage=record)
+
+    def _check_context(self, messages: list[dict[str, Any]], max_tokens: int | None) -> None:
+        limit = self.spec.model.context_limit
+        prompt = estimate_tokens([str(m.get("content", "")) for m in messages])
+        if prompt + (max_tokens or 0) > limit:
+            raise ContextLimitExceeded(
+                f"model {self.spec.model.name!r} declares context_limit {limit} tokens; this request needs "
+                f"about {prompt} (prompt, characters / 4) + {max_tokens or 0} (max_tokens): not sent"
+            )
+
+    def rerank(
+        self,
+        query: str,
+        documents: list[str],
+        *,
+        purpose: str,
+        run_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> RerankResult:
+        """One relevance score per document from a rerank endpoint (``llama_cpp``'s ``/rerank``),
+        metered like every call. Needs the ``rerank`` capability and a backend that scores."""
+        self.spec.require("rerank")
+        scorer = getattr(self._backend, "rerank", None)
+        if scorer is None:
+            raise CapabilityNotSupported(
+                f"provider {self.spec.provider.name!r} ({self.spec.provider.kind}) has no rerank endpoint; "
+                "use provider kind llama_cpp, or the chat-prompt rerank"
+            )
+        started = time.perf_counter()
+        answer: Scores | None = None
+        try:
+            answer = scorer(query, documents, timeout_s=timeout_s)
+            if len(answer.scores) != len(documents):
+                raise ProviderResponseInvalid(f"rerank scored {len(answer.scores)} of {len(documents)} documents")
+        except Exception as exc:
+            record = self._write(purpose, run_id, started, answer=answer, error=exc)
+            if isinstance(exc, ProviderError):
+                exc.usage = record
+            raise
+        record = self._write(purpose, run_id, started, answer=answer)
+        return RerankResult(scores=answer.scores, usage=record)
 
     def embed(self, texts: list[str], *, purpose: str, run_id: str | None = None) -> EmbeddingResult:
         self.spec.require("embeddings")
@@ -149,7 +200,7 @@ class ModelClient:
         return EmbeddingResult(vectors=answer.vectors, usage=record)
 
     # -- metering ---------------------------------------------------------------------
-    def _local_cost(self, answer: Completion | Embeddings | None) -> LocalCostConfig | None:
+    def _local_cost(self, answer: Completion | Embeddings | Scores | None) -> LocalCostConfig | None:
         """The machine-time rate of this call: the provider's, when this provider answered (a replay
         provider in record mode hands a miss to a live provider, which is not our machine's time)."""
         if answer is not None and answer.provider != self.spec.provider.name:
@@ -158,7 +209,7 @@ class ModelClient:
 
     def _cost(
         self,
-        answer: Completion | Embeddings | None,
+        answer: Completion | Embeddings | Scores | None,
         usage: TokenUsage,
         latency_ms: int,
         local: LocalCostConfig | None,
@@ -184,7 +235,7 @@ class ModelClient:
         run_id: str | None,
         started: float,
         *,
-        answer: Completion | Embeddings | None,
+        answer: Completion | Embeddings | Scores | None,
         error: BaseException | None = None,
     ) -> UsageRecord:
         usage = answer.usage if answer is not None else TokenUsage()
@@ -275,7 +326,7 @@ def _api_key(spec: ModelSpec, env: Mapping[str, str]) -> str | None:
             raise ConfigError(f"provider {spec.provider.name!r} (openai) has no credential_env")
         return None
     value = env.get(name)
-    if not value:
+    if not value or not credential_present(env, name):
         raise MissingCredential(f"provider {spec.provider.name!r} needs environment variable {name}, which is not set")
     return value
 
@@ -300,6 +351,10 @@ def _backend(
         )
     if kind == "local_hash":
         return HashEmbedBackend(spec)
+    if kind == "llama_cpp":
+        from rag_engine.providers.llama_cpp import LlamaCppBackend
+
+        return LlamaCppBackend(spec, base_url=resolve_endpoint(spec.provider, env))
     if kind == "replay":
         from rag_engine.providers.replay import Cassette, ReplayBackend
 

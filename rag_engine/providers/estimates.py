@@ -29,6 +29,17 @@ class TokenEstimate:
     """Where the figures come from (ledger history, or the prompt-size bound)."""
 
 
+def extraction_runs(engine: Any, pack: str) -> int:
+    """How many extraction runs of ``pack`` the store records (0: its first run is still to come)."""
+    records, _, _ = engine.driver.execute_query(
+        "MATCH (r:ExtractionRun) WHERE r.pack = $pack RETURN count(r) AS n",
+        pack=pack,
+        database_=engine.database,
+        routing_=neo4j.RoutingControl.READ,
+    )
+    return int(records[0]["n"]) if records else 0
+
+
 def extraction_history(engine: Any, packs: list[str]) -> tuple[int, int, int, str]:
     """(calls, input tokens, output tokens, how) of ok graph-extraction calls of these packs' extraction runs."""
     records, _, _ = engine.driver.execute_query(

@@ -152,15 +152,20 @@ class OpenAIBackend:
         schema: type[BaseModel] | None,
         structured: bool,
         max_tokens: int | None,
+        timeout_s: float | None = None,
     ) -> Completion:
         kwargs: dict[str, Any] = {"model": self._spec.model.served_model, "messages": messages}
+        deadline = None
+        if timeout_s is not None:  # a capped call: each attempt and all of them together end by then
+            kwargs["timeout"] = timeout_s
+            deadline = time.monotonic() + timeout_s
         if max_tokens is not None:
             # Hosted OpenAI deprecated max_tokens; local servers mostly only know max_tokens.
             kwargs["max_completion_tokens" if self._spec.provider.kind == "openai" else "max_tokens"] = max_tokens
         if schema is not None and structured:
             kwargs.update(structured_request(schema, self._spec.provider.structured_output_form or "json_schema"))
         estimate = estimate_tokens([json.dumps(m.get("content", ""), default=str) for m in messages], max_tokens)
-        response = self._call(lambda: self._sdk.chat.completions.create(**kwargs), estimate)
+        response = self._call(lambda: self._sdk.chat.completions.create(**kwargs), estimate, deadline)
         return self._completion(response)
 
     def embed(self, texts: list[str], *, input_mode: str | None = None) -> Embeddings:
@@ -175,7 +180,7 @@ class OpenAIBackend:
         return self._embeddings(response, len(texts))
 
     # -- the retry loop -------------------------------------------------------------
-    def _call(self, send: Callable[[], _T], estimate: int) -> _T:
+    def _call(self, send: Callable[[], _T], estimate: int, deadline: float | None = None) -> _T:
         retry = 0
         while True:
             self._limiter.acquire(estimate)
@@ -218,6 +223,8 @@ class OpenAIBackend:
             if not failure.retryable or not self._policy.may_retry(retry, failure.retry_after):
                 raise failure.error from None
             delay = self._policy.delay(retry, failure.retry_after)
+            if deadline is not None and time.monotonic() + delay >= deadline:
+                raise failure.error from None  # no time left for another attempt
             log.info(
                 "provider %s: %s, retry %d/%d in %.2fs",
                 self.name,

@@ -26,6 +26,13 @@ QUERY_PURPOSE = "query"
 """The purpose of question embeddings; every other embedding purpose embeds passages."""
 
 
+def credential_present(env: Mapping[str, str], name: str) -> bool:
+    """The one definition of "a credential is present": the variable is set to something other
+    than blanks. An empty ``OPENAI_API_KEY=`` is absent everywhere (startup check, swap dry run,
+    the client), never present to one and missing to another. Reads the value only to test it."""
+    return bool((env.get(name) or "").strip())
+
+
 def resolve_endpoint(provider: ProviderConfig, env: Mapping[str, str]) -> str | None:
     """The provider's endpoint: the value of ``endpoint_env`` when that variable is set, else
     the configured ``endpoint``."""
@@ -92,11 +99,9 @@ class ProviderRegistry:
                     f"configured: {[p.name for p in cfg.providers]}"
                 )
         for p in cfg.providers:
-            if p.kind == "openai_compatible" and not p.hosted and not resolve_endpoint(p, self._env):
+            if p.kind in ("openai_compatible", "llama_cpp") and not p.hosted and not resolve_endpoint(p, self._env):
                 where = f" (and {p.endpoint_env} is not set)" if p.endpoint_env else ""
-                raise LocalProviderWithoutEndpoint(
-                    f"local provider {p.name!r} (openai_compatible) has no endpoint{where}"
-                )
+                raise LocalProviderWithoutEndpoint(f"local provider {p.name!r} ({p.kind}) has no endpoint{where}")
             if p.kind == "replay" and not p.cassette:
                 raise RegistryError(f"replay provider {p.name!r} has no cassette path")
         gen = cfg.model(cfg.defaults.generation_model)
@@ -124,7 +129,7 @@ class ProviderRegistry:
             if not self._provider_of(ext).enabled:
                 raise RegistryError(f"extraction model {ext.name!r} uses disabled provider {ext.provider!r}")
         for p in cfg.providers:
-            if p.enabled and p.credential_env and p.credential_env not in self._env:
+            if p.enabled and p.credential_env and not credential_present(self._env, p.credential_env):
                 raise MissingCredential(
                     f"provider {p.name!r} is enabled but environment variable {p.credential_env} is not set"
                 )
@@ -166,5 +171,6 @@ class ProviderRegistry:
             if not p.credential_env:
                 out[p.name] = "not needed"
             else:
-                out[p.name] = f"{p.credential_env}: {'present' if p.credential_env in self._env else 'missing'}"
+                present = credential_present(self._env, p.credential_env)
+                out[p.name] = f"{p.credential_env}: {'present' if present else 'missing'}"
         return out

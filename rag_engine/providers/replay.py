@@ -189,6 +189,7 @@ class ReplayBackend:
         schema: type[BaseModel] | None,
         structured: bool,
         max_tokens: int | None,
+        timeout_s: float | None = None,
     ) -> Completion:
         served = self._spec.model.served_model
         key = generation_key(served, messages, schema)
@@ -196,7 +197,9 @@ class ReplayBackend:
         if entry is None:
             if self._live is None:
                 raise self._miss(key, CHAT)
-            answer = self._live.complete(messages, schema=schema, structured=structured, max_tokens=max_tokens)
+            answer = self._live.complete(
+                messages, schema=schema, structured=structured, max_tokens=max_tokens, timeout_s=timeout_s
+            )
             self._cassette.put_generation(
                 served,
                 messages,

@@ -44,6 +44,20 @@ class Embeddings(_Frozen):
     priced: bool = True  # False for local compute that costs nothing (cost recorded as 0)
 
 
+class Scores(_Frozen):
+    """A rerank endpoint's answer: one relevance score per document, in the documents' order."""
+
+    scores: list[float]
+    reported_model: str | None = None
+    usage: TokenUsage = TokenUsage()
+    provider: str
+
+
+class RerankResult(_Frozen):
+    scores: list[float]
+    usage: UsageRecord
+
+
 class GenerationResult(_Frozen):
     text: str
     parsed: BaseModel | None = None
@@ -68,7 +82,10 @@ class Backend(Protocol):
         schema: type[BaseModel] | None,
         structured: bool,
         max_tokens: int | None,
-    ) -> Completion: ...
+        timeout_s: float | None = None,
+    ) -> Completion:
+        """``timeout_s``: this call's time cap (None: the provider's ``timeout_s``)."""
+        ...
 
     def embed(self, texts: list[str], *, input_mode: str | None = None) -> Embeddings:
         """``input_mode``: the query or index mode of an asymmetric embedder (None: symmetric)."""

@@ -39,6 +39,13 @@ class QueryOutcome(BaseModel):
     latency_ms: float
 
 
+def _path(hops: Any, sensitive: list[str]) -> list[dict[str, Any]]:
+    """A graph path's hops for the audit record: ids, types, confidences and evidence chunks; entity
+    names too unless the query could read a sensitive collection (as the question itself)."""
+    keep = ("from_id", "to_id", "type", "confidence", "chunk_id") + (() if sensitive else ("seed", "to_name"))
+    return [{k: h.get(k) for k in keep} for h in hops or ()]
+
+
 def _answer_kind(answer: Any) -> str:
     return "insufficient_evidence" if answer.insufficient_evidence else "answer"
 
@@ -99,9 +106,16 @@ class QueryAudit:
                     "sources": list(c.sources),
                     "via": c.via,
                     **({"provenance": c.provenance.model_dump(mode="json")} if c.provenance else {}),
+                    # a graph candidate's path and score, so a traversal can be explained later
+                    **(
+                        {"path_score": c.path_score, "path": _path(c.path, sensitive)}
+                        if c.path_score is not None
+                        else {}
+                    ),
                 }
                 for c in retrieval.candidates
             ],
+            "plan": {k: (retrieval.plan or {}).get(k) for k in ("traverse", "reason")} if retrieval.plan else None,
             "expansions": [c.chunk_id for c in retrieval.expansions],
             "cited": list(answer.citations),
             "answer": {

@@ -165,12 +165,26 @@ def _run_query(
     started = time.perf_counter()
     events: list[dict[str, Any]] = []
     local = _client(engine, engine.cfg.defaults.local_inference_model) if local_inference else None
-    expanded = expand_query(local, question, events=events, run_id=run_id) if local_inference else question
+    limits = engine.cfg.local_inference  # every local inference call is capped out of the question's budget
+    expanded = (
+        expand_query(local, question, events=events, run_id=run_id, limits=limits, started=started)
+        if local_inference
+        else question
+    )
     result = retrieve(engine, expanded, role, k=k, weights=weights, collections=collections, rerank=rerank)
     if session_id is not None:
         result = stamped(result, session_id=session_id)
     candidates = (
-        model_rerank(local, question, result.candidates, events=events, run_id=run_id)
+        model_rerank(
+            local,
+            question,
+            result.candidates,
+            events=events,
+            run_id=run_id,
+            limits=limits,
+            started=started,
+            scorer=_client(engine, engine.cfg.defaults.local_rerank_model),
+        )
         if local_inference
         else result.candidates
     )

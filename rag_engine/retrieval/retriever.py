@@ -28,6 +28,7 @@ from rag_engine.engine import Engine
 from rag_engine.errors import ProviderTimeout, QueryInputError, RagError
 from rag_engine.governance.policy import PolicyDecision, gate
 from rag_engine.graph.planner import content_terms, plan
+from rag_engine.graph.quality_bounds import bounded
 from rag_engine.graph.traversal import candidate_chunks, traverse
 from rag_engine.packs import DomainPack
 from rag_engine.retrieval.candidates import Candidate, RetrievalResult
@@ -209,7 +210,7 @@ def retrieve(
     live = start_live_leg(engine, query, decision.collections, _EMBEDDER_POOL) if legs["live"] > 0 else None
     packs = [p for p in engine.packs.values() if set(p.manifest.collections) & set(decision.collections)]
     try:
-        with read_transaction(engine.driver, engine.database) as rx:
+        with read_transaction(engine.driver, engine.database, packs=engine.packs) as rx:
             use_rerank = cfg.rerank.method == "features" if rerank is None else rerank
             _legs(
                 engine,
@@ -383,6 +384,10 @@ def _legs(
                 titles,
             )
     ordered = with_graph_tail(pool, k, cfg.graph_tail)
+    ordered = bounded(  # exact hits first and a cap on graph-only ones, whatever the weights (graph/quality_bounds)
+        ordered + [c for c in pool if c not in ordered], k, engine.cfg.traversal.max_graph_only_in_top_k,
+        exact=lambda c: c.exact, graph=lambda c: "graph" in c.sources, graph_only=lambda c: c.sources == ("graph",),
+    )[:k]  # fmt: skip
     fusion_trace.update(  # after the rerank, which may change the top k
         graph_in_top_k=sum(1 for c in ordered if "graph" in c.sources),
         graph_only_in_top_k=sum(1 for c in ordered if c.sources == ("graph",)),

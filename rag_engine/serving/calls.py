@@ -103,7 +103,7 @@ def passage(engine: Engine, caller: Principal, chunk_id: str, role: str | None) 
     """The current text of one chunk if the role may read its collection, else ``None`` (the same
     answer as for a chunk that does not exist, so a caller cannot probe what it may not read)."""
     decision = gate(engine.cfg, caller.role(role))
-    with read_transaction(engine.driver, engine.database) as rx:
+    with read_transaction(engine.driver, engine.database, packs=engine.packs) as rx:
         rows = reads.chunks_by_id(rx, [chunk_id], decision.collections)
     return Passage.model_validate(rows[0]) if rows else None
 

@@ -1,5 +1,10 @@
 """Read-only queries of the query path, in the question's read transaction (``session.Reads``).
-Every query takes the permitted collections as a parameter; nothing here can write."""
+Every query takes the permitted collections as a parameter; nothing here can write.
+
+What may be served is one predicate, ``SERVED``: an active, eligible chunk of an enabled pack
+(``Reads.packs``, set from the engine's packs) in a permitted collection. Every read below that
+returns a chunk (or a vector, a title, an expansion) filters by it, so a pack present in the
+store but not enabled (a fixture, a pack turned off) is never returned by any leg."""
 
 from __future__ import annotations
 
@@ -15,6 +20,15 @@ _LUCENE_SPECIAL = re.compile(r'([+\-!(){}\[\]^"~*?:\\/]|&&|\|\|)')
 _FIELDS = ("chunk_id", "anchor", "heading", "text", "collection", "doc_id", "doc_version")
 """What every query-path read returns of a chunk (as columns, or as a map per hit in ``legs``)."""
 _CHUNK_FIELDS = ", ".join(f"c.{f} AS {f}" for f in _FIELDS)
+
+SERVED = "(c.active AND coalesce(c.eligible, true) AND c.pack IN $packs AND c.collection IN $collections)"
+"""The one predicate of a chunk the query path may return (``c``): current, eligible, of an enabled
+pack, in a permitted collection. Its parameters come from ``scope``."""
+
+
+def scope(rx: Reads, collections: tuple[str, ...]) -> dict[str, list[str]]:
+    """The parameters of ``SERVED``: the permitted collections and the enabled packs."""
+    return {"collections": list(collections), "packs": list(rx.packs)}
 
 
 MAX_QUERY_TERMS = 256
@@ -33,8 +47,9 @@ TEXT_FETCH_CAP = 5000
 """The largest fulltext fetch: Lucene scores every match anyway, this bounds what crosses to Cypher."""
 
 _TEXT_HITS = (
-    "count(*) AS fetched, collect(CASE WHEN c.active AND coalesce(c.eligible, true) AND c.collection IN "
-    "$collections THEN {" + ", ".join(f"{f}: c.{f}" for f in _FIELDS) + ", score: score} END) AS hits"
+    f"count(*) AS fetched, collect(CASE WHEN {SERVED} THEN {{"
+    + ", ".join(f"{f}: c.{f}" for f in _FIELDS)
+    + ", score: score} END) AS hits"
 )
 """Of one fulltext fetch: how many index hits it returned, and the permitted current ones in score order."""
 
@@ -55,7 +70,7 @@ def fulltext(
             f"CALL db.index.fulltext.queryNodes('{CHUNK_FULLTEXT}', $q, {{limit: $fetch}}) YIELD node AS c, score "
             f"WITH c, score ORDER BY score DESC RETURN {_TEXT_HITS}",
             q=q,
-            collections=list(collections),
+            **scope(rx, collections),
             fetch=fetch,
         )[0]
         hits: list[dict[str, Any]] = row["hits"][:k]
@@ -100,11 +115,11 @@ def vector(
     while True:
         rows = rx.rows(
             "CALL db.index.vector.queryNodes($index, $fetch, $embedding) YIELD node AS c, score "
-            "WHERE c.active AND coalesce(c.eligible, true) AND c.collection IN $collections "
+            f"WHERE {SERVED} "
             f"RETURN {_CHUNK_FIELDS}, score ORDER BY score DESC LIMIT $k",
             index=active.index,
             embedding=embedding,
-            collections=list(collections),
+            **scope(rx, collections),
             k=k,
             fetch=fetch,
         )
@@ -121,7 +136,7 @@ _LEGS = f"""{epochs.STATE_COLUMNS}
 CALL (index_epoch) {{
   WITH index_epoch WHERE $embedding IS NOT NULL AND index_epoch = $expected
   CALL db.index.vector.queryNodes($index, $vector_fetch, $embedding) YIELD node AS c, score
-  WHERE c.active AND coalesce(c.eligible, true) AND c.collection IN $collections
+  WHERE {SERVED}
   WITH c, score ORDER BY score DESC LIMIT $dense_k
   RETURN {_hits("dense")}
 }}
@@ -167,7 +182,7 @@ def legs(
         q=q if q.strip() else "",
         text_fetch=lexical_k * 4,
         lexical_k=lexical_k,
-        collections=list(collections),
+        **scope(rx, collections),
     )[0]
     epochs.remember_state(rx, row)
     lexical: list[dict[str, Any]] = row["lexical"][:lexical_k]
@@ -195,17 +210,17 @@ def by_keys(
     if not keys:
         return [], {}
     docs = rx.rows(
-        "MATCH (rk:RefKey)<-[:ANSWERS_TO]-(c:Chunk) WHERE rk.key IN $keys AND c.active "
+        "MATCH (rk:RefKey)<-[:ANSWERS_TO]-(c:Chunk) WHERE rk.key IN $keys AND c.active AND c.pack IN $packs "
         "RETURN rk.key AS key, collect(DISTINCT c.pack + ':' + c.doc_id) AS docs",
         keys=keys,
+        packs=list(rx.packs),
     )
     rows = rx.rows(
-        f"MATCH (rk:RefKey)<-[:ANSWERS_TO]-(c:Chunk) WHERE rk.key IN $keys AND c.active "
-        f"AND c.collection IN $collections "
+        f"MATCH (rk:RefKey)<-[:ANSWERS_TO]-(c:Chunk) WHERE rk.key IN $keys AND {SERVED} "
         f"RETURN {_CHUNK_FIELDS}, c.pack AS pack, c.ordinal AS ordinal, collect(rk.key) AS keys "
         f"ORDER BY c.pack, c.doc_id, c.ordinal LIMIT $limit",
         keys=keys,
-        collections=list(collections),
+        **scope(rx, collections),
         limit=limit,
     )
     return rows, {d["key"]: sorted(d["docs"]) for d in docs}
@@ -231,13 +246,13 @@ def referenced(rx: Reads, chunk_ids: list[str], collections: tuple[str, ...], k:
     return rx.rows(
         f"UNWIND range(0, size($ids) - 1) AS rank "
         f"MATCH (s:Chunk {{chunk_id: $ids[rank]}})-[e:REFERENCES]->(c:Chunk) "
-        f"WHERE c.active AND c.collection IN $collections AND NOT c.chunk_id IN $ids "
+        f"WHERE {SERVED} AND NOT c.chunk_id IN $ids "
         f"WITH c, rank, e, s ORDER BY rank, e.raw "
         f"WITH c, collect({{rank: rank, via: e.raw, from: s.chunk_id}})[0] AS best "
         f"RETURN {_CHUNK_FIELDS}, best.rank AS seed_rank, best.via AS via, best.from AS from_chunk "
         f"ORDER BY seed_rank, c.chunk_id LIMIT $k",
         ids=chunk_ids,
-        collections=list(collections),
+        **scope(rx, collections),
         k=k,
     )
 
@@ -247,10 +262,9 @@ def chunks_by_id(rx: Reads, chunk_ids: list[str], collections: tuple[str, ...]) 
     if not chunk_ids:
         return []
     return rx.rows(
-        f"MATCH (c:Chunk) WHERE c.chunk_id IN $ids AND c.active AND c.collection IN $collections "
-        f"RETURN {_CHUNK_FIELDS}",
+        f"MATCH (c:Chunk) WHERE c.chunk_id IN $ids AND {SERVED} RETURN {_CHUNK_FIELDS}",
         ids=chunk_ids,
-        collections=list(collections),
+        **scope(rx, collections),
     )
 
 
@@ -261,10 +275,10 @@ def document_titles(rx: Reads, keys: list[str], collections: tuple[str, ...]) ->
     if not keys:
         return {}
     rows = rx.rows(
-        "MATCH (d:Document) WHERE d.key IN $keys AND d.collection IN $collections "
+        "MATCH (d:Document) WHERE d.key IN $keys AND d.pack IN $packs AND d.collection IN $collections "
         "RETURN d.key AS key, d.title AS title",
         keys=keys,
-        collections=list(collections),
+        **scope(rx, collections),
     )
     return {r["key"]: r["title"] or "" for r in rows}
 
@@ -279,12 +293,12 @@ def cosines(
         return {}
     active, _cached = active_index(rx, identity)
     rows = rx.rows(
-        "MATCH (c:Chunk) WHERE c.chunk_id IN $ids AND c.collection IN $collections AND c[$property] IS NOT NULL "
+        f"MATCH (c:Chunk) WHERE c.chunk_id IN $ids AND {SERVED} AND c[$property] IS NOT NULL "
         "WITH c, vector.similarity.cosine(c[$property], $embedding) AS cosine WHERE cosine IS NOT NULL "
         "RETURN c.chunk_id AS chunk_id, cosine",
         ids=chunk_ids,
         property=active.property,
         embedding=embedding,
-        collections=list(collections),
+        **scope(rx, collections),
     )
     return {r["chunk_id"]: float(r["cosine"]) for r in rows}

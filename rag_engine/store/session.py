@@ -11,7 +11,7 @@ a reader of the cluster.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -22,10 +22,18 @@ class Reads:
     """The read transaction of one question, with what the store epochs told it
     (``epochs.store_state`` reads them once per transaction)."""
 
-    def __init__(self, tx: neo4j.Transaction | neo4j.ManagedTransaction, driver: neo4j.Driver, database: str):
+    def __init__(
+        self,
+        tx: neo4j.Transaction | neo4j.ManagedTransaction,
+        driver: neo4j.Driver,
+        database: str,
+        packs: Iterable[str],
+    ):
         self.tx = tx
         self.driver = driver
         self.database = database
+        self.packs: tuple[str, ...] = tuple(sorted(packs))
+        """The enabled packs: every chunk the query path reads is of one of them (``reads.SERVED``)."""
         self.queries = 0
         self.memo: dict[str, Any] = {}
 
@@ -35,13 +43,14 @@ class Reads:
 
 
 @contextmanager
-def read_transaction(driver: neo4j.Driver, database: str) -> Iterator[Reads]:
-    """One explicit read transaction for a question's reads; nothing in it can write."""
+def read_transaction(driver: neo4j.Driver, database: str, *, packs: Iterable[str]) -> Iterator[Reads]:
+    """One explicit read transaction for a question's reads; nothing in it can write. ``packs``:
+    the enabled packs (``engine.packs``); a chunk of any other pack is never read (``reads.SERVED``)."""
     with (
         driver.session(database=database, default_access_mode=neo4j.READ_ACCESS) as session,
         session.begin_transaction() as tx,
     ):
-        yield Reads(tx, driver, database)
+        yield Reads(tx, driver, database, packs)
         tx.commit()
 
 

@@ -235,10 +235,15 @@ def test_a_corrupt_cache_file_is_moved_aside_and_ingest_goes_on(base_config, tmp
 # -- M3 / L3: the question side degrades to the other legs --------------------------------------------
 
 
-def _degraded_query(engine: Engine) -> tuple[Any, float]:
-    started = time.perf_counter()
-    outcome = run_query(engine, QUESTION, "employee", generate=False, local_inference=False)
-    return outcome, time.perf_counter() - started
+def _degraded_query(engine: Engine, pack: Any) -> tuple[Any, float]:
+    """The question, asked of an engine serving the test's pack (only enabled packs are served)."""
+    served = Engine(engine.cfg, engine.root, engine.env, packs=[pack])
+    try:
+        started = time.perf_counter()
+        outcome = run_query(served, QUESTION, "employee", generate=False, local_inference=False)
+        return outcome, time.perf_counter() - started
+    finally:
+        served.close()
 
 
 def test_a_hung_query_embedder_degrades_to_the_other_legs_within_the_deadline(base_config, tmp_path, unique, upstream):
@@ -247,8 +252,9 @@ def test_a_hung_query_embedder_degrades_to_the_other_legs_within_the_deadline(ba
     with served(upstream, question_side=lambda: slow(60.0)) as fake:
         engine = embed_engine(base_config, tmp_path, fake)
         assert engine.cfg.providers[0].timeout_s >= 600  # the indexing side keeps its long timeout
-        ingest_pack(engine, _pack(engine, unique, tmp_path), run_id=f"run-{unique}", extract=False)
-        outcome, seconds = _degraded_query(engine)
+        pack = _pack(engine, unique, tmp_path)
+        ingest_pack(engine, pack, run_id=f"run-{unique}", extract=False)
+        outcome, seconds = _degraded_query(engine, pack)
         ours = [c for c in outcome.retrieval.candidates if c.chunk_id.startswith(f"{unique}:policy")]
         assert seconds < deadline + 5, seconds
         dense = next(s for s in outcome.retrieval.trace if s["step"] == "dense")
@@ -264,8 +270,9 @@ def test_a_hung_query_embedder_degrades_to_the_other_legs_within_the_deadline(ba
 def test_a_nan_query_embedding_degrades_instead_of_failing_in_neo4j(base_config, tmp_path, unique, upstream):
     with served(upstream, question_side=lambda: bad_vectors(math.nan)) as fake:
         engine = embed_engine(base_config, tmp_path, fake)
-        ingest_pack(engine, _pack(engine, unique, tmp_path), run_id=f"run-{unique}", extract=False)
-        outcome, _ = _degraded_query(engine)
+        pack = _pack(engine, unique, tmp_path)
+        ingest_pack(engine, pack, run_id=f"run-{unique}", extract=False)
+        outcome, _ = _degraded_query(engine, pack)
         ours = [c for c in outcome.retrieval.candidates if c.chunk_id.startswith(f"{unique}:policy")]
         dense = next(s for s in outcome.retrieval.trace if s["step"] == "dense")
         assert dense["degraded"] == "EmbeddingInvalid"

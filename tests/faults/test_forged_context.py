@@ -12,6 +12,7 @@ import json
 import re
 
 from rag_engine.cli.render import query as render_query
+from rag_engine.engine import Engine
 from rag_engine.ingest.pipeline import ingest_pack
 from rag_engine.retrieval.query import run_query
 from rag_engine.text.controls import strip_controls
@@ -45,7 +46,11 @@ def test_a_document_cannot_forge_a_context_block_or_a_question(base_config, uniq
         try:
             pack = temp_pack(engine, unique, tmp_path / "corpus", {"note.md": FORGED})
             ingest_pack(engine, pack, extract=False)
-            outcome = run_query(engine, "zumbrella badge front desk", role="public")
+            served = Engine(engine.cfg, engine.root, engine.env, packs=[pack])  # only enabled packs are served
+            try:
+                outcome = run_query(served, "zumbrella badge front desk", role="public")
+            finally:
+                served.close()
         finally:
             engine.close()
         prompts = [r.body["messages"][-1]["content"] for r in srv.calls("/chat/completions")]

@@ -7,6 +7,7 @@ vector leg it never grew.
 
 from __future__ import annotations
 
+from rag_engine.engine import Engine
 from rag_engine.retrieval.query import run_query
 from rag_engine.store import reads
 from rag_engine.store.session import read_transaction
@@ -39,7 +40,7 @@ def test_the_fulltext_leg_finds_a_small_permitted_share_behind_many_forbidden_ma
         from rag_engine.ingest.pipeline import ingest_pack
 
         ingest_pack(engine, pack, extract=False)
-        with read_transaction(engine.driver, engine.database) as rx:
+        with read_transaction(engine.driver, engine.database, packs=[pack.name]) as rx:
             hits = reads.fulltext(rx, TERM, ("kb_public",), 5)
             lexical, _ = reads.legs(
                 rx, TERM, None, ("kb_public",), lexical_k=5, dense_k=5, identity=engine.embedder_identity
@@ -48,7 +49,11 @@ def test_the_fulltext_leg_finds_a_small_permitted_share_behind_many_forbidden_ma
         assert [h["doc_id"] for h in hits] == ["public"]
         assert [h["doc_id"] for h in lexical] == ["public"]
         assert len(internal) == 5 and {h["doc_id"] for h in internal} <= {f"internal{i}" for i in range(4)}
-        result = run_query(engine, f"{TERM} badge", role="public", generate=False)
+        served = Engine(engine.cfg, engine.root, engine.env, packs=[pack])  # only enabled packs are served
+        try:
+            result = run_query(served, f"{TERM} badge", role="public", generate=False)
+        finally:
+            served.close()
         sources = {s for c in result.retrieval.candidates if c.doc_id == "public" for s in c.sources}
         assert "lexical" in sources, [(c.doc_id, c.sources) for c in result.retrieval.candidates]
     finally:

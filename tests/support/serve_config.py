@@ -31,6 +31,10 @@ PRINCIPALS = {
     "svc-throttled": (["public"], "RAG_TEST_SERVE_THROTTLED_KEY_SHA256", THROTTLED_KEY),
 }
 LIMITS = {"requests_per_minute": 60, "burst": 5, "shutdown_grace_seconds": 20}
+SERVED_PACK = "t5e7fed0001"
+"""A pack the service has enabled for the tests' own documents (only enabled packs are served): the
+KB pack's rules, a corpus the tests write; named like the other test packs, so the session's
+clean-up removes it from the store."""
 
 
 def digest_env() -> dict[str, str]:
@@ -43,6 +47,10 @@ def write(out: Path, limits: dict[str, Any] | None = None) -> Path:
     cfg = yaml.safe_load((ROOT / "config" / "engine.yaml").read_text(encoding="utf-8"))
     cfg["storage"]["artifacts_dir"] = str(out.parent / "artifacts")
     cfg["storage"]["embedding_cache"] = str(out.parent / "embedding_cache.sqlite")
+    kb = next(p for p in cfg["packs"] if p["name"] == "company_x_kb")
+    corpus = out.parent / "served_corpus"
+    corpus.mkdir(parents=True, exist_ok=True)
+    cfg["packs"].append({**kb, "name": SERVED_PACK, "corpus": str(corpus)})
     cfg["serving"] = {
         "principals": [
             {"id": pid, "roles": roles, "key_sha256_env": env} for pid, (roles, env, _) in PRINCIPALS.items()

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 from rag_engine.config import EngineConfig, under_root
 from rag_engine.errors import ConfigError
 from rag_engine.ops.swap.report import Identity, LoadCheck
-from rag_engine.providers.registry import ModelSpec, resolve_endpoint
+from rag_engine.providers.registry import ModelSpec, credential_present, resolve_endpoint
 
 SAMPLE_TEXTS = 8
 """Passages embedded through a reachable candidate embedder to measure its rate."""
@@ -93,9 +93,7 @@ def identity(cfg: EngineConfig, model_name: str | None, env: Mapping[str, str], 
         capabilities=tuple(model.capabilities),
         provider_enabled=provider.enabled,
         credential_env=provider.credential_env,
-        credential_present=(provider.credential_env in env and bool(env.get(provider.credential_env)))
-        if provider.credential_env
-        else None,
+        credential_present=credential_present(env, provider.credential_env) if provider.credential_env else None,
         reachable=reachable,
         reachability_note=note,
     )
