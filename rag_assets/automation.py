@@ -315,21 +315,29 @@ def awaiting_approval(config_path: str, kind: str) -> dg.AutomationCondition:
     return (_triggered() & ~CostWithinLimit(config_path, kind)).with_label("awaiting approval")
 
 
+def _written_before() -> dg.AutomationCondition:
+    """The partition was materialized before: automation updates what exists, it never fills in
+    partitions nobody asked for. A new version's partitions belong to the sensor's run; when an
+    operator cancels that run, the chunks it wrote must not make automation run the rest."""
+    return (~dg.AutomationCondition.missing()).with_label("written before")
+
+
+def _free_core() -> dg.AutomationCondition:
+    return _triggered() & ~dg.AutomationCondition.any_deps_missing() & _not_busy()
+
+
 def free_step() -> dg.AutomationCondition:
-    """Ingestion steps with no model call (or only the local embedder)."""
-    return (_triggered() & ~dg.AutomationCondition.any_deps_missing() & _not_busy()).with_label(
-        "free: eager + code version"
-    )
+    """Ingestion steps with no model call (or only the local embedder), on partitions written before."""
+    return (_free_core() & _written_before()).with_label("free: eager + code version, written before")
 
 
 def paid_step(config_path: str) -> dg.AutomationCondition:
-    """llm_extraction: like a free step, under the cost limit."""
-    return (
-        _triggered()
-        & ~dg.AutomationCondition.any_deps_missing()
-        & _not_busy()
-        & CostWithinLimit(config_path, "extraction")
-    ).with_label("paid: eager + code version, under cost limit")
+    """llm_extraction: like a free step, under the cost limit; unlike the free steps it may run on
+    partitions never written (a new version's extraction held for approval runs when the limit is
+    raised), so a cancelled run's extraction under the limit still runs (known gap)."""
+    return (_free_core() & CostWithinLimit(config_path, "extraction")).with_label(
+        "paid: eager + code version, under cost limit"
+    )
 
 
 EXTRACTION = dg.AssetSelection.tag("model", "extraction")
@@ -344,7 +352,8 @@ def _extraction_waiting(config_path: str) -> dg.AutomationCondition:
 
 def graph_step(config_path: str) -> dg.AutomationCondition:
     """graph_writes: free, but waits while its extraction awaits approval (one rebuild, not two)."""
-    return (free_step() & ~_extraction_waiting(config_path)).with_label(
+    after_extraction = since_last_handled(dg.AutomationCondition.any_deps_updated().allow(EXTRACTION))
+    return (_free_core() & (_written_before() | after_extraction) & ~_extraction_waiting(config_path)).with_label(
         "free: eager + code version, after approved extraction"
     )
 

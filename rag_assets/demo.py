@@ -16,7 +16,7 @@ import time
 import dagster as dg
 
 from rag_assets.definitions import build_definitions
-from rag_assets.partitions import document_versions, partitions_name
+from rag_assets.partitions import demo_pack_names, document_versions, partitions_name
 from rag_assets.sensors import plan_partitions
 from rag_engine.engine import Engine
 from rag_engine.ingest.documents import discover
@@ -61,15 +61,14 @@ def step_lines(result: dg.ExecuteInProcessResult) -> list[str]:
     return lines
 
 
-DEFAULT_PACKS = ("legal_regulatory", "company_x_kb")
 QUESTION = "Within how many hours must a controller notify a personal data breach to the supervisory authority?"
 """A golden question (legal-002): its answer is in the demo cassette, so the recorded model answers."""
 ROLE = "public"
 
 
 def demo_packs(engine_packs: dict[str, DomainPack], wanted: str | None) -> list[DomainPack]:
-    listed = (wanted or ",".join(DEFAULT_PACKS)).split(",")
-    names = list(engine_packs) if wanted == "all" else [n.strip() for n in listed]
+    listed = demo_pack_names(wanted or "")
+    names = list(engine_packs) if listed is None else listed
     unknown = [n for n in names if n and n not in engine_packs]
     if unknown:
         raise SystemExit(f"DEMO_PACKS names packs that are not enabled: {unknown}; enabled: {sorted(engine_packs)}")

@@ -2,7 +2,27 @@
 
 from __future__ import annotations
 
+import os
+
 import dagster as dg
+
+DEFAULT_PACKS = ("legal_regulatory", "company_x_kb")
+"""The demo packs: ``make demo`` ingests them and their document sensors start running by default.
+Any other pack's sensor starts stopped (an operator turns it on, or runs ``rag ingest --pack``), so
+``make dev`` never starts ingesting a pack that was never ingested (ADGM: 1,912 chunks)."""
+
+
+def demo_pack_names(wanted: str | None = None) -> list[str] | None:
+    """The packs named by ``DEMO_PACKS`` (comma-separated; ``all`` gives None: every pack)."""
+    wanted = os.environ.get("DEMO_PACKS") if wanted is None else wanted
+    if wanted == "all":
+        return None
+    return [n.strip() for n in (wanted or ",".join(DEFAULT_PACKS)).split(",") if n.strip()]
+
+
+def runs_by_default(pack_name: str) -> bool:
+    names = demo_pack_names()
+    return names is None or pack_name in names
 
 
 def document_versions(pack_name: str) -> dg.DynamicPartitionsDefinition:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import dagster as dg
 
 from rag_assets.automation import extraction_estimate, within_limit
-from rag_assets.partitions import document_versions, partitions_name
+from rag_assets.partitions import document_versions, partitions_name, runs_by_default
 from rag_assets.resources import EngineResource
 from rag_engine.ingest.documents import discover
 from rag_engine.ingest.extraction_step import budget_skipped_partitions
@@ -45,9 +45,11 @@ def build_document_sensor(
         name=f"{pack_name}__new_document_versions",
         job=job,
         minimum_interval_seconds=60,
-        default_status=dg.DefaultSensorStatus.RUNNING,
+        # a pack outside the demo (DEMO_PACKS) starts stopped: no surprise ingestion on `make dev`
+        default_status=dg.DefaultSensorStatus.RUNNING if runs_by_default(pack_name) else dg.DefaultSensorStatus.STOPPED,
         description="Scans the pack corpus by content hash; new versions get partitions and one run "
-        "(the only run of a new version: automation does not request new partitions).",
+        "(the only run of a new version: automation does not request new partitions). Runs by default "
+        "for the demo packs (DEMO_PACKS) only; turn it on for another pack.",
     )
     def _sensor(context: dg.SensorEvaluationContext, rag: EngineResource) -> dg.SensorResult | dg.SkipReason:
         engine = rag.engine()

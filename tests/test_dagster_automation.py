@@ -364,3 +364,38 @@ def test_rerun_of_cached_extraction_needs_no_approval_under_a_priced_model(varia
     assert set(steps) == {"chunks", "references", "chunk_index", "llm_extraction", "graph_writes"}
     assert extraction_calls() == before  # every chunk answered from the cache
     assert auto.settle(bumped, wants_eval)  # and the eval, extractive, is free too
+
+
+def test_a_cancelled_new_version_run_is_not_picked_up_by_automation(variant, unique):
+    """The sensor's run of new versions stopped after chunks (an operator cancelled it): the
+    chunks it wrote are updated deps of references/chunk_index, yet automation does not run those
+    free steps on the never-written partitions; the operator decides."""
+    base = build_definitions(variant("base"))
+    auto = Automation(unique)
+    assert auto.tick(base) == ([], False)  # automation was running before the new versions came
+    sensor = base.resolve_sensor_def(f"{unique}__new_document_versions")
+    result = sensor(dg.build_sensor_context(instance=auto.instance, resources={"rag": base.resources["rag"]}))
+    assert isinstance(result, dg.SensorResult), result
+    for req in result.dynamic_partitions_requests or []:
+        auto.instance.add_dynamic_partitions(auto.parts, list(req.partition_keys))
+    (run_request,) = result.run_requests
+    cut = {dg.AssetKey([unique, "source_documents"]), dg.AssetKey([unique, "chunks"])}
+    job = base.resolve_implicit_global_asset_job_def().get_subset(asset_selection=cut)
+    run = job.execute_in_process(instance=auto.instance, raise_on_error=False, tags=run_request.tags)
+    assert run.success
+    # the free steps (the embedding work of the issue's ADGM run) stay untouched; the extraction
+    # under the cost limit is still eligible (paid_step may run on never-written partitions)
+    steps, _ = auto.tick(base)
+    assert not {"references", "chunk_index"} & set(steps), steps
+
+
+def test_only_the_demo_packs_document_sensors_run_by_default(monkeypatch):
+    """``make dev`` after ``make demo``: the demo packs' sensors run, any other pack's starts stopped."""
+    monkeypatch.delenv("DEMO_PACKS", raising=False)
+    defs = build_definitions()
+    status = {s.name: s.default_status.value for s in defs.sensors if s.name.endswith("__new_document_versions")}
+    assert status == {
+        "adgm_rulebooks__new_document_versions": "STOPPED",
+        "company_x_kb__new_document_versions": "RUNNING",
+        "legal_regulatory__new_document_versions": "RUNNING",
+    }

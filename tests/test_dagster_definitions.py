@@ -144,14 +144,14 @@ def test_snapshot_of_specs_jobs_schedules_and_sensors():
             ["company_x_kb/chunks"],
             ("team:rag-platform",),
             "free",
-            "free: eager + code version",
+            "free: eager + code version, written before",
         ),
         "company_x_kb/chunks": (
             "kb",
             ["company_x_kb/source_documents"],
             ("team:rag-platform",),
             "free",
-            "free: eager + code version",
+            "free: eager + code version, written before",
         ),
         "company_x_kb/graph_writes": (
             "kb",
@@ -172,9 +172,15 @@ def test_snapshot_of_specs_jobs_schedules_and_sensors():
             ["company_x_kb/chunks"],
             ("team:rag-platform",),
             "free",
-            "free: eager + code version",
+            "free: eager + code version, written before",
         ),
-        "company_x_kb/source_documents": ("kb", [], ("team:rag-platform",), "free", "free: eager + code version"),
+        "company_x_kb/source_documents": (
+            "kb",
+            [],
+            ("team:rag-platform",),
+            "free",
+            "free: eager + code version, written before",
+        ),
         "domain_packs": (
             "platform",
             [],
@@ -219,7 +225,7 @@ def test_snapshot_of_specs_jobs_schedules_and_sensors():
     ]
     assert [(s.name, s.cron_schedule) for s in defs.schedules] == [("nightly_graph_quality", "0 3 * * *")]
     assert sorted((s.name, s.default_status.value) for s in defs.sensors) == [
-        ("adgm_rulebooks__new_document_versions", "RUNNING"),
+        ("adgm_rulebooks__new_document_versions", "STOPPED"),
         ("company_x_kb__new_document_versions", "RUNNING"),
         ("legal_regulatory__new_document_versions", "RUNNING"),
         ("paid_work_approval_status", "RUNNING"),
