@@ -59,9 +59,10 @@ def test_relational_question_traverses_and_shows_paths(graph_tail_engine):
     assert traversal["candidates"] > 0
     graph = [c for c in out.retrieval.candidates if c.path]
     assert 0 < len(graph) <= graph_tail_engine.cfg.traversal.max_candidates
+    traversal = graph_tail_engine.cfg.traversal
     for c in graph:
-        assert c.path_score >= ingested_engine.cfg.traversal.confidence_floor / ingested_engine.cfg.traversal.max_depth
-        assert all(h["confidence"] >= ingested_engine.cfg.traversal.confidence_floor for h in c.path)
+        assert c.path_score >= traversal.confidence_floor / traversal.max_depth
+        assert all(h["confidence"] >= traversal.traversal.confidence_floor for h in c.path)
 
 
 def test_exact_reference_stays_above_graph_candidates(ingested_engine):

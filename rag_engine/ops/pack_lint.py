@@ -297,8 +297,9 @@ def _default_role(cfg: EngineConfig, entry: PackEntry) -> str | None:
     return next((r for r, cols in cfg.roles.items() if set(entry.collections) <= set(cols)), None)
 
 
-GOLDEN_FILES = ("queries.yaml", "paraphrase.yaml")
-"""The golden set and the paraphrase set of a pack's fixtures path (the second is optional)."""
+GOLDEN_FILES = ("queries.yaml", "paraphrase.yaml", "heldout.yaml")
+"""The golden set, the paraphrase set and the held-out test set of a pack's fixtures path (the
+last two are optional)."""
 
 
 def lint_golden(

@@ -57,7 +57,7 @@ def store_absent(engine: Engine, question: str, candidates: list[Candidate], col
     words = unheld_words(question, candidates)
     if not words or not candidates:
         return set()
-    with read_transaction(engine.driver, engine.database) as rx:
+    with read_transaction(engine.driver, engine.database, packs=engine.packs) as rx:
         return absent_words(rx, words, collections)
 
 
@@ -199,7 +199,10 @@ def _run_query(
     aliases = alias_groups(engine, result.collections)
     coverage = evidence_coverage(question, context.documents, aliases)
     evidence_cfg = engine.cfg.retrieval.evidence
-    limits: ExtractiveLimits = {"max_units": evidence_cfg.answer_max_units, "max_chars": evidence_cfg.answer_max_chars}
+    extractive: ExtractiveLimits = {
+        "max_units": evidence_cfg.answer_max_units,
+        "max_chars": evidence_cfg.answer_max_chars,
+    }
     refusal = _refusal(engine, question, candidates, context, coverage, aliases, result.collections, events)
     if refusal is not None:
         answer = insufficient(refusal)
@@ -210,10 +213,10 @@ def _run_query(
             context,
             run_id=run_id,
             max_tokens=engine.cfg.context.answer,
-            extractive=limits,
+            extractive=extractive,
         )
     else:
-        answer = extractive_answer(context, question, **limits, fallback="no_generation_model")
+        answer = extractive_answer(context, question, **extractive, fallback="no_generation_model")
     outcome = QueryOutcome(
         question=question,
         expanded_query=expanded,

@@ -72,7 +72,7 @@ class IndexFollower:
         if not fresh and now - self._checked_at < RECHECK_SECONDS:
             return self._active
         try:
-            with read_transaction(self.base.driver, self.base.database) as rx:
+            with read_transaction(self.base.driver, self.base.database, packs=self.base.packs) as rx:
                 active: str | None = current_index(rx)[0].identity
         except EmbedderMismatch:  # no index yet: the engine says so on the question itself
             active = None

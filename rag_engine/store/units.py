@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from rag_engine.store.epochs import active_index
+from rag_engine.store.reads import SERVED, scope
 from rag_engine.store.session import Reads
 
 UNITS_SUFFIX = "_units"
@@ -38,13 +39,13 @@ def chunk_evidence(
     collections: tuple[str, ...],
     splitter: str,
 ) -> dict[str, dict[str, Any]]:
-    """Per permitted chunk id: ``cosine`` (the chunk's vector against ``embedding``, None without
+    """Per served chunk id (``reads.SERVED``): ``cosine`` (the chunk's vector against ``embedding``, None without
     one) and ``units`` (the unit vectors' bytes when made by ``splitter``, else None)."""
     if not chunk_ids:
         return {}
     active, _cached = active_index(rx, identity)
     rows = rx.rows(
-        "MATCH (c:Chunk) WHERE c.chunk_id IN $ids AND c.collection IN $collections "
+        f"MATCH (c:Chunk) WHERE c.chunk_id IN $ids AND {SERVED} "
         "RETURN c.chunk_id AS chunk_id, "
         "CASE WHEN $embedding IS NULL OR c[$property] IS NULL THEN null "
         "ELSE vector.similarity.cosine(c[$property], $embedding) END AS cosine, "
@@ -53,7 +54,7 @@ def chunk_evidence(
         property=active.property,
         units=active.property + UNITS_SUFFIX,
         embedding=embedding,
-        collections=list(collections),
         splitter=splitter,
+        **scope(rx, collections),
     )
     return {r["chunk_id"]: {"cosine": r["cosine"], "units": r["units"]} for r in rows}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from rag_engine.store.names import CHUNK_FULLTEXT
+from rag_engine.store.reads import SERVED, scope
 from rag_engine.store.session import Reads
 
 _WORD = re.compile(r"^[^\W_]+$")
@@ -16,16 +17,16 @@ counts as absent (an approximation that errs towards refusing)."""
 
 
 def absent_words(rx: Reads, words: list[str], collections: tuple[str, ...]) -> set[str]:
-    """The ``words`` (lowercase letters and digits only; others are ignored) no current chunk of
-    ``collections`` holds, by the fulltext index (the same analyzer as the lexical leg)."""
+    """The ``words`` (lowercase letters and digits only; others are ignored) no served chunk of
+    ``collections`` holds (``reads.SERVED``), by the fulltext index (the same analyzer as the lexical leg)."""
     plain = sorted({w for w in words if _WORD.match(w)})
     if not plain or not collections:
         return set()
     rows = rx.rows(
         f"UNWIND $words AS w CALL db.index.fulltext.queryNodes('{CHUNK_FULLTEXT}', w, {{limit: $fetch}}) "
-        "YIELD node AS c WITH w, c WHERE c.active AND c.collection IN $collections RETURN DISTINCT w",
+        f"YIELD node AS c WITH w, c WHERE {SERVED} RETURN DISTINCT w",
         words=plain,
         fetch=FETCH,
-        collections=list(collections),
+        **scope(rx, collections),
     )
     return set(plain) - {r["w"] for r in rows}
