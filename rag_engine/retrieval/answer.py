@@ -27,6 +27,7 @@ from rag_engine.providers.clients import ModelClient
 from rag_engine.retrieval.context import AssembledContext, DocumentItem, render_document
 from rag_engine.retrieval.rerank import question_stems
 from rag_engine.retrieval.sentence_evidence import UnitEvidence, score_chunk
+from rag_engine.text.model_instructions import is_model_instruction
 from rag_engine.text.terms import content_stems
 
 INSUFFICIENT = "insufficient evidence"
@@ -146,26 +147,33 @@ def _lead_in(units: tuple[UnitEvidence, ...], u: UnitEvidence) -> UnitEvidence |
     return None
 
 
+def _quotable(u: UnitEvidence) -> bool:
+    return not is_model_instruction(u.text)
+
+
 def select_units(question: str, documents: Sequence[DocumentItem], max_units: int) -> list[tuple[int, UnitEvidence]]:
     """(block number, unit) to quote, best first: the best-scoring unit of the first
     ``ANSWER_DOCS`` blocks (a later block's unit must beat an earlier one by ``RANK_STEP`` per
     place), its lead-in when it is a list item, the items after it when it introduces a list, and
-    other units within ``NEAR`` of it."""
+    other units within ``NEAR`` of it. A unit that is an instruction to a model
+    (``text.model_instructions``) is never chosen; its block's other units still may be."""
     pool: list[tuple[float, int, DocumentItem, UnitEvidence]] = []
     units_of: dict[int, tuple[UnitEvidence, ...]] = {}
     for rank, doc in enumerate(documents[:ANSWER_DOCS]):
         units_of[doc.number] = _units_of(question, doc)
-        pool += [(u.score - RANK_STEP * rank, rank, doc, u) for u in units_of[doc.number]]
+        pool += [(u.score - RANK_STEP * rank, rank, doc, u) for u in units_of[doc.number] if _quotable(u)]
     if not pool:
         return []
     pool.sort(key=lambda p: (-p[0], p[1], p[3].index))
     top_score, _, doc, best = pool[0]
     chosen = [(doc.number, best)]
     lead = _lead_in(units_of[doc.number], best)
+    lead = lead if lead is not None and _quotable(lead) else None
     if lead is not None:
         chosen.insert(0, (doc.number, lead))
     if best.text.rstrip().endswith(":"):
-        chosen += [(doc.number, u) for u in units_of[doc.number][best.index + 1 : best.index + max_units]]
+        items = units_of[doc.number][best.index + 1 : best.index + max_units]
+        chosen += [(doc.number, u) for u in items if _quotable(u)]
     for score, _, other, u in pool[1:]:
         if len(chosen) >= max_units or score < top_score - NEAR:
             break
