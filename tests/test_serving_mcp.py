@@ -6,6 +6,7 @@ change nothing and return an approval request bound to the action's inputs."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -156,6 +157,40 @@ def test_over_stdio_the_key_comes_from_the_environment(variant, unique, tmp_path
         )
         assert refused.returncode == 2, refused.stderr
         assert "invalid key" in refused.stderr and bad not in refused.stderr + refused.stdout
+
+
+def test_over_stdio_a_call_in_flight_when_stdin_closes_is_answered_before_exit(variant, unique, tmp_path, monkeypatch):
+    """Round three, L9: `rag mcp` dropped a tool call still running when stdin closed (the SDK
+    answered it "Connection closed"). The agent writes its call, closes stdin and reads stdout."""
+    with service_over(variant, unique, tmp_path, monkeypatch):
+        config = str(next(tmp_path.glob("engine-serving.yaml")))
+        env = {**os.environ, APP_KEY_ENV: sha(APP_KEY), OPERATOR_KEY_ENV: sha(OPERATOR_KEY), "RAG_CONFIG": config}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rag_engine.cli", "mcp"],
+            env={**env, "RAG_KEY": APP_KEY},
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+            call = {"name": "search", "arguments": {"question": QUESTION}}
+            messages = (
+                {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello},
+                {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call},
+            )
+            # written, then stdin closed at once: the search is still running
+            payload = "".join(json.dumps(m) + "\n" for m in messages).encode()
+            out, err = proc.communicate(payload, timeout=120)
+        finally:
+            proc.kill()
+        answers = {m["id"]: m for m in map(json.loads, out.decode().splitlines())}
+        assert "error" not in answers[2], (answers[2], err.decode()[-2000:])
+        found = json.loads(answers[2]["result"]["content"][0]["text"])
+        assert found["role"] == "public" and found["passages"]
+        assert proc.returncode == 0, err.decode()[-2000:]
 
 
 def test_a_refused_tool_call_is_an_audit_record_naming_the_principal(served):

@@ -64,12 +64,16 @@ def mcp(ctx: typer.Context) -> None:
     argument: argv is visible to every user of the machine); it is checked once at start against
     serving.principals, and every tool call runs as its principal. Read-only tools: search,
     fetch_passage, list_collections; request_graph_cleanup and request_audit_purge only return an
-    approval request. No --json: stdout is the MCP protocol."""
+    approval request. When stdin closes, calls still running are answered before the process
+    exits (within serving.limits.shutdown_grace_seconds). No --json: stdout is the MCP protocol."""
+    import anyio
+
     from rag_engine.cli.auth import KEY_ENV, cli_key
     from rag_engine.errors import Unauthenticated
     from rag_engine.governance.principals import PrincipalRegistry
     from rag_engine.serving.limits import EnginePool, Limiter
     from rag_engine.serving.mcp_server import build_mcp
+    from rag_engine.serving.stdio import serve_stdio
 
     eng = engine(ctx, store=True)
     registry = PrincipalRegistry(eng.cfg, eng.root, eng.env)
@@ -83,7 +87,7 @@ def mcp(ctx: typer.Context) -> None:
         raise typer.Exit(BAD_INPUT) from None
     limits = eng.cfg.serving.limits
     server = build_mcp(eng, registry, Limiter(limits), EnginePool(limits), principal=principal)
-    server.run("stdio")
+    anyio.run(serve_stdio, server, float(limits.shutdown_grace_seconds))
 
 
 def mount(app: typer.Typer) -> None:
