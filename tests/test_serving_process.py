@@ -13,6 +13,7 @@ from __future__ import annotations
 import http.server
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -27,7 +28,7 @@ from rag_engine.config import load_config
 from rag_engine.engine import Engine
 from rag_engine.ingest.pipeline import ingest_pack
 from tests.conftest import ROOT, _embed_env, _neo4j_uri, with_artifacts
-from tests.serving_support import bearer, free_port
+from tests.serving_support import bearer, free_port, serve_process
 from tests.support import serve_config
 from tests.support.packs import temp_pack
 
@@ -229,3 +230,39 @@ def test_sigterm_lets_the_request_in_flight_finish_then_the_process_exits(serve_
     assert output.index("Shutting down") < output.index('"POST /v1/retrieve HTTP/1.1" 200'), output[-2000:]
     assert "Finished server process" in output and "Traceback" not in output, output[-2000:]
     assert code in (0, -signal.SIGTERM), (code, output[-2000:])
+
+
+def _response(sock: socket.socket) -> bytes:
+    """What the server sends until it closes the connection (a reset raises)."""
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def test_a_request_on_an_idle_keep_alive_connection_as_sigterm_begins_is_503_not_a_reset(tmp_path):
+    """Round three, L8: uvicorn closed idle keep-alive connections at once on SIGTERM, so a
+    request a client had just sent on one met a closed socket (a reset, no response)."""
+    with serve_process(tmp_path) as (url, proc, log_path):
+        sock = socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=30)
+        with sock:
+            health = b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+            sock.sendall(health)
+            first = sock.recv(65536)  # one small response: the connection is now idle, kept alive
+            assert first.startswith(b"HTTP/1.1 200"), first
+            proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + 30
+            while "Shutting down" not in log_path.read_text():  # logged as the connections are told
+                assert time.monotonic() < deadline, log_path.read_text()[-2000:]
+                time.sleep(0.01)
+            try:
+                sock.sendall(health)
+                answer = _response(sock)
+            except OSError as exc:
+                answer = f"{type(exc).__name__}: {exc}".encode()
+        code = proc.wait(timeout=60)
+    head = answer.split(b"\r\n\r\n", 1)[0].lower()
+    assert answer.startswith(b"HTTP/1.1 503"), answer
+    assert b"connection: close" in head and b"retry-after: 1" in head
+    assert b'"error":"ShuttingDown"' in answer.replace(b" ", b"")
+    assert code in (0, -signal.SIGTERM), log_path.read_text()[-2000:]

@@ -11,7 +11,8 @@ concurrency 429 with ``Retry-After``, the store unreachable 503, a request over 
 Engine calls run in the bounded pool of ``serving.limits`` (the query path is blocking), so the
 event loop keeps serving health checks meanwhile. The MCP server (``serving.mcp_server``) is
 mounted at ``/mcp`` behind the same keys and limits. On SIGTERM uvicorn stops accepting and
-waits ``shutdown_grace_seconds`` for requests in flight; the pool then finishes its calls.
+waits ``shutdown_grace_seconds`` for requests in flight; the pool then finishes its calls; a
+request arriving on an open connection meanwhile is 503 (``serving.connections``).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from rag_engine.governance.principals import Principal, PrincipalRegistry
 from rag_engine.retrieval.candidates import RetrievalResult
 from rag_engine.retrieval.outcome import QueryOutcome
 from rag_engine.serving import calls
-from rag_engine.serving.connections import ConnectionGuard, descriptor_budget, guarded_protocol
+from rag_engine.serving.connections import DRAIN_SECONDS, ConnectionGuard, descriptor_budget, guarded_protocol
 from rag_engine.serving.door import MCP_PATHS, Door
 from rag_engine.serving.follow import IndexFollower, query_on, retrieve_on
 from rag_engine.serving.limits import EnginePool, Limiter, bounded, store_gone
@@ -409,6 +410,8 @@ def uvicorn_settings(engine: Engine) -> dict[str, Any]:
     return {
         "timeout_graceful_shutdown": limits.shutdown_grace_seconds,
         "timeout_keep_alive": limits.idle_timeout_seconds,
-        "http": guarded_protocol(AutoHTTPProtocol, guard, limits.header_timeout_seconds),
+        "http": guarded_protocol(
+            AutoHTTPProtocol, guard, limits.header_timeout_seconds, min(DRAIN_SECONDS, limits.shutdown_grace_seconds)
+        ),
         "h11_max_incomplete_event_size": 16 * 1024,
     }

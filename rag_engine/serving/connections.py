@@ -11,7 +11,14 @@ protocol class (httptools or h11, whichever uvicorn picks) so that:
   and the log), is closed as soon as it is accepted, so the process never runs out of descriptors
   and a health check from elsewhere is still accepted;
 - a connection that has not sent a whole request head within ``header_timeout_seconds`` of
-  opening (or of its last response) is closed.
+  opening (or of its last response) is closed;
+- at shutdown (SIGTERM) a request that arrives on a connection already open is answered 503
+  ``ShuttingDown`` with ``Connection: close``, and an idle keep-alive connection stays open for
+  ``DRAIN_SECONDS`` (at most the shutdown grace) before it is closed: uvicorn closed idle
+  connections at once, so a request the client had just sent on one was reset. The race is only
+  moved, not gone: a request sent on an idle connection at the very moment it is closed (after
+  the drain) still meets a closed socket; HTTP/1.1 cannot close an idle connection without that
+  race, and a client should retry a request whose connection closed before any response.
 
 The body's own deadline is the ASGI door's (``serving.door``): by then the request has a path
 and a key to check. Closures are logged as one warning line per kind at most every 10 s, with
@@ -21,6 +28,7 @@ their counts (never an address's traffic, never a header).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import resource
 import time
@@ -35,6 +43,30 @@ log = logging.getLogger(__name__)
 RESERVED_FDS = 64
 """Descriptors kept free of client connections: the store's and ledger's pools, logs, imports."""
 LOG_EVERY_SECONDS = 10.0
+DRAIN_SECONDS = 2.0
+"""At shutdown, how long an idle keep-alive connection stays open to answer 503 to a request
+already on its way (longer than a round trip; it delays the exit only while such a connection
+is open)."""
+SHUTTING_DOWN = json.dumps(
+    {"error": "ShuttingDown", "detail": "the service is shutting down; retry on a new connection"}
+).encode()
+
+
+async def shutting_down(scope: Any, receive: Any, send: Any) -> None:
+    """The ASGI answer to a request that arrives once shutdown has begun."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 503,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(SHUTTING_DOWN)).encode()),
+                (b"retry-after", b"1"),
+                (b"connection", b"close"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": SHUTTING_DOWN})
 
 
 def descriptor_budget(limits: ServingLimitsConfig) -> int:
@@ -85,8 +117,11 @@ class ConnectionGuard:
             self._closed.clear()
 
 
-def guarded_protocol(base: type[asyncio.Protocol], guard: ConnectionGuard, header_timeout: float) -> type[Any]:
-    """``base`` (a uvicorn HTTP protocol class) under ``guard`` and a request-head deadline."""
+def guarded_protocol(
+    base: type[asyncio.Protocol], guard: ConnectionGuard, header_timeout: float, drain: float = DRAIN_SECONDS
+) -> type[Any]:
+    """``base`` (a uvicorn HTTP protocol class) under ``guard``, a request-head deadline and the
+    shutdown drain (``drain`` seconds)."""
 
     class Guarded(base):  # type: ignore[valid-type,misc]
         _address: str | None = None
@@ -114,6 +149,19 @@ def guarded_protocol(base: type[asyncio.Protocol], guard: ConnectionGuard, heade
         def on_response_complete(self) -> None:
             super().on_response_complete()
             self._arm_head_deadline()
+
+        def shutdown(self) -> None:
+            """uvicorn's graceful shutdown: from now on every request is answered 503 (and its
+            connection closed); an idle connection is closed after the drain, not at once."""
+            self.app = shutting_down
+            if self.cycle is None or self.cycle.response_complete:
+                self.loop.call_later(drain, self._drained)
+            else:
+                super().shutdown()  # in flight: answered, then closed
+
+        def _drained(self) -> None:
+            if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
+                super().shutdown()
 
         def _arm_head_deadline(self) -> None:
             if self._head_timer is not None:
