@@ -189,6 +189,12 @@ class AuditError(RagError):
     """The audit trail could not be written or read."""
 
 
+class LedgerUnavailable(RagError):
+    """The ledger database (usage ledger and audit trail: ``storage.ledger``) cannot be reached:
+    the server is stopped, the URL is wrong, the credentials are refused or the SQLite file cannot
+    be opened."""
+
+
 class Unauthenticated(RagError):
     """A service request without a valid key: refused before anything else runs."""
 

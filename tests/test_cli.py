@@ -4,6 +4,7 @@ and ingest change detection (a no-change re-run writes nothing)."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 
 import neo4j
@@ -11,7 +12,10 @@ import pytest
 import typer
 
 from rag_engine.cli import app
+from rag_engine.config import load_config
+from rag_engine.engine import Engine
 from rag_engine.ingest.pipeline import ingest_pack
+from tests.conftest import ROOT
 from tests.support.cli import rag
 from tests.support.packs import POLICY, RUNBOOK, temp_pack
 
@@ -82,6 +86,29 @@ def test_neo4j_down_is_one_line_and_exit_2():
         assert "make neo4j-start" in lines[0] and "Traceback" not in res.stderr
     res = rag("status", "--json", env={"NEO4J_URI": uri})
     assert res.exit_code == 2 and json.loads(res.stdout)["error"]["type"] == "StoreUnavailable"
+
+
+def test_an_unreachable_ledger_is_one_typed_line_and_exit_2(variant, unique, tmp_path):
+    """Round three, L11: with the ledger database down, `rag query` failed with the driver's
+    multi-line OperationalError and exit 1. Now: one typed line (the URL's password masked), exit 2."""
+    config = variant("ledger-down")
+    ledger = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    engine = Engine(load_config(config), ROOT, {**os.environ, "RAG_LEDGER_URL": ledger})
+    try:
+        ingest_pack(engine, engine.pack(unique), extract=False)  # a store that answers: only the ledger is down
+    finally:
+        engine.close()
+    url = f"postgresql+psycopg2://postgres:sekrit@127.0.0.1:{_closed_port()}/rag_ledger"
+    query = ("--config", config, "query", "How fast must a lost laptop be reported?", "--role", "employee")
+    for args in (query, ("--config", config, "costs")):
+        res = rag(*args, env={"RAG_LEDGER_URL": url})
+        assert res.exit_code == 2, (args, res.stdout, res.stderr)
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and "cannot be reached" in lines[0], lines
+        assert "sekrit" not in res.stderr and "Traceback" not in res.stderr
+        assert not lines[0].startswith("error: OperationalError"), lines
+    res = rag(*query, "--json", env={"RAG_LEDGER_URL": url})
+    assert res.exit_code == 2 and json.loads(res.stdout)["error"]["type"] in ("LedgerUnavailable", "AuditError")
 
 
 def test_a_silent_server_is_one_line_and_exit_2_within_the_bounded_wait():

@@ -37,11 +37,13 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.engine import make_url
+from sqlalchemy.engine.interfaces import ExceptionContext
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.types import TypeDecorator
 
 from rag_engine.config import EngineConfig
+from rag_engine.errors import LedgerUnavailable
 from rag_engine.usage import UsageRecord
 
 if TYPE_CHECKING:  # pandas is imported only by the summary: writers in worker processes start faster
@@ -93,16 +95,34 @@ ADDED_COLUMNS = ("actor",)
 """Columns newer than the first ledgers, added (nullable) to a ledger that lacks them when opened."""
 
 
+def _unreachable(context: ExceptionContext) -> None:
+    """A connection that cannot be opened (or was lost) is ``LedgerUnavailable``: one typed line
+    naming the database (password masked) and the driver's first line, not a multi-line
+    ``OperationalError`` every caller would have to recognise."""
+    if context.connection is not None and not context.is_disconnect:
+        return  # an error of a statement (a constraint, a lock): the caller's to handle
+    engine = context.engine
+    where = engine.url.render_as_string(hide_password=True) if engine is not None else "the ledger database"
+    first = (str(context.original_exception).strip().splitlines() or [""])[0]
+    raise LedgerUnavailable(
+        f"the ledger database {where} cannot be reached ({type(context.original_exception).__name__}: {first}); "
+        "is it running? storage.ledger names it (its url_env, else default_url)"
+    ) from None
+
+
 def _make_engine(url: str) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(parsed, pool_pre_ping=True)
+        engine = create_engine(parsed, pool_pre_ping=True)
+        event.listen(engine, "handle_error", _unreachable)
+        return engine
     in_memory = parsed.database in (None, "", ":memory:")
     engine = create_engine(
         parsed,
         connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
         poolclass=StaticPool if in_memory else None,
     )
+    event.listen(engine, "handle_error", _unreachable)
 
     @event.listens_for(engine, "connect")
     def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
