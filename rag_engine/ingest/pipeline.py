@@ -17,7 +17,7 @@ from rag_engine.ingest.code_versions import code_versions
 from rag_engine.ingest.documents import discover
 from rag_engine.ingest.extraction_step import extraction_step, finish_run, new_budget
 from rag_engine.ingest.runner import Grouped, StepReport, run_grouped_step, run_step
-from rag_engine.ingest.stamps import STEP_DEPS, read_stamps, stamped, write_stamps
+from rag_engine.ingest.stamps import STEP_DEPS, RunStamps, read_stamps
 from rag_engine.ingest.steps import (
     CHUNKS,
     EXTRACTION,
@@ -95,8 +95,10 @@ def ingest_pack(
     to the next in memory (``ArtifactStore.remembering``; the artifacts are still written).
     With ``skip_unchanged`` (what `rag ingest` does unless --force), a partition whose current
     version holds a stamp of the step's code version, whose upstream steps were skipped too and
-    whose artifact is on disk is not run again (``StepReport.unchanged``); stamps of the steps that
-    succeeded are written at the end. A run where nothing changed writes nothing.
+    whose artifact is on disk is not run again (``StepReport.unchanged``). A partition's stamps are
+    written as its step's work commits (after each grouped transaction, each extraction; the
+    source step's at its end), so a killed run keeps what it finished. A run where nothing changed
+    writes nothing.
     """
     # files that are not documents (a link out of the corpus, a doc id another file already is)
     # get a partition too: source_documents records why they are rejected
@@ -127,7 +129,7 @@ def ingest_pack(
         old = read_stamps(engine.driver, engine.database, pack.name) if skip_unchanged else {}
         ran: dict[str, set[str]] = {k: set() for k in keys}
         failed_at: dict[str, str] = {}  # partition -> why: failed or rejected at a step, later steps skip it
-        new: dict[str, dict[str, str]] = {}
+        book = RunStamps(engine.driver, engine.database, pack.name, old)
         reports = {}
         for name, fn in steps:
 
@@ -146,10 +148,19 @@ def ingest_pack(
             def on_done(k: str, outcome: str, name: str = name) -> None:
                 obs.partition_done(pack.name, name, k, outcome)
 
+            def committed(report: StepReport, batch: list[str], name: str = name) -> None:
+                for k in batch:
+                    done = report.done.get(k)
+                    if done is not None:  # a partial step drops its stamp: the next run continues it
+                        book.step_done(k, name, wanted[name] if complete(done) else None)
+                if name != "source_documents":  # files read, nothing written: stamped at its end
+                    book.flush()
+
             if isinstance(fn, Grouped):
-                report = run_grouped_step(name, todo, fn, group_rows, progress, on_done=on_done)
+                report = run_grouped_step(name, todo, fn, group_rows, progress, on_done=on_done, committed=committed)
             else:
-                report = run_step(name, todo, partial(fn, engine, pack), progress, on_done=on_done)
+                report = run_step(name, todo, partial(fn, engine, pack), progress, on_done=on_done, committed=committed)
+            book.flush()
             reports[name] = report
             for k, why in blocked.items():
                 report.skipped[k] = why
@@ -159,13 +170,9 @@ def ingest_pack(
             report.unchanged = [k for k in keys if k not in set(todo) and k not in blocked]
             for k in todo:
                 ran[k].add(name)
-                done = report.done.get(k)
-                if done is not None:  # a partial step drops its stamp: the next run continues it
-                    new[k] = stamped(new.get(k, old.get(k, {})), name, wanted[name] if complete(done) else None)
             if name == "llm_extraction" and todo:  # a run that extracted nothing records no run
                 finish_run(engine, pack, run_id, budget)
             obs.step_finished(pack.name, name, report)
-    write_stamps(engine.driver, engine.database, pack.name, {k: s for k, s in new.items() if s != old.get(k)})
     # files removed while the run was in progress (another run may have withdrawn them already,
     # before this one wrote them): the corpus as it is now decides what stays current
     now = discover(pack, include_rejected=True)

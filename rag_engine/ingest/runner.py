@@ -88,12 +88,18 @@ def _outcome(report: StepReport, key: str) -> str:
     return next(name for name in ("done", "rejected", "skipped", "failed") if key in getattr(report, name))
 
 
+Committed = Callable[[StepReport, list[str]], None]
+"""``committed(report, keys)``: these partitions' work is committed (their outcomes are in the
+report); called before ``on_done`` tells anyone, so `rag ingest` stamps them as they finish."""
+
+
 def run_step(
     step: str,
     keys: list[str],
     fn: Callable[[str], dict[str, Any]],
     progress: Callable[[str], None] | None = None,
     on_done: Callable[[str, str], None] | None = None,
+    committed: Committed | None = None,
 ) -> StepReport:
     """``on_done(key, outcome)`` after each partition (outcome: done, rejected, skipped, failed)."""
     report = StepReport(step)
@@ -102,6 +108,8 @@ def run_step(
         ok, figures = _attempt(report, step, key, partial(fn, key))
         if ok:
             report.done[key] = figures
+        if committed:
+            committed(report, [key])
         if on_done:
             on_done(key, _outcome(report, key))
         if progress and (i == len(keys) or i % 10 == 0):
@@ -144,6 +152,7 @@ def run_grouped_step(
     group_rows: int,
     progress: Callable[[str], None] | None = None,
     on_done: Callable[[str, str], None] | None = None,
+    committed: Committed | None = None,
 ) -> StepReport:
     """``run_step`` with the writes of consecutive partitions grouped into one transaction of
     about ``group_rows`` rows (one round trip per query for the group, one commit): fewer round
@@ -184,6 +193,9 @@ def run_grouped_step(
                 ok, figures = _attempt(report, step, key, partial(grouped.write_one, prepared))
                 if ok:
                     report.done[key] = figures
+        if committed:  # the group's transaction (or each partition's) has committed
+            committed(report, [key for key, _ in group])
+        for key, _ in group:
             tell(key)
         group.clear()
 

@@ -7,11 +7,13 @@ object), not in the artifacts dir: a stamp then lives and dies with what it vouc
 store, a version that never went live (failed index) or one superseded and later restored by a
 revert has no valid stamp, so its steps run again. Only ``current`` versions are read.
 
-`rag ingest` writes its stamps at the end of a run (``write_stamps``); the Dagster assets stamp
-each step as it finishes (``record_step``), on the version node while it is still pending too, and
-drop the stamps of the steps downstream of it, which must run again. So either orchestrator sees
-the other's work as done: after a Dagster materialization `rag ingest` finds nothing to do, and
-after `rag ingest` the assets skip the work of partitions whose stamp matches.
+`rag ingest` writes a partition's stamps as its step's work commits (``RunStamps``: after each
+grouped transaction, each extraction), so a run killed half way keeps what it finished; the Dagster
+assets stamp each step as it finishes (``record_step``). Both write on the version node while it
+is still pending too, and drop the stamps of the steps downstream of it, which must run again. So
+either orchestrator sees the other's work as done: after a Dagster materialization `rag ingest`
+finds nothing to do, and after `rag ingest` the assets skip the work of partitions whose stamp
+matches.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ RETURN v.key AS key, v.step_versions AS stamps
 
 _WRITE = """
 UNWIND $rows AS row
-MATCH (v:DocumentVersion {key: row.key}) WHERE v.status = 'current'
+MATCH (v:DocumentVersion {key: row.key}) WHERE v.status IN ['pending', 'current']
 SET v.step_versions = row.stamps
 """
 
@@ -107,7 +109,8 @@ def read_stamps(driver: neo4j.Driver, database: str, pack: str) -> dict[str, dic
 
 
 def write_stamps(driver: neo4j.Driver, database: str, pack: str, stamps: Mapping[str, Mapping[str, str]]) -> int:
-    """Store the stamps of the given partitions (only current versions take them); no call when empty."""
+    """Store the stamps of the given partitions (pending or current versions take them: a pending
+    one's are read once it goes live); no call when empty."""
     rows = [
         {"key": version_key(pack, key), "stamps": json.dumps(dict(sorted(s.items())), sort_keys=True)}
         for key, s in stamps.items()
@@ -116,6 +119,26 @@ def write_stamps(driver: neo4j.Driver, database: str, pack: str, stamps: Mapping
         return 0
     driver.execute_query(_WRITE, rows=rows, database_=database)
     return len(rows)
+
+
+class RunStamps:
+    """One `rag ingest` run's stamps: each partition's whole stamp set as its steps finish, written
+    by ``flush`` when it changed since it was last read or written (a run with nothing to do writes
+    nothing)."""
+
+    def __init__(self, driver: neo4j.Driver, database: str, pack: str, old: Mapping[str, Mapping[str, str]]):
+        self._driver, self._database, self._pack = driver, database, pack
+        self._written = {k: dict(v) for k, v in old.items()}
+        self._now: dict[str, dict[str, str]] = {}
+
+    def step_done(self, key: str, step: str, version: str | None) -> None:
+        """``step`` of ``key`` ran at ``version`` (None: partial, see ``stamped``)."""
+        self._now[key] = stamped(self._now.get(key, self._written.get(key, {})), step, version)
+
+    def flush(self) -> int:
+        changed = {k: s for k, s in self._now.items() if s != self._written.get(k)}
+        self._written.update(changed)
+        return write_stamps(self._driver, self._database, self._pack, changed)
 
 
 def _decode(raw: object) -> dict[str, str]:
