@@ -112,6 +112,24 @@ def test_operator_commands_need_an_operator_key(setup, tmp_path):
     assert "cannot be read" in refused(cli("audit", key_file=tmp_path / "missing.key"), "Unauthenticated")
 
 
+def test_a_refused_operator_command_is_on_the_audit_trail_with_its_principal(setup):
+    cli, _, _ = setup
+    refused(cli("cleanup", "--dry-run", key=ANALYST_KEY), "Forbidden")
+    refused(cli("reindex", "--dry-run", key=ANALYST_KEY), "Forbidden")
+    refused(cli("reindex", "--dry-run"), "Unauthenticated")
+    refused(cli("audit", key="SENTINEL-wrong-key-0000"), "Unauthenticated")
+    got = [
+        (r.actor, r.payload["command"], r.payload["error"])
+        for r in audit_trail(cli.engine()).records(event="request_refused")
+    ]
+    assert got == [
+        ("analyst", "rag cleanup", "Forbidden"),
+        ("analyst", "rag reindex", "Forbidden"),
+        (None, "rag reindex", "Unauthenticated"),
+        (None, "rag audit", "Unauthenticated"),
+    ]
+
+
 def test_a_revoked_operator_key_is_refused_without_a_restart(setup):
     cli, ops_file, _ = setup
     assert cli("audit", "--json", key=OPS_KEY).exit_code == 0

@@ -12,11 +12,12 @@ key too: its principal is then the query's actor and bounds the roles it may ask
 The key is read from the environment or a file, never from the command line (argv is visible to
 every user of the machine in the process list), and it is never printed: errors say "invalid key"
 or name the principal. Refusals are typed errors (``Unauthenticated``, ``Forbidden``), so they are
-one line and exit 2 like every other typed error.
+one line and exit 2 like every other typed error, and each is a ``request_refused`` audit record.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from rag_engine.cli.common import state
-from rag_engine.errors import Unauthenticated
+from rag_engine.errors import Forbidden, Unauthenticated
 
 if TYPE_CHECKING:
     from rag_engine.engine import Engine
@@ -67,12 +68,33 @@ def operator(ctx: typer.Context, eng: Engine, command: str) -> Principal | None:
         if key is not None:
             raise Unauthenticated(_NOTHING_TO_CHECK)
         return None
-    if key is None:
-        raise Unauthenticated(
-            f"{command} needs an operator's key: principals are configured (serving.principals); "
-            f"set {KEY_ENV} or pass `rag --key-file PATH`"
-        )
-    return PrincipalRegistry(eng.cfg, eng.root, eng.env).operator(key, command)
+    principal: Principal | None = None
+    try:
+        if key is None:
+            raise Unauthenticated(
+                f"{command} needs an operator's key: principals are configured (serving.principals); "
+                f"set {KEY_ENV} or pass `rag --key-file PATH`"
+            )
+        principal = PrincipalRegistry(eng.cfg, eng.root, eng.env).authenticate(key)
+        return principal.require_operator(eng.cfg.serving.operator_role, command)
+    except (Unauthenticated, Forbidden) as exc:
+        _record_refusal(eng, command, exc, principal)
+        raise
+
+
+def _record_refusal(eng: Engine, command: str, exc: Exception, principal: Principal | None) -> None:
+    """A refused operator command on the audit trail (``request_refused``, as the service records
+    its refusals): the authenticated principal when there is one, the command and the error type;
+    never the key. A trail that cannot be written leaves the refusal as it is."""
+    from rag_engine.governance.audit import AuditRecord, audit_trail
+
+    record = AuditRecord(
+        event="request_refused",
+        actor=principal.id if principal else None,
+        payload={"command": command, "error": type(exc).__name__, "via": "cli"},
+    )
+    with contextlib.suppress(Exception):  # the refusal is the answer; a trail that is down does not change it
+        audit_trail(eng).append(record)
 
 
 def approver(op: Principal | None, approved_by: str) -> str:
