@@ -44,7 +44,7 @@ def chunk_evidence(
     if not chunk_ids:
         return {}
     active, _cached = active_index(rx, identity)
-    rows = rx.rows(
+    rows = rx.values(
         f"MATCH (c:Chunk) WHERE c.chunk_id IN $ids AND {SERVED} "
         "RETURN c.chunk_id AS chunk_id, "
         "CASE WHEN $embedding IS NULL OR c[$property] IS NULL THEN null "
