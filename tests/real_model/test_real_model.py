@@ -255,9 +255,12 @@ def test_usage_records_carry_the_servers_token_counts(engine: Engine) -> None:
 
 def test_timeouts_are_bounded_and_free_the_server(engine: Engine) -> None:
     slow = _client(engine, timeout_s=1.0, max_retries=0)
-    # ~1,000 prompt tokens: evaluating them alone takes longer than the timeout, whatever the model
-    # would answer (one thread evaluates 60-300 prompt tokens/s)
-    long_prompt = [{"role": "user", "content": "Summarize: " + "the controller shall notify the breach. " * 140}]
+    # ~360 prompt tokens: evaluating them alone takes longer than the 1 s timeout, whatever the model
+    # would answer (one thread evaluates 60-300 prompt tokens/s). The server cannot interrupt a
+    # prompt evaluation already under way, only what follows it: the next call waits for the rest of
+    # the prompt (~6 s at 60 tokens/s), never for the 400 tokens (~20 s in all, measured on one
+    # thread). A 1,000-token prompt took 18 s to evaluate on one thread, longer than the bound.
+    long_prompt = [{"role": "user", "content": "Summarize: " + "the controller shall notify the breach. " * 50}]
     started = time.perf_counter()
     with pytest.raises(ProviderTimeout) as err:
         slow.generate(long_prompt, schema=Expansion, purpose="timeout_check", max_tokens=400)
