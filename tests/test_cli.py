@@ -176,7 +176,7 @@ def test_query_text_shows_candidates_expansions_and_answer_method(ingested_engin
     res = rag("query", "Article 17(1)", "--role", "legal_analyst", "--no-generate")
     assert res.exit_code == 0, res.stderr
     assert "candidates" in res.stdout and "answer (extractive" in res.stdout
-    assert "no generation model call" in res.stdout  # the fallback is said plainly, not only in --json
+    assert "no generation model configured" in res.stdout  # the fallback is said plainly, not only in --json
 
 
 def test_quality_exits_1_on_a_failing_blocking_check(neo4j_driver, unique):
