@@ -32,8 +32,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from rag_engine import yaml_safe
 from rag_engine.config import load_config
 from rag_engine.ingest.documents import discover, load_document
 from rag_engine.packs import ChunkRecord, DomainPack, load_pack
@@ -69,7 +68,7 @@ def _golden_dir(pack: DomainPack) -> Path:
 
 
 def _load(path: Path) -> dict[str, Any]:
-    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return yaml_safe.load(path.read_text(encoding="utf-8"), source=path) or {}
 
 
 def trained_anchors(pack: DomainPack) -> set[str]:

@@ -142,12 +142,15 @@ def test_index_batches_and_records_the_identity(indexed):
     index_calls = [r for r in engine.ledger.records() if r.purpose == "index"]
     # batched: ceil(chunks of a document / 2) requests per document, one ledger row each, priced as
     # machine time per token (local_embed's local_cost), with its version
-    assert len(index_calls) == first.total("embed_requests") < chunks
+    # (passages, then their sentence units: one request each batch)
+    assert len(index_calls) == first.total("embed_requests") + first.total("unit_embed_requests")
+    assert first.total("embed_requests") < chunks
     rate = engine.cfg.provider("local_embed").local_cost
     assert all(r.provider == "local_embed" and r.status == "ok" for r in index_calls)
     assert all(r.cost == rate.cost(latency_ms=0, tokens=r.input_tokens) > 0 for r in index_calls)
     assert {r.pricing_version for r in index_calls} == {rate.version}
-    assert engine.embedding_cache.count(IDENTITY) == chunks
+    # every passage and every distinct sentence unit (a one-sentence passage's unit is its passage)
+    assert chunks <= engine.embedding_cache.count(IDENTITY) <= chunks + first.total("unit_vectors")
     # the index and every chunk carry the identity, mode scheme included
     assert schema.current_embedder(engine.driver, engine.database)["identity"] == IDENTITY
     rows, _, _ = engine.driver.execute_query(
