@@ -13,7 +13,9 @@ import logging
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -76,6 +78,20 @@ def parse_output(text: str, schema: type[BaseModel], *, tolerant: bool) -> BaseM
     )
 
 
+@dataclass
+class _Call:
+    """What a metered call's block hands back: the provider's answer, then its usage record."""
+
+    answer: Completion | Embeddings | Scores | None = None
+    record: UsageRecord | None = None
+
+    @property
+    def usage(self) -> UsageRecord:
+        if self.record is None:  # only read after the block ended without an error
+            raise RuntimeError("a metered call's usage record was read before the call ended")
+        return self.record
+
+
 class ModelClient:
     """Capability-checked, metered access to one configured model."""
 
@@ -120,22 +136,13 @@ class ModelClient:
             self.spec.require("structured_output")
         self._check_context(messages, max_tokens)
         structured = schema is not None and self.spec.supports("structured_output")
-        started = time.perf_counter()
-        completion: Completion | None = None
-        try:
-            completion = self._backend.complete(
+        with self._metered(purpose, run_id) as call:
+            completion = call.answer = self._backend.complete(
                 messages, schema=schema, structured=structured, max_tokens=max_tokens, timeout_s=timeout_s
             )
+            # a completion that fails to parse was still paid for: its record keeps the tokens
             parsed = parse_output(completion.text, schema, tolerant=tolerant) if schema is not None else None
-        except Exception as exc:
-            # A completion that failed to parse was still paid for: keep its tokens, and hand the
-            # record to the caller with the error so budgets can charge them.
-            record = self._write(purpose, run_id, started, answer=completion, error=exc)
-            if isinstance(exc, ProviderError):
-                exc.usage = record
-            raise
-        record = self._write(purpose, run_id, started, answer=completion)
-        return GenerationResult(text=completion.text, parsed=parsed, usage=record)
+        return GenerationResult(text=completion.text, parsed=parsed, usage=call.usage)
 
     def _check_context(self, messages: list[dict[str, Any]], max_tokens: int | None) -> None:
         limit = self.spec.model.context_limit
@@ -164,26 +171,16 @@ class ModelClient:
                 f"provider {self.spec.provider.name!r} ({self.spec.provider.kind}) has no rerank endpoint; "
                 "use provider kind llama_cpp, or the chat-prompt rerank"
             )
-        started = time.perf_counter()
-        answer: Scores | None = None
-        try:
-            answer = scorer(query, documents, timeout_s=timeout_s)
+        with self._metered(purpose, run_id) as call:
+            answer = call.answer = scorer(query, documents, timeout_s=timeout_s)
             if len(answer.scores) != len(documents):
                 raise ProviderResponseInvalid(f"rerank scored {len(answer.scores)} of {len(documents)} documents")
-        except Exception as exc:
-            record = self._write(purpose, run_id, started, answer=answer, error=exc)
-            if isinstance(exc, ProviderError):
-                exc.usage = record
-            raise
-        record = self._write(purpose, run_id, started, answer=answer)
-        return RerankResult(scores=answer.scores, usage=record)
+        return RerankResult(scores=answer.scores, usage=call.usage)
 
     def embed(self, texts: list[str], *, purpose: str, run_id: str | None = None) -> EmbeddingResult:
         self.spec.require("embeddings")
-        started = time.perf_counter()
-        answer: Embeddings | None = None
-        try:
-            answer = self._backend.embed(list(texts), input_mode=self.spec.input_mode(purpose))
+        with self._metered(purpose, run_id) as call:
+            answer = call.answer = self._backend.embed(list(texts), input_mode=self.spec.input_mode(purpose))
             if len(answer.vectors) != len(texts):
                 raise ProviderResponseInvalid(
                     f"provider {self._backend.name!r}: expected {len(texts)} embeddings, got {len(answer.vectors)}"
@@ -191,13 +188,7 @@ class ModelClient:
             # whatever answered (server, cassette): a vector that cannot be indexed stops here,
             # before any caller caches, writes or searches with it
             check_vectors(answer.vectors, self.spec.model.dimension, who=f"provider {self._backend.name!r}")
-        except Exception as exc:
-            record = self._write(purpose, run_id, started, answer=answer, error=exc)
-            if isinstance(exc, ProviderError):
-                exc.usage = record  # an unusable answer may still have been billed
-            raise
-        record = self._write(purpose, run_id, started, answer=answer)
-        return EmbeddingResult(vectors=answer.vectors, usage=record)
+        return EmbeddingResult(vectors=answer.vectors, usage=call.usage)
 
     # -- metering ---------------------------------------------------------------------
     def _local_cost(self, answer: Completion | Embeddings | Scores | None) -> LocalCostConfig | None:
@@ -228,6 +219,22 @@ class ModelClient:
 
         key = price_key(self.spec.model.pricing_ref, self.spec.provider.name, self.spec.model.served_model)
         return self._pricing.price(key, usage.input_tokens, usage.cached_input_tokens, usage.output_tokens)
+
+    @contextmanager
+    def _metered(self, purpose: str, run_id: str | None) -> Iterator[_Call]:
+        """One metered call: the usage record is written when the block ends, with the error that
+        ended it if any (and handed to the caller on a ProviderError: an answer that was refused
+        after it arrived was still billed, and budgets charge it). The block sets ``answer``."""
+        started = time.perf_counter()
+        call = _Call()
+        try:
+            yield call
+        except Exception as exc:
+            record = self._write(purpose, run_id, started, answer=call.answer, error=exc)
+            if isinstance(exc, ProviderError):
+                exc.usage = record
+            raise
+        call.record = self._write(purpose, run_id, started, answer=call.answer)
 
     def _write(
         self,
