@@ -1,16 +1,22 @@
 """The figure tables docs/retrieval.md quotes, printed as Markdown from a committed eval report.
 
-    python -m evals.doc_tables [--report evals/reports/BASELINE.json]
+    python -m evals.doc_tables [--report evals/reports/BASELINE.json]        # print
+    python -m evals.doc_tables --write   # replace the block in docs/retrieval.md
+    python -m evals.doc_tables --check   # exit 1 when docs/retrieval.md differs (a test runs it)
 
 Two tables: every golden set with each system's nDCG@10 / MAP@10 / Recall@10 (the tuned sets'
 questions shaped the code: development figures), and the test split per pack (and per question
 group: names a reference or not) with what the user reads (passage at rank 1, the answer states
-the fact, found but refused, out of scope answered). Paste the output; never edit the figures.
+the fact, found but refused, out of scope answered). The doc holds them between the command line
+(``<!-- python -m evals.doc_tables ... -->``) and ``<!-- /evals.doc_tables -->``; never edit the
+figures by hand: re-record the report, then ``--write``.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -63,15 +69,53 @@ def test_tables(report: EvalReport) -> str:
     return "\n".join(lines)
 
 
+ROOT = Path(__file__).resolve().parents[1]
+DOC = "docs/retrieval.md"
+END = "<!-- /evals.doc_tables -->"
+
+
+def block(report_path: str) -> str:
+    """The generated block, its command line first."""
+    report = EvalReport.model_validate_json((ROOT / report_path).read_text(encoding="utf-8"))
+    return "\n".join(
+        [f"<!-- python -m evals.doc_tables --report {report_path} -->", systems_table(report), "", test_tables(report)]
+    )
+
+
+def in_doc(text: str) -> tuple[int, int] | None:
+    """Where the generated block stands in a doc (start, end of the end marker), if it does."""
+    start = text.find("<!-- python -m evals.doc_tables")
+    end = text.find(END, start)
+    return None if start < 0 or end < 0 else (start, end + len(END))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="docs figure tables from a committed eval report")
     parser.add_argument("--report", default="evals/reports/BASELINE.json")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help=f"exit 1 when {DOC} differs from the report")
+    mode.add_argument("--write", action="store_true", help=f"replace the block in {DOC}")
     args = parser.parse_args(argv)
-    report = EvalReport.model_validate_json(Path(args.report).read_text())
-    print(f"<!-- python -m evals.doc_tables --report {args.report} -->")
-    print(systems_table(report))
-    print()
-    print(test_tables(report))
+    generated = f"{block(args.report)}\n{END}"
+    if not (args.check or args.write):
+        print(generated)
+        return 0
+    doc = ROOT / DOC
+    text = doc.read_text(encoding="utf-8")
+    where = in_doc(text)
+    if where is None:
+        print(f"{DOC}: no generated block (the command line comment and {END})", file=sys.stderr)
+        return 1
+    current = text[where[0] : where[1]]
+    if args.write:
+        doc.write_text(text[: where[0]] + generated + text[where[1] :], encoding="utf-8")
+        print(f"{DOC}: tables written from {args.report}")
+        return 0
+    if current != generated:
+        diff = difflib.unified_diff(current.splitlines(), generated.splitlines(), DOC, args.report, lineterm="")
+        print("\n".join(diff), file=sys.stderr)
+        print(f"{DOC}: its tables differ from {args.report}: python -m evals.doc_tables --write", file=sys.stderr)
+        return 1
     return 0
 
 
