@@ -471,6 +471,10 @@ class RetrievalConfig(Frozen):
             raise ValueError("leg weights must be >= 0")
         return {leg: float(w) for leg, w in value.items()}
 
+    live_on_dense: bool = True
+    """Rows of the live SQL leg are embedded (passage side, on the question's deadline) and placed
+    in the dense leg by their cosine to the question, so a row that answers competes as a stored
+    passage would (``retrieval/live_dense.py``); off, they have their own leg's share only."""
     reference_expansion_k: int = Field(5, ge=0, le=100)
     final_k: int = Field(10, ge=1, le=100)
     rrf_k: int = Field(60, ge=1)

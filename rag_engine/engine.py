@@ -18,7 +18,7 @@ from rag_engine.config import LEGS, EngineConfig, load_config, under_root
 from rag_engine.errors import ConfigError, PackError
 from rag_engine.packs import DomainPack, load_packs
 from rag_engine.providers.embedders import HashEmbedder
-from rag_engine.providers.registry import QUERY_PURPOSE, ModelSpec, ProviderRegistry
+from rag_engine.providers.registry import QUESTION_TIME_PURPOSES, ModelSpec, ProviderRegistry
 from rag_engine.store.artifacts import ArtifactStore
 from rag_engine.store.connection import Neo4jTarget, neo4j_target, open_driver
 
@@ -187,9 +187,10 @@ class Engine:
 
     def embed_texts(self, texts: list[str], *, purpose: str, run_id: str | None = None) -> list[list[float]]:
         """Embed through the active embedder; ``purpose`` "query" selects the query mode of an
-        asymmetric embedder, any other purpose the index mode, and the question's deadline
-        (``query_embedder``). Not cached (see ingest.steps.index_step)."""
-        emb = self.query_embedder if purpose == QUERY_PURPOSE else self.embedder
+        asymmetric embedder, any other purpose the index mode; a purpose a question waits for
+        (QUESTION_TIME_PURPOSES) gets the question's deadline (``query_embedder``). Not cached
+        (see ingest.steps.index_step)."""
+        emb = self.query_embedder if purpose in QUESTION_TIME_PURPOSES else self.embedder
         if isinstance(emb, HashEmbedder):
             return emb.embed(texts)
         return emb.embed(texts, purpose=purpose, run_id=run_id).vectors

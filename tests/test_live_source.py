@@ -185,7 +185,8 @@ def test_fresh_row_is_retrieved_and_cited_with_provenance(live, live_db):
     before = datetime.now(UTC)
     out = _ask(live)
     top = out.retrieval.candidates[0]
-    assert top.chunk_id == "live:tickets:101" and top.sources == ("live",) and top.collection == "kb_internal"
+    assert top.chunk_id == "live:tickets:101" and top.collection == "kb_internal"
+    assert top.sources == ("dense", "live")  # its own leg, and its place on the dense leg (live_on_dense)
     pv = top.provenance
     assert pv is not None and (pv.source, pv.table, pv.key, pv.stale) == (
         "tickets",
@@ -373,3 +374,146 @@ def test_a_live_source_serves_one_of_its_packs_collections(base_config):
     legal["live_sources"] = [_source(collection="legal_public").model_dump()]
     with pytest.raises(ValidationError, match="duplicate live source names"):
         EngineConfig.model_validate({**base_config.model_dump(), "packs": packs})
+
+
+# -- a live row competes on its evidence (retrieval.live_on_dense) ---------------------------------
+
+# Live-only questions, each answered by one row of the ticket table and by no passage of the Company
+# X knowledge base (written before any ranking was run; the KB has policies and runbooks on the
+# same topics, so its general passages compete with the rows).
+LIVE_ONLY = [
+    (
+        601,
+        "Is the Berlin office VPN concentrator down?",
+        "The VPN concentrator in the Berlin office failed at 08:40; remote staff should connect through "
+        "the Frankfurt gateway until the replacement unit is installed.",
+    ),
+    (
+        602,
+        "When will the expense portal be back online?",
+        "The expense reporting portal is offline for its database migration and returns on Tuesday at 09:00 CET.",
+    ),
+    (
+        603,
+        "Have the new laptops for the sales team shipped yet?",
+        "The sales team's replacement laptops left the vendor's warehouse on Monday; delivery to the Madrid "
+        "office is expected on Thursday.",
+    ),
+    (
+        604,
+        "Is there an incident with payroll right now?",
+        "Severity 2 incident INC-5521: the payroll export job has failed since midnight and finance will "
+        "delay this month's run until it is fixed.",
+    ),
+    (
+        605,
+        "Who covers the database on-call rota this week?",
+        "On-call handover: Priya Nair covers the database rota this week, with Tomas Weber as secondary.",
+    ),
+    (
+        606,
+        "Why can't I open the internal wiki?",
+        "The internal wiki is unreachable because its TLS certificate expired this morning; a renewed "
+        "certificate is being deployed.",
+    ),
+    (
+        607,
+        "Does the leave request tool work again?",
+        "The leave request tool was repaired after this morning's outage; requests submitted during the "
+        "outage must be submitted again.",
+    ),
+    (
+        608,
+        "Has the security review of Acme Analytics been approved?",
+        "Vendor onboarding: the security review of Acme Analytics was approved by the CISO, so the "
+        "contract can now be signed.",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def kb_live(base_config, neo4j_driver, tmp_path_factory, live_db) -> Iterator[tuple[Engine, Engine]]:
+    """The whole Company X KB corpus (under a throwaway pack name, ingested once) declaring the
+    ticket table, at the shipped leg weights (live 1.0): one engine with live rows placed on the
+    dense leg, one without."""
+    live_db.clear()
+    for key, _question, body in LIVE_ONLY:
+        live_db.write(key, body)
+    base = tmp_path_factory.mktemp("live_kb")
+    entry = base_config.pack("company_x_kb").model_copy(
+        update={"name": "t" + uuid.uuid4().hex[:10], "live_sources": (_source(row_cap=20),)}
+    )
+    env = {"NEO4J_URI": _neo4j_uri(), **_embed_env(), URL_ENV: live_db.reader_url}
+
+    def engine(on_dense: bool, name: str) -> Engine:
+        cfg = with_artifacts(base_config, base / name)
+        retrieval = cfg.retrieval.model_copy(update={"live_on_dense": on_dense})
+        cfg = cfg.model_copy(update={"retrieval": retrieval})
+        return Engine(
+            cfg,
+            ROOT,
+            {**env, "RAG_LEDGER_URL": f"sqlite:///{base / name / 'ledger.sqlite'}"},
+            packs=[load_pack(entry, ROOT)],
+        )
+
+    on, off = engine(True, "on"), engine(False, "off")
+    ingest_pack(on, on.pack(entry.name), extract=False)
+    yield on, off
+    on.close()
+    off.close()
+    live_db.clear()
+
+
+def _rank(eng: Engine, question: str, chunk_id: str, k: int = 20) -> int | None:
+    from rag_engine.retrieval.retriever import retrieve
+
+    result = retrieve(eng, question, "employee", k=k)
+    # a measurement, not a degraded query: the question's embedding and the rows' both arrived
+    assert not [e for e in result.events if e["event"] in ("dense_degraded", "live_rows_not_embedded")], result.events
+    ids = [c.chunk_id for c in result.candidates]
+    return ids.index(chunk_id) + 1 if chunk_id in ids else None
+
+
+def test_a_row_that_alone_answers_reaches_the_top_k_on_the_dense_leg(kb_live):
+    """Each live-only question's row: rank with and without the dense placement (printed with -s)."""
+    on, off = kb_live
+    ranks = [
+        (q, _rank(off, q, f"live:tickets:{key}"), _rank(on, q, f"live:tickets:{key}")) for key, q, _body in LIVE_ONLY
+    ]
+    cited = [
+        tuple(f"live:tickets:{key}" in _ask(eng, q).answer.citations for eng in (off, on))
+        for key, q, _body in LIVE_ONLY
+    ]
+    print("\n| question | rank, own leg only | rank, placed on the dense leg | answer cites the row (off / on) |")
+    print("| --- | --- | --- | --- |")
+    for (q, before, after), (c_off, c_on) in zip(ranks, cited, strict=True):
+        print(
+            f"| {q} | {before or '>20'} | {after or '>20'} | {'yes' if c_off else 'no'} / {'yes' if c_on else 'no'} |"
+        )
+    k = on.cfg.retrieval.final_k
+    assert all(after is not None and after <= k for _q, _before, after in ranks), ranks
+    assert all(before is None or after <= before for _q, before, after in ranks), ranks
+    assert all(c_on for _c_off, c_on in cited), cited  # and the user reads it: the answer cites the row
+
+
+def test_the_rows_placed_on_the_dense_leg_cost_stored_answers_nothing(kb_live):
+    """The held-out KB questions (the test split, nobody tuned on it) with the ticket rows present:
+    the gold passage's rank with the rows placed on the dense leg against their own leg only."""
+    from evals.runner import load_golden
+    from rag_engine.retrieval.retriever import retrieve
+
+    on, off = kb_live
+    golden = load_golden(ROOT / "packs/company_x_kb/golden/heldout.yaml")
+    asked = [q for q in golden["queries"] if q["gold"] and q["role"] == "employee"]
+
+    def reciprocal_rank(eng: Engine, q: dict) -> float:
+        anchors = [c.anchor for c in retrieve(eng, q["question"], q["role"], k=10).candidates]
+        return next((1 / i for i, a in enumerate(anchors, 1) if a in set(q["gold"])), 0.0)
+
+    mrr_on = sum(reciprocal_rank(on, q) for q in asked) / len(asked)
+    mrr_off = sum(reciprocal_rank(off, q) for q in asked) / len(asked)
+    print(
+        f"\nKB held-out MRR@10 with ticket rows present ({len(asked)} questions): "
+        f"placed on dense {mrr_on:.3f}, own leg only {mrr_off:.3f}"
+    )
+    assert mrr_on >= mrr_off - 0.02, (mrr_on, mrr_off)

@@ -24,6 +24,11 @@ from rag_engine.errors import (
 
 QUERY_PURPOSE = "query"
 """The purpose of question embeddings; every other embedding purpose embeds passages."""
+LIVE_ROWS_PURPOSE = "live_rows"
+"""Live SQL rows embedded while a question waits: passages (the index side of an asymmetric
+embedder), on the question's deadline."""
+QUESTION_TIME_PURPOSES = frozenset({QUERY_PURPOSE, LIVE_ROWS_PURPOSE})
+"""Embedding purposes a question waits for: they get the question's deadline, not indexing's."""
 
 
 def credential_present(env: Mapping[str, str], name: str) -> bool:

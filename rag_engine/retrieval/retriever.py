@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextvars
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -33,6 +33,7 @@ from rag_engine.graph.traversal import candidate_chunks, traverse
 from rag_engine.packs import DomainPack
 from rag_engine.retrieval.candidates import Candidate, RetrievalResult
 from rag_engine.retrieval.fusion import Fused, fuse, rank_key
+from rag_engine.retrieval.live_dense import place_on_dense
 from rag_engine.retrieval.live_source import LiveLeg, start_live_leg
 from rag_engine.retrieval.rerank import question_stems, rerank_model, text_features
 from rag_engine.retrieval.sentence_evidence import ChunkEvidence, evidence_features, normalized, score_chunk
@@ -310,6 +311,12 @@ def _legs(
         leg = live.result() if live is not None else LiveLeg()
         t.update(leg.trace)
         result.events.extend(leg.events)
+        live_evidence: dict[str, dict[str, Any]] = {}
+        if leg.rows and query_vec is not None and cfg.live_on_dense:  # rows compete as stored passages do
+            placed = place_on_dense(engine, leg.rows, dense, query_vec)
+            dense, live_evidence = placed.dense, placed.evidence
+            t.update(placed.trace)
+            result.events.extend(placed.events)
     graph_rows, graph_paths = _graph_leg(engine, rx, query, packs, decision, legs, trace, result)
     with trace.step("fusion", method="weighted_rrf", rrf_k=cfg.rrf_k, weights=legs) as t:
         exact_rows, ambiguous, ambiguous_docs = (
@@ -382,6 +389,7 @@ def _legs(
                 t,
                 result,
                 titles,
+                live_evidence,
             )
     ordered = with_graph_tail(pool, k, cfg.graph_tail)
     ordered = bounded(  # exact hits first and a cap on graph-only ones, whatever the weights (graph/quality_bounds)
@@ -425,16 +433,18 @@ def _reranked(
     t: dict[str, Any],
     result: RetrievalResult,
     titles: dict[str, str],
+    live_evidence: Mapping[str, dict[str, Any]],
 ) -> list[Candidate]:
     """``pool`` with its top N carrying their features and, when ``rerank[0]``, reordered by the
     committed linear model; on any failure the fused order, with a ``rerank_degraded`` event.
-    ``titles`` is the question's title cache (``_read_titles``)."""
+    ``titles`` is the question's title cache (``_read_titles``); ``live_evidence`` the live rows'
+    vectors (``live_dense``)."""
     cfg = engine.cfg.retrieval.rerank
     top, rest = pool[: cfg.top_n], pool[cfg.top_n :]
     try:
         _read_titles(rx, titles, top, collections)
         if rerank[2]:
-            evidence = sentence_evidence(engine, rx, query, top, query_vec, collections, titles, t)
+            evidence = sentence_evidence(engine, rx, query, top, query_vec, collections, titles, t, live_evidence)
             cos = {cid: ev.cosine for cid, ev in evidence.items() if ev.cosine is not None}
         else:
             evidence = {}
@@ -475,14 +485,18 @@ def sentence_evidence(
     collections: tuple[str, ...],
     titles: dict[str, str],
     t: dict[str, Any],
+    live_evidence: Mapping[str, dict[str, Any]] | None = None,
 ) -> dict[str, ChunkEvidence]:
     """Each of the first ``retrieval.evidence.top_n`` candidates scored by its units (one store
-    read for their cosines and unit vectors); the rest get none."""
+    read for their cosines and unit vectors; a live row's come from ``live_evidence``, and a live
+    row without them is scored on its words alone); the rest get none."""
     n = engine.cfg.retrieval.evidence.top_n
-    scored = [c for c in top[:n] if not _live(c)]
-    rows = units.chunk_evidence(
-        rx, [c.chunk_id for c in scored], query_vec, engine.embedder_identity, collections, SPLITTER_VERSION
-    )
+    scored = top[:n]
+    stored = [c.chunk_id for c in scored if not _live(c)]
+    rows = {
+        **units.chunk_evidence(rx, stored, query_vec, engine.embedder_identity, collections, SPLITTER_VERSION),
+        **(live_evidence or {}),
+    }
     vec = normalized(query_vec)
     stems = question_stems(query)
     out = {}
