@@ -1,7 +1,7 @@
-"""The committed eval baseline has a known cost (the replayed answers priced as machine time per
-recorded token), so the gate CI runs judges ``cost_per_query``: a candidate 20 % dearer than
-the baseline fails, one within the tolerance passes. Through the real gate CLI against the
-committed baseline and config."""
+"""The committed eval baseline has a known cost per query (a replayed answer priced as machine time
+per recorded token; an extractive answer makes no call and costs 0), and the gate CI runs judges
+``cost_per_query``: a candidate 20 % dearer than a priced baseline fails, one within the tolerance
+passes. Through the real gate CLI and the committed config."""
 
 from __future__ import annotations
 
@@ -23,17 +23,30 @@ BASELINE = ROOT / "evals" / "reports" / "BASELINE.json"
 def test_the_committed_baseline_has_a_known_cost_per_query():
     base = load_report(BASELINE)
     assert all(q.cost_usd is not None for q in base.queries), "a query of the baseline has an unknown cost"
-    assert base.metrics.cost_per_query_usd is not None and Decimal(base.metrics.cost_per_query_usd) > 0
+    assert base.metrics.cost_per_query_usd is not None
     # a query's cost is its answer call's: the replayed answer's recorded tokens at demo_replay's rate
-    # (the question embedding is metered outside the query's run); no call, no cost
+    # (the question embedding is metered outside the query's run); no call (the extractive answer,
+    # "insufficient evidence"), no cost
     answered = [Decimal(q.cost_usd or 0) for q in base.queries if q.answer_method == "model"]
     unanswered = [Decimal(q.cost_usd or 0) for q in base.queries if q.answer_method != "model"]
-    assert answered and min(answered) > 0 and set(unanswered) == {Decimal(0)}
+    assert all(c > 0 for c in answered) and set(unanswered) <= {Decimal(0)}
+    mean = sum([*answered, *unanswered], Decimal(0)) / len(base.queries)
+    assert Decimal(base.metrics.cost_per_query_usd) == pytest.approx(mean)
 
 
-def _candidate(tmp_path: Path, factor: str) -> Path:
-    """The baseline itself with every query's cost (and their mean) times ``factor``: only the cost differs."""
+def _priced(tmp_path: Path) -> Path:
+    """The committed baseline as if every question had been answered by a priced model call: the
+    committed one answers offline (extractive, no call), and a gate cannot judge a cost of 0."""
     data = load_report(BASELINE).to_json()
+    for q in data["queries"]:
+        q["cost_usd"] = "0.0001"
+    data["metrics"]["cost_per_query_usd"] = "0.0001"
+    return dump_report(EvalReport.model_validate(data), tmp_path / "baseline-priced.json")
+
+
+def _candidate(tmp_path: Path, baseline: Path, factor: str) -> Path:
+    """The baseline itself with every query's cost (and their mean) times ``factor``: only the cost differs."""
+    data = load_report(baseline).to_json()
     for q in data["queries"]:
         q["cost_usd"] = format(Decimal(q["cost_usd"]) * Decimal(factor), "f")
     mean = Decimal(data["metrics"]["cost_per_query_usd"]) * Decimal(factor)
@@ -41,7 +54,7 @@ def _candidate(tmp_path: Path, factor: str) -> Path:
     return dump_report(EvalReport.model_validate(data), tmp_path / f"candidate-{factor}.json")
 
 
-def _gate(tmp_path: Path, candidate: Path) -> tuple[int, dict, str]:
+def _gate(tmp_path: Path, candidate: Path, baseline: Path) -> tuple[int, dict, str]:
     out = tmp_path / f"gate-{candidate.stem}.json"
     proc = subprocess.run(
         [
@@ -53,7 +66,7 @@ def _gate(tmp_path: Path, candidate: Path) -> tuple[int, dict, str]:
             "--report",
             str(candidate),
             "--baseline-report",
-            str(BASELINE),
+            str(baseline),
             "--output",
             str(out),
         ],
@@ -69,7 +82,8 @@ def _gate(tmp_path: Path, candidate: Path) -> tuple[int, dict, str]:
 def test_the_gate_judges_cost_per_query_against_the_committed_baseline(tmp_path, factor, code, status):
     tolerance = load_config(ROOT / "config" / "engine.yaml").evals.cost_tolerance
     assert tolerance == pytest.approx(0.10)
-    rc, result, stdout = _gate(tmp_path, _candidate(tmp_path, factor))
+    baseline = _priced(tmp_path)
+    rc, result, stdout = _gate(tmp_path, _candidate(tmp_path, baseline, factor), baseline)
     assert (rc, result["status"]) == (code, status), stdout
     cost = result["resources"]["cost_per_query"]
     assert cost["judged"] is True and cost["regressed"] is (status == "regression")
