@@ -62,7 +62,7 @@ def test_relational_question_traverses_and_shows_paths(graph_tail_engine):
     traversal = graph_tail_engine.cfg.traversal
     for c in graph:
         assert c.path_score >= traversal.confidence_floor / traversal.max_depth
-        assert all(h["confidence"] >= traversal.traversal.confidence_floor for h in c.path)
+        assert all(h["confidence"] >= traversal.confidence_floor for h in c.path)
 
 
 def test_exact_reference_stays_above_graph_candidates(ingested_engine):

@@ -156,7 +156,7 @@ def _missing(engine: Engine, prop: str, limit: int) -> list[dict[str, Any]]:
     return _read(
         engine,
         "MATCH (c:Chunk {active: true}) WHERE c[$prop] IS NULL "
-        "RETURN c.chunk_id AS chunk_id, coalesce(c.heading, '') AS heading, c.text AS text "
+        "RETURN c.chunk_id AS chunk_id, coalesce(c.heading, '') AS heading, coalesce(c.text, '') AS text "
         "ORDER BY c.chunk_id LIMIT $limit",
         prop=prop,
         limit=limit,
