@@ -23,6 +23,7 @@ from rag_engine.governance.audit import audit_trail
 from rag_engine.ingest.pipeline import ingest_pack
 from tests.conftest import ROOT
 from tests.support.cli import rag
+from tests.support.sqlite_bytes import read_apart
 
 OPS_KEY = "SENTINEL-ops-key-5d1e0c9b8a7f46e3a2b1c0d9e8f7a6b5"
 ANALYST_KEY = "SENTINEL-analyst-key-1f2e3d4c5b6a79880716253443526170"
@@ -208,9 +209,7 @@ def test_no_key_is_found_in_outputs_ledger_or_audit(setup, neo4j_driver):
     cli("audit", key="SENTINEL-wrong-key-0000")
     ops_file.write_text("", encoding="utf-8")
     cli("audit", key=OPS_KEY)
-    stored = ledger.read_bytes() if ledger.exists() else b""
-    for path in ledger.parent.glob("ledger.sqlite*"):
-        stored += path.read_bytes()
+    stored = read_apart(sorted(ledger.parent.glob("ledger.sqlite*")))  # the file and its -wal
     blob = "\n".join(cli.outputs)
     for key in (OPS_KEY, ANALYST_KEY, "SENTINEL-wrong-key-0000"):
         assert key not in blob and key.encode() not in stored
