@@ -68,7 +68,7 @@ def _golden_dir(pack: DomainPack) -> Path:
 
 
 def _load(path: Path) -> dict[str, Any]:
-    return yaml_safe.load(path.read_text(encoding="utf-8"), source=path) or {}
+    return yaml_safe.load_file(path) or {}
 
 
 def trained_anchors(pack: DomainPack) -> set[str]:

@@ -46,6 +46,7 @@ from rag_engine.governance.audit import audit_trail
 from rag_engine.graph import schema
 from rag_engine.ingest.unit_vectors import embed_units
 from rag_engine.providers.embedding_cache import embed_batched
+from rag_engine.text.sentences import embedded_passage
 
 log = logging.getLogger(__name__)
 
@@ -377,7 +378,7 @@ def run_reindex(
     for _attempt in range(MAX_CATCH_UP):
         while rows := _missing(engine, prop, page):
             result = embed_batched(
-                [f"{r['heading']}\n{r['text']}" for r in rows],
+                [embedded_passage(r["heading"], r["text"]) for r in rows],
                 lambda batch: engine.embed_texts(batch, purpose="index", run_id="reindex"),
                 identity=identity,
                 dimension=dim,

@@ -28,6 +28,7 @@ from rag_engine.packs import ChunkRecord, DomainPack, SourceDocument, content_ha
 from rag_engine.providers.embedding_cache import embed_batched
 from rag_engine.store.partition_keys import PARTITION_SEP
 from rag_engine.store.partition_keys import check as check_partition_key
+from rag_engine.text.sentences import embedded_passage
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +251,7 @@ def index_grouped(
             prop.append(ensure_vector_index(engine))
         dimension = spec.model.dimension or 0  # ensure_vector_index refused a model without one
         result = embed_batched(
-            [f"{c.heading}\n{c.text}" for c in chunks],
+            [embedded_passage(c.heading, c.text) for c in chunks],
             lambda batch: engine.embed_texts(batch, purpose="index", run_id=run_id),
             identity=spec.identity,
             dimension=dimension,

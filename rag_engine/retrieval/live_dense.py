@@ -25,7 +25,7 @@ import numpy as np
 from rag_engine.errors import RagError
 from rag_engine.providers.registry import LIVE_ROWS_PURPOSE
 from rag_engine.store.units import encode
-from rag_engine.text.sentences import embedded_units
+from rag_engine.text.sentences import embedded_passage, embedded_units
 
 if TYPE_CHECKING:
     from rag_engine.engine import Engine
@@ -61,7 +61,7 @@ def place_on_dense(
     passage (without it, its evidence margin read as none and the answer was refused)."""
     started = time.perf_counter()
     units = [embedded_units(str(r["heading"]), str(r["text"])) for r in live_rows]
-    texts = [f"{r['heading']}\n{r['text']}" for r in live_rows] + [t for u in units for t in u]
+    texts = [embedded_passage(str(r["heading"]), str(r["text"])) for r in live_rows] + [t for u in units for t in u]
     try:
         vectors = engine.embed_texts(texts, purpose=LIVE_ROWS_PURPOSE)
     except RagError as exc:

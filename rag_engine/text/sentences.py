@@ -212,6 +212,12 @@ def split_units(text: str) -> list[Unit]:
     return units
 
 
+def embedded_passage(heading: str, text: str) -> str:
+    """What is embedded for a passage: its heading, then its text. Ingest, a re-index and a live
+    row all embed this, so one text has one vector (and one cache entry) wherever it comes from."""
+    return f"{heading}\n{text}"
+
+
 def embedded_units(heading: str, text: str) -> list[str]:
     """The texts embedded for a chunk's first ``MAX_UNITS`` units: each under its heading, as the
     chunk itself is embedded, so a unit keeps the topic its passage is about."""
