@@ -22,8 +22,10 @@ from evals.gate_models import (
     GENERATION_CHANGED,
     GENERATION_FAILED,
     GENERATION_IDENTITY_CHANGED,
+    PACK_REGRESSION,
     RESOURCE_METRICS,
     FloorCheck,
+    GroupGate,
     MetricGate,
     ResourceCheck,
 )
@@ -39,8 +41,11 @@ _FLOAT_SLACK = 1e-12
 # Statistics
 
 
-def paired_values(candidate: EvalReport, baseline: EvalReport, metric: str) -> tuple[np.ndarray, np.ndarray]:
-    """(candidate, baseline) per-query values of ``metric`` over queries where both are non-null.
+def paired_values(
+    candidate: EvalReport, baseline: EvalReport, metric: str, ids: frozenset[str] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(candidate, baseline) per-query values of ``metric`` over queries where both are non-null
+    (of ``ids`` only, when given: one pack's or split's queries).
 
     Queries are taken in sorted id order, so the result (and the bootstrap over it) does not
     depend on the order the runner wrote them in.
@@ -51,7 +56,7 @@ def paired_values(candidate: EvalReport, baseline: EvalReport, metric: str) -> t
     if cand.keys() != base.keys():
         raise IncomparableReports("the reports hold different query ids")
     c_vals, b_vals = [], []
-    for qid in sorted(cand):
+    for qid in sorted(cand if ids is None else cand.keys() & ids):
         c, b = cand[qid].value(metric), base[qid].value(metric)
         if c is not None and b is not None:
             c_vals.append(c)
@@ -79,8 +84,10 @@ def bootstrap_interval(deltas: np.ndarray, *, samples: int, confidence: float, s
     return float(low), float(high)
 
 
-def compare_metric(candidate: EvalReport, baseline: EvalReport, metric: str, cfg: EvalsConfig) -> MetricGate:
-    c_vals, b_vals = paired_values(candidate, baseline, metric)
+def compare_metric(
+    candidate: EvalReport, baseline: EvalReport, metric: str, cfg: EvalsConfig, ids: frozenset[str] | None = None
+) -> MetricGate:
+    c_vals, b_vals = paired_values(candidate, baseline, metric, ids)
     if c_vals.size == 0:
         raise IncomparableReports(f"{metric}: no query has a value in both reports")
     deltas = c_vals - b_vals
@@ -96,6 +103,52 @@ def compare_metric(candidate: EvalReport, baseline: EvalReport, metric: str, cfg
         n=int(deltas.size),
         regressed=regressed,
     )
+
+
+def query_groups(candidate: EvalReport) -> dict[str, frozenset[str]]:
+    """Query ids per pack (``<pack>``) and per pack and split (``<pack>@<split>``), sorted by name."""
+    groups: dict[str, set[str]] = {}
+    for q in candidate.queries:
+        groups.setdefault(q.pack, set()).add(q.id)
+        if q.split is not None:
+            groups.setdefault(f"{q.pack}@{q.split}", set()).add(q.id)
+    return {name: frozenset(groups[name]) for name in sorted(groups)}
+
+
+def group_gates(candidate: EvalReport, baseline: EvalReport, cfg: EvalsConfig) -> dict[str, GroupGate]:
+    """The pooled comparison again on each pack's and each pack's split's queries alone.
+
+    Pack rows are judged (a metric with fewer than ``pack_min_queries`` paired values is shown,
+    its ``regressed`` false); split rows are shown only: a split is a slice of a judged pack, and
+    judging every slice would multiply the chances of a false alarm. Both reports hold the same
+    queries with the same packs (comparability is checked first), so grouping by the candidate's
+    queries groups the baseline's too.
+    """
+    gated = [m for m in cfg.gate_metrics if m not in RESOURCE_METRICS]
+    result: dict[str, GroupGate] = {}
+    for name, ids in query_groups(candidate).items():
+        judged = "@" not in name
+        metrics: dict[str, MetricGate] = {}
+        for metric in gated:
+            if paired_values(candidate, baseline, metric, ids)[0].size == 0:
+                continue
+            gate = compare_metric(candidate, baseline, metric, cfg, ids)
+            if not judged or gate.n < cfg.pack_min_queries:
+                gate = gate.model_copy(update={"regressed": False})
+            metrics[metric] = gate
+        result[name] = GroupGate(metrics=metrics, judged=judged, n=len(ids))
+    return result
+
+
+def group_reasons(groups: dict[str, GroupGate], cfg: EvalsConfig) -> list[str]:
+    pct = f"{cfg.confidence:.0%}"
+    return [
+        f"{PACK_REGRESSION}: pack {name}: {metric} mean delta {g.mean_delta:+.4f} < -{cfg.max_drop} "
+        f"and {pct} CI [{g.ci_low:+.4f}, {g.ci_high:+.4f}] below 0 (n={g.n})"
+        for name, group in groups.items()
+        for metric in group.regressed_metrics
+        for g in (group.metrics[metric],)
+    ]
 
 
 # ---------------------------------------------------------------------------------------

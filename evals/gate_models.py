@@ -37,6 +37,7 @@ ANSWER_METRICS: tuple[str, ...] = ("citation_hit_rate", "insufficient_evidence_a
 RESOURCE_METRICS: tuple[str, ...] = ("cost_per_query", "tokens_per_query", "latency_ratio")
 """Gate metrics where lower is better, judged by a relative tolerance (not the bootstrap)."""
 BM25_FLOOR = "bm25_floor"
+PACK_REGRESSION = "pack_regression"
 FLOOR_METRICS: tuple[str, ...] = ("ndcg@10", "map@10")
 """Engine vs BM25, per pack: rank quality over the whole top 10 (graded by position, and by
 precision at every hit), where a fused engine should beat a single lexical scorer."""
@@ -56,6 +57,22 @@ class MetricGate(_Frozen):
     ci_high: float
     n: int
     regressed: bool
+
+
+class GroupGate(_Frozen):
+    """The paired comparison of one group of queries: a pack (judged) or a pack's split (shown).
+
+    ``judged`` is false for a split row, and for a pack whose paired queries are fewer than
+    ``evals.pack_min_queries`` for a metric (that metric's row is shown, never a reason)."""
+
+    metrics: dict[str, MetricGate]
+    judged: bool
+    n: int
+    """Paired queries in the group (any metric)."""
+
+    @property
+    def regressed_metrics(self) -> tuple[str, ...]:
+        return tuple(name for name, m in self.metrics.items() if m.regressed) if self.judged else ()
 
 
 class FloorCheck(_Frozen):
@@ -161,6 +178,7 @@ class GatePolicy(_Frozen):
     seed: int
     min_queries: int
     bm25_margin: float | None
+    pack_min_queries: int | None = None
     cost_tolerance: float | None = None
     tokens_tolerance: float | None = None
     latency_ratio_tolerance: float | None = None
@@ -184,6 +202,9 @@ class GateResult(_Frozen):
     policy: GatePolicy | None
     resources: dict[str, ResourceCheck] = {}
     """cost_per_query, tokens_per_query, latency_ratio when gated."""
+    groups: dict[str, GroupGate] = {}
+    """Per pack (``<pack>``, judged) and per pack and split (``<pack>@<split>``, shown): the
+    same paired comparison as ``metrics`` on that group's queries alone."""
     audit: GateAudit | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)

@@ -11,7 +11,9 @@ from evals.gate_models import GateResult
 
 
 def summary(result: GateResult) -> str:
-    """A few human lines: status, one line per gated metric, the reasons."""
+    """A few human lines: status, one line per gated metric, one per pack and per pack's split
+    (the mean delta of each gated metric; ``!`` marks a judged pack's regression), the floor,
+    resources, audit and the reasons."""
     lines = [f"eval gate: {result.status.upper()} (exit {result.exit_code})"]
     for name, g in result.metrics.items():
         flag = "  REGRESSED" if g.regressed else ""
@@ -19,6 +21,12 @@ def summary(result: GateResult) -> str:
             f"  {name:<32} baseline {g.baseline_mean:.4f}  candidate {g.candidate_mean:.4f}  "
             f"delta {g.mean_delta:+.4f}  CI [{g.ci_low:+.4f}, {g.ci_high:+.4f}]  n={g.n}{flag}"
         )
+    for name, group in result.groups.items():
+        kind = "pack" if group.judged else "split"
+        cells = "  ".join(
+            f"{metric} {g.mean_delta:+.4f}{'!' if g.regressed else ''}" for metric, g in group.metrics.items()
+        )
+        lines.append(f"  {kind} {name:<30} n={group.n:<4} delta {cells}")
     for pack, per in result.floor.items():
         for metric, c in per.items():
             flag = "  BELOW BM25" if c.failed else ""

@@ -21,7 +21,9 @@ The rules, in the order they are checked:
    a fresh generator per metric so one metric's interval never depends on the others). A metric
    **regresses when mean delta < -max_drop AND the interval's upper bound < 0**: worse beyond
    the tolerance, and confidently worse rather than noise. Pairing removes between-query
-   variance, which dominates on small golden sets.
+   variance, which dominates on small golden sets. The same rule is applied to each pack's
+   queries alone (``pack_regression``, when the pack has ``evals.pack_min_queries`` paired values
+   of the metric; fewer: shown, not judged) and shown, not judged, for each pack's split.
 4. **BM25 floor** (candidate alone; on unless ``evals.bm25_margin`` is null). On every pack of
    the candidate's ``systems`` table, the engine's nDCG@10 and MAP@10 must not trail BM25's by
    more than ``bm25_margin`` (both measured in the same run, on the same active chunks and
@@ -87,6 +89,8 @@ from evals.gate_metrics import (
     generation_change_reasons,
     generation_failure,
     generation_problem,
+    group_gates,
+    group_reasons,
     resource_checks,
     resource_reasons,
 )
@@ -101,6 +105,7 @@ from evals.gate_models import (
     GateAudit,
     GatePolicy,
     GateResult,
+    GroupGate,
     MetricGate,
     ResourceCheck,
     Status,
@@ -157,6 +162,7 @@ def _result(
     acceptance: AcceptanceOutcome | None,
     cfg: EvalsConfig | None,
     resources: dict[str, ResourceCheck] | None = None,
+    groups: dict[str, GroupGate] | None = None,
     audit: GateAudit | None = None,
 ) -> GateResult:
     return GateResult(
@@ -170,6 +176,7 @@ def _result(
         acceptance=acceptance,
         policy=GatePolicy.of(cfg) if cfg is not None else None,
         resources=resources or {},
+        groups=groups or {},
         audit=audit,
     )
 
@@ -195,9 +202,10 @@ def evaluate_gate(
     generation model (rule 5); ``audit`` is copied into the result.
     """
     checks: dict[str, ResourceCheck] = {}
+    groups: dict[str, GroupGate] = {}
 
     def _res(*args: Any, **kwargs: Any) -> GateResult:
-        return _result(*args, **kwargs, resources=checks, audit=audit)
+        return _result(*args, **kwargs, resources=checks, groups=groups, audit=audit)
 
     outcome = judge_acceptance(
         acceptance,
@@ -231,6 +239,7 @@ def evaluate_gate(
         if baseline is not None
         else {}
     )
+    groups.update(group_gates(candidate, baseline, cfg) if baseline is not None else {})
     checks.update(resource_checks(candidate, baseline, cfg) if baseline is not None else {})
     reasons: list[str] = []
     pct = f"{cfg.confidence:.0%}"
@@ -240,6 +249,7 @@ def evaluate_gate(
                 f"regression: {name} mean delta {g.mean_delta:+.4f} < -{cfg.max_drop} "
                 f"and {pct} CI [{g.ci_low:+.4f}, {g.ci_high:+.4f}] below 0 (n={g.n})"
             )
+    reasons += group_reasons(groups, cfg)
     reasons += resource_reasons(checks)
     generation = generation_problem(candidate, baseline, configured_generation)
     if generation:

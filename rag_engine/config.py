@@ -564,6 +564,11 @@ class EvalsConfig(Frozen):
     confidence: float = Field(0.95, gt=0.5, lt=1)
     seed: int = 7
     min_queries: int = Field(20, ge=1)
+    pack_min_queries: int = Field(10, ge=2)
+    """A pack's own paired rows are judged (a regression of one pack fails the gate even when the
+    pooled mean holds) when the pack has at least this many paired values of the metric; a smaller
+    pack's rows are shown and not judged. Same rule as the pooled rows: mean delta below
+    -max_drop and the bootstrap interval wholly below 0."""
     bm25_margin: float | None = Field(0.0, ge=0, le=1)
     """The BM25 floor: on every pack the engine's nDCG@10 and MAP@10 may trail BM25's (same run,
     same chunks) by at most this much, or the gate fails. None turns the floor off."""

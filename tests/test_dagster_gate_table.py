@@ -38,7 +38,8 @@ def test_a_resource_regression_has_its_own_regressed_row():
     result = judge(with_queries(make_report(), cost="0.0050"), with_queries(make_report(), cost="0.0001"))
     assert result.status == "regression" and not result.regressed_metrics  # every metric row passes
     table = rows(gate_table(result))
-    assert set(table) == set(RESOURCE_CFG.gate_metrics)
+    assert {f for f, r in table.items() if r["kind"] in ("metric", "resource")} == set(RESOURCE_CFG.gate_metrics)
+    assert {r["kind"] for r in table.values()} == {"metric", "resource", "pack"}  # one pack: its rows, judged
     cost = table["cost_per_query"]
     assert cost["kind"] == "resource" and cost["regressed"] is True
     assert (cost["candidate"], cost["baseline"]) == (0.005, 0.0001)

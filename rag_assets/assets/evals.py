@@ -22,7 +22,7 @@ import dagster as dg
 
 from evals.code_version import eval_code_version
 from evals.gate_acceptance import bind_acceptance, load_acceptance
-from evals.gate_models import BM25_FLOOR, GateResult
+from evals.gate_models import BM25_FLOOR, PACK_REGRESSION, GateResult
 from evals.gates import evaluate_gate
 from evals.report import EvalReport, dump_report, golden_sha256, load_report, report_sha256
 from evals.runner import run_eval
@@ -83,7 +83,8 @@ GATE_SCHEMA = dg.TableSchema(
         dg.TableColumn(
             "kind",
             "string",
-            description="metric (paired bootstrap), resource (relative tolerance), bm25_floor (engine vs "
+            description="metric (paired bootstrap, all queries), pack (the same on one pack's queries: "
+            "judged), split (one pack's split: shown), resource (relative tolerance), bm25_floor (engine vs "
             "BM25 in the same run), or a reason no figure shows (incomparable inputs, a model change)",
         ),
         dg.TableColumn("candidate", "float"),
@@ -137,6 +138,29 @@ def metric_rows(result: GateResult) -> list[dg.TableRecord]:
     ]
 
 
+def group_rows(result: GateResult) -> list[dg.TableRecord]:
+    """A row per pack and metric (judged) and per pack's split and metric (shown): the pooled
+    comparison on that group's queries alone, so the page says which pack moved."""
+    max_drop = result.policy.max_drop if result.policy is not None else None
+    return [
+        _row(
+            f"{name}: {metric}",
+            "pack" if group.judged else "split",
+            candidate=m.candidate_mean,
+            baseline=m.baseline_mean,
+            delta=m.mean_delta,
+            limit=None if max_drop is None else m.baseline_mean - max_drop,
+            ci_low=m.ci_low,
+            ci_high=m.ci_high,
+            n=m.n,
+            regressed=m.regressed if group.judged else None,
+            note=None if group.judged else "shown, not judged: a slice of its pack",
+        )
+        for name, group in result.groups.items()
+        for metric, m in group.metrics.items()
+    ]
+
+
 def resource_rows(result: GateResult) -> list[dg.TableRecord]:
     rows = []
     for name, r in result.resources.items():
@@ -185,10 +209,12 @@ def gate_table(result: GateResult) -> dg.TableMetadataValue:
     """Every figure the gate judged, one row each: the metrics, cost/tokens/latency and the BM25
     floor, with the same columns; then the reasons no row shows (incomparable inputs, an embedder
     or generation change, an acceptance), so the table is never empty when the gate has a reason."""
-    shown = ("regression: ", f"{BM25_FLOOR}: ")  # a regressed metric or resource, a failed floor: a row says so
+    # a regressed metric, pack or resource, a failed floor: a row says so
+    shown = ("regression: ", f"{BM25_FLOOR}: ", f"{PACK_REGRESSION}: ")
     kind = "incomparable" if result.status == "incomparable" else "reason"
     rows = [
         *metric_rows(result),
+        *group_rows(result),
         *resource_rows(result),
         *floor_rows(result),
         *reason_rows([r for r in result.reasons if not r.startswith(shown)], kind),
