@@ -152,11 +152,15 @@ bench-serving: setup
 EVAL_NEO4J_PORT ?= 7697
 EVAL_DIR := $(CURDIR)/var/eval
 EVAL_EMBED_PORT ?= 8775
+# The eval's embedding cache is its own (kept across evals under var/eval-cache, never the demo's
+# or a test's): the embedder gives the same float32 vectors on any thread count or batch, so a
+# warm cache and a cold one give the same report (tests/test_eval_reproducible.py).
+EVAL_CACHE_DIR := $(CURDIR)/var/eval-cache
 EVAL_ENV := NEO4J_URI=bolt://127.0.0.1:$(EVAL_NEO4J_PORT) RAG_LEDGER_URL=sqlite:///$(EVAL_DIR)/ledger.sqlite \
-	RAG_EMBED_ENDPOINT=http://127.0.0.1:$(EVAL_EMBED_PORT)/v1
+	RAG_EMBED_ENDPOINT=http://127.0.0.1:$(EVAL_EMBED_PORT)/v1 RAG_EMBEDDING_CACHE=$(EVAL_CACHE_DIR)/embedding_cache.sqlite
 
 eval: setup
-	rm -rf $(EVAL_DIR) && mkdir -p $(EVAL_DIR)
+	rm -rf $(EVAL_DIR) && mkdir -p $(EVAL_DIR) $(EVAL_CACHE_DIR)
 	NEO4J_LOCAL_PORT=$(EVAL_NEO4J_PORT) NEO4J_LOCAL_DIR=$(EVAL_DIR)/neo4j tools/neo4j-local/start.sh
 	@set -e; trap 'NEO4J_LOCAL_DIR=$(EVAL_DIR)/neo4j tools/neo4j-local/stop.sh >/dev/null; \
 		EMBED_LOCAL_DIR=$(EVAL_DIR)/embed tools/embed-local/stop.sh >/dev/null' EXIT; \

@@ -68,6 +68,11 @@ class StorageConfig(Frozen):
     embedding_cache: str | None = "var/embedding_cache.sqlite"
     """SQLite file of passage embeddings keyed by (embedder identity, sha256 of the text), so a
     re-ingest of unchanged chunks makes no embedding call; None turns the cache off."""
+    embedding_cache_env: str = "RAG_EMBEDDING_CACHE"
+    """NAME of an environment variable that, when set, replaces ``embedding_cache`` (``make eval``
+    points it under the eval's own directory, so no vector from a demo or a test enters an eval)."""
+
+    _cache_env = field_validator("embedding_cache_env")(_env_name)
 
 
 ProviderKind = Literal["openai", "openai_compatible", "replay", "local_hash", "llama_cpp"]

@@ -176,14 +176,24 @@ class Engine:
 
     @cached_property
     def embedding_cache(self) -> EmbeddingCache | None:
-        """Passage embeddings already paid for (``storage.embedding_cache``), or None: off, or the
-        local hash embedder, which computes faster than a cache lookup."""
-        path = self.cfg.storage.embedding_cache
-        if path is None or self.registry.embedding.provider.kind == "local_hash":
+        """Passage embeddings already paid for (``storage.embedding_cache``, or the file the
+        ``storage.embedding_cache_env`` variable names), or None: off, or the local hash embedder,
+        which computes faster than a cache lookup."""
+        path = self.embedding_cache_path
+        if path is None:
             return None
         from rag_engine.providers.embedding_cache import EmbeddingCache
 
-        return EmbeddingCache(under_root(self.root, path))
+        return EmbeddingCache(path)
+
+    @property
+    def embedding_cache_path(self) -> Path | None:
+        """The embedding cache file in use (the environment's override first), or None when off."""
+        storage = self.cfg.storage
+        path = self.env.get(storage.embedding_cache_env) or storage.embedding_cache
+        if path is None or self.registry.embedding.provider.kind == "local_hash":
+            return None
+        return under_root(self.root, path)
 
     def embed_texts(self, texts: list[str], *, purpose: str, run_id: str | None = None) -> list[list[float]]:
         """Embed through the active embedder; ``purpose`` "query" selects the query mode of an

@@ -46,7 +46,7 @@ def _active_embedder(eng: Any) -> dict[str, Any]:
         "kind": spec.provider.kind,
         "endpoint": _redact(endpoint) if endpoint else "built-in (no server)",
         "input_modes": spec.model.input_modes.model_dump() if spec.model.input_modes else None,
-        "embedding_cache": eng.cfg.storage.embedding_cache if spec.provider.kind != "local_hash" else None,
+        "embedding_cache": str(eng.embedding_cache_path) if eng.embedding_cache_path else None,
     }
 
 
