@@ -1,8 +1,11 @@
-"""The figure tables docs/retrieval.md quotes, printed as Markdown from a committed eval report.
+"""The figure tables the docs quote, printed as Markdown from the committed eval reports.
 
-    python -m evals.doc_tables [--report evals/reports/BASELINE.json]        # print
-    python -m evals.doc_tables --write   # replace the block in docs/retrieval.md
-    python -m evals.doc_tables --check   # exit 1 when docs/retrieval.md differs (a test runs it)
+    python -m evals.doc_tables [--block retrieval|xref] [--report R]   # print
+    python -m evals.doc_tables --write   # replace every block in its doc
+    python -m evals.doc_tables --check   # exit 1 when a doc differs (a test runs it in CI)
+
+Blocks: ``retrieval`` in docs/retrieval.md from evals/reports/BASELINE.json, ``xref`` in
+docs/packs.md from evals/reports/XREF_BASELINE.json (the reference-resolution eval per link type).
 
 Two tables: every golden set with each system's nDCG@10 / MAP@10 / Recall@10 (the tuned sets'
 questions shaped the code: development figures), and the test split per pack (and per question
@@ -16,7 +19,10 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -69,54 +75,125 @@ def test_tables(report: EvalReport) -> str:
     return "\n".join(lines)
 
 
+def xref_table(report: dict[str, Any]) -> str:
+    """The reference-resolution eval per link type (an ``evals.xref`` report)."""
+    lines = [
+        "| type | gold pairs | resolved | precision | precision (annotated) | precision (audit est.) | recall | F1 |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for kind, label in (("Internal", "Internal"), ("External", "External"), ("Outsource", "Outsource (detection)")):
+        m = report["metrics"].get(kind)
+        if not m:
+            continue
+        cells = (
+            f"{m['gold']:,}",
+            f"{m['predicted']:,}",
+            _f(m["precision"]),
+            _f(m.get("precision_annotated")),
+            _f(m.get("precision_estimate")),
+            _f(m["recall"]),
+            _f(m["f1"]),
+        )
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 ROOT = Path(__file__).resolve().parents[1]
-DOC = "docs/retrieval.md"
-END = "<!-- /evals.doc_tables -->"
 
 
-def block(report_path: str) -> str:
-    """The generated block, its command line first."""
+@dataclass(frozen=True)
+class Block:
+    """One generated block: where it stands (``doc``, between ``first`` and ``end``), the
+    committed report it is printed from and how."""
+
+    name: str
+    doc: str
+    report: str
+    render: Callable[[str], str]
+
+    @property
+    def first(self) -> str:
+        flag = "" if self.name == "retrieval" else f" --block {self.name}"
+        return f"<!-- python -m evals.doc_tables{flag} --report {self.report} -->"
+
+    @property
+    def end(self) -> str:
+        return "<!-- /evals.doc_tables -->" if self.name == "retrieval" else f"<!-- /evals.doc_tables {self.name} -->"
+
+    def generated(self) -> str:
+        return f"{self.first}\n{self.render(self.report)}\n{self.end}"
+
+    def in_doc(self, text: str) -> tuple[int, int] | None:
+        """Where the block stands in a doc (start, end of the end marker), if it does."""
+        start = text.find(self.first.split(" --report ")[0] + " --report ")
+        end = text.find(self.end, start)
+        return None if start < 0 or end < 0 else (start, end + len(self.end))
+
+
+def _retrieval(report_path: str) -> str:
     report = EvalReport.model_validate_json((ROOT / report_path).read_text(encoding="utf-8"))
-    return "\n".join(
-        [f"<!-- python -m evals.doc_tables --report {report_path} -->", systems_table(report), "", test_tables(report)]
-    )
+    return "\n".join([systems_table(report), "", test_tables(report)])
+
+
+def _xref(report_path: str) -> str:
+    return xref_table(json.loads((ROOT / report_path).read_text(encoding="utf-8")))
+
+
+BLOCKS = (
+    Block("retrieval", "docs/retrieval.md", "evals/reports/BASELINE.json", _retrieval),
+    Block("xref", "docs/packs.md", "evals/reports/XREF_BASELINE.json", _xref),
+)
+DOC = BLOCKS[0].doc
+END = BLOCKS[0].end
 
 
 def in_doc(text: str) -> tuple[int, int] | None:
-    """Where the generated block stands in a doc (start, end of the end marker), if it does."""
-    start = text.find("<!-- python -m evals.doc_tables")
-    end = text.find(END, start)
-    return None if start < 0 or end < 0 else (start, end + len(END))
+    """Where the retrieval block stands in docs/retrieval.md, if it does."""
+    return BLOCKS[0].in_doc(text)
+
+
+def _one(block: Block, *, write: bool) -> int:
+    """Check (or write) one block: 0 when the doc holds what the report prints."""
+    doc = ROOT / block.doc
+    text = doc.read_text(encoding="utf-8")
+    where = block.in_doc(text)
+    if where is None:
+        print(
+            f"{block.doc}: no generated block ({block.first.split(' --report ')[0]} ... {block.end})", file=sys.stderr
+        )
+        return 1
+    generated = block.generated()
+    if write:
+        doc.write_text(text[: where[0]] + generated + text[where[1] :], encoding="utf-8")
+        print(f"{block.doc}: tables written from {block.report}")
+        return 0
+    current = text[where[0] : where[1]]
+    if current != generated:
+        diff = difflib.unified_diff(current.splitlines(), generated.splitlines(), block.doc, block.report, lineterm="")
+        print("\n".join(diff), file=sys.stderr)
+        print(
+            f"{block.doc}: its tables differ from {block.report}: python -m evals.doc_tables --write", file=sys.stderr
+        )
+        return 1
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="docs figure tables from a committed eval report")
-    parser.add_argument("--report", default="evals/reports/BASELINE.json")
+    parser = argparse.ArgumentParser(description="docs figure tables from the committed eval reports")
+    parser.add_argument("--block", choices=[b.name for b in BLOCKS], help="one block (default: every block)")
+    parser.add_argument("--report", help="print from another report of the block's kind")
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--check", action="store_true", help=f"exit 1 when {DOC} differs from the report")
-    mode.add_argument("--write", action="store_true", help=f"replace the block in {DOC}")
+    mode.add_argument("--check", action="store_true", help="exit 1 when a doc differs from its committed report")
+    mode.add_argument("--write", action="store_true", help="replace each block in its doc")
     args = parser.parse_args(argv)
-    generated = f"{block(args.report)}\n{END}"
+    blocks = [b for b in BLOCKS if args.block in (None, b.name)]
     if not (args.check or args.write):
-        print(generated)
+        for b in blocks:
+            print(b.render(args.report or b.report))
         return 0
-    doc = ROOT / DOC
-    text = doc.read_text(encoding="utf-8")
-    where = in_doc(text)
-    if where is None:
-        print(f"{DOC}: no generated block (the command line comment and {END})", file=sys.stderr)
-        return 1
-    current = text[where[0] : where[1]]
-    if args.write:
-        doc.write_text(text[: where[0]] + generated + text[where[1] :], encoding="utf-8")
-        print(f"{DOC}: tables written from {args.report}")
-        return 0
-    if current != generated:
-        diff = difflib.unified_diff(current.splitlines(), generated.splitlines(), DOC, args.report, lineterm="")
-        print("\n".join(diff), file=sys.stderr)
-        print(f"{DOC}: its tables differ from {args.report}: python -m evals.doc_tables --write", file=sys.stderr)
-        return 1
-    return 0
+    if args.report:
+        parser.error("--report prints only: --check and --write use the committed reports")
+    return max(_one(b, write=args.write) for b in blocks)
 
 
 if __name__ == "__main__":
