@@ -28,8 +28,16 @@ from typing import Any
 
 from evals.report import EvalReport
 
-SYSTEMS = ("engine", "engine_no_sentences", "rrf", "fulltext", "dense", "bm25")
-HEADS = ("engine", "without sentence evidence", "plain RRF of the legs", "fulltext leg", "dense leg", "BM25 (bm25s)")
+SYSTEMS = ("engine", "engine_no_sentences", "rrf", "fulltext", "dense", "bm25", "bm25_stemmed")
+HEADS = (
+    "engine",
+    "without sentence evidence",
+    "plain RRF of the legs",
+    "fulltext leg",
+    "dense leg",
+    "BM25 (bm25s, the floor)",
+    "BM25 stemmed",
+)
 
 
 def _f(v: float | None) -> str:

@@ -74,9 +74,10 @@ and the engine's fulltext and dense legs alone."""
 
 BASELINE_SYSTEMS: tuple[str, ...] = SYSTEMS[1:]
 
-VARIANTS: tuple[str, ...] = ("engine_no_graph", "engine_no_rerank", "engine_no_sentences", "rrf")
-"""Ablations of the engine scored beside it (optional in a report: older reports lack them):
-the graph leg's weight at 0, and the feature reranker off."""
+VARIANTS: tuple[str, ...] = ("engine_no_graph", "engine_no_rerank", "engine_no_sentences", "rrf", "bm25_stemmed")
+"""Systems scored beside the engine, optional in a report (older reports lack them): ablations of
+the engine (the graph leg's weight at 0, the feature reranker off, no sentence evidence, plain RRF
+of the legs) and BM25 with Snowball English stems (shown; the gated floor is ``bm25``)."""
 
 Unit = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 Millis = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
@@ -291,6 +292,8 @@ class PackSystems(_Frozen):
     engine_no_sentences: SystemMetrics | None = None
     rrf: SystemMetrics | None = None
     """Plain RRF of the fulltext and dense legs (no exact references, boosts, graph or rerank)."""
+    bm25_stemmed: SystemMetrics | None = None
+    """BM25 as ``bm25`` with Snowball English stems (PyStemmer)."""
 
     def system(self, name: str) -> SystemMetrics:
         if name not in SYSTEMS:

@@ -285,6 +285,7 @@ def run_eval(
     systems: dict[str, dict[str, Any]] = {}
     rankings: dict[str, dict[str, list[str]]] = {}
     bm25 = BM25Baseline(engine.driver, engine.database)
+    bm25_stemmed = BM25Baseline(engine.driver, engine.database, stem=True)
     answers = AnswerTally()
     run_tag = f"eval-{uuid.uuid4().hex[:12]}"
     splits = load_splits()
@@ -370,6 +371,8 @@ def run_eval(
                 for key in (f"{pack}@{split}", f"{pack}@{split}:{group}")
             ]
             variants = variant_rankings(engine, q["question"], role, k, weights)
+            collections = gate(engine.cfg, role).collections
+            variants["bm25_stemmed"] = bm25_stemmed.search(pack, collections, q["question"], TOP_K)
             for table in tables:
                 table["engine"].append((scored.ranked, gold, insufficient))
                 for system in BASELINE_SYSTEMS:
@@ -440,7 +443,7 @@ def split_table(report: EvalReport) -> str:
     """Per pack and split: each system's nDCG@10 / MAP@10 / Recall@10, then what the user reads
     (rank 1, the fact stated, found but refused, out of scope answered). Test is the result;
     train and dev shaped the fitted numbers (development figures)."""
-    systems = ("engine", "engine_no_sentences", "rrf", "fulltext", "dense", "bm25")
+    systems = ("engine", "engine_no_sentences", "rrf", "fulltext", "dense", "bm25", "bm25_stemmed")
     head = f"{'pack@split':<26} " + " ".join(f"{s[:18]:>18}" for s in systems)
     lines = ["nDCG@10 / MAP@10 / Recall@10 per system (test: the result; train, dev: development figures)", head]
     answers = [

@@ -355,8 +355,11 @@ def test_bm25_tokenization_is_documented_behaviour():
     from evals.bm25_baseline import tokenize
 
     assert tokenize(["What does Article 17(1) of the GDPR-compliant Policy say?"]) == [
-        ["what", "doe", "articl", "17", "gdpr", "compliant", "polici", "say"]
-    ]  # lowercase, "of"/"the" out, "1" too short, Snowball English stems
+        ["what", "does", "article", "17", "gdpr", "compliant", "policy", "say"]
+    ]  # lowercase, "of"/"the" out, "1" too short
+    assert tokenize(["What does Article 17(1) say about fines?"], stem=True) == [
+        ["what", "doe", "articl", "17", "say", "about", "fine"]
+    ]  # the stemmed variant (bm25_stemmed): Snowball English
     assert tokenize(["The and of to"]) == [[]]
     assert tokenize([]) == []
 
@@ -379,8 +382,9 @@ def test_bm25_ranks_by_lucene_score_with_ties_by_anchor():
     expected = math.log(1 + 3.5 / 1.5) * 2 / (2 + K1 * (1 - B + B * 1.0))
     assert index.scores("erasure")[0] == pytest.approx(expected, rel=1e-6)
     assert index.search("erasure", 10) == ["a#1"]  # chunks scoring 0 are not ranked
-    # "rights" stems to "right": the erasure chunk (right, not access) ranks after both access chunks
-    assert index.search("access rights", 10) == ["b#1", "d#1", "a#1"]
+    assert index.search("access rights", 10) == ["b#1", "d#1"]  # "rights" is not "right": no stemming
+    # stemmed, "rights" is "right": the erasure chunk (right, not access) ranks after both access chunks
+    assert BM25Index.build(chunks, stem=True).search("access rights", 10) == ["b#1", "d#1", "a#1"]
     assert index.search("right access", 10)[:2] == ["b#1", "d#1"] and index.search("right access", 1) == ["b#1"]
     assert index.search("the of", 10) == [] and index.search("unknownword", 10) == []
     assert index.search("ERASURE!", 10) == ["a#1"]  # lowercase, punctuation splits
