@@ -266,7 +266,11 @@ def extra_cause(
 
 
 def evaluate(
-    pack: DomainPack, gold_rows: list[dict[str, Any]], max_bytes: int, res: Resolution | None = None
+    pack: DomainPack,
+    gold_rows: list[dict[str, Any]],
+    max_bytes: int,
+    res: Resolution | None = None,
+    examples: int = EXAMPLES,
 ) -> dict[str, Any]:
     res = res or resolve(pack, max_bytes)
     gold_pairs: dict[tuple[str, str], str] = {}
@@ -396,7 +400,7 @@ def evaluate(
         "miss_cause_legend": MISS_CAUSES,
         "extra_cause_legend": EXTRA_CAUSES,
         "misses": misses,
-        "extras": {t: _per_cause(v, EXAMPLES) for t, v in extras.items()},
+        "extras": {t: _per_cause(v, examples) for t, v in extras.items()},
         "misses_total": {t: len(v) for t, v in misses.items()},
         "extras_total": {t: len(v) for t, v in extras.items()},
     }
@@ -465,7 +469,7 @@ def apply_audit(report: dict[str, Any], res: Resolution, audit: dict[str, Any], 
     report["audit"] = out
 
 
-def run(config: str | Path = DEFAULT_CONFIG, pack_name: str = DEFAULT_PACK) -> dict[str, Any]:
+def run(config: str | Path = DEFAULT_CONFIG, pack_name: str = DEFAULT_PACK, examples: int = EXAMPLES) -> dict[str, Any]:
     root = project_root()
     cfg_path = under_root(root, config)
     cfg = load_config(cfg_path)
@@ -476,7 +480,7 @@ def run(config: str | Path = DEFAULT_CONFIG, pack_name: str = DEFAULT_PACK) -> d
     gold_path = pack.corpus_dir / GOLD_PATH
     rows = load_gold(gold_path)
     res = resolve(pack, cfg.max_document_bytes)
-    report = evaluate(pack, rows, cfg.max_document_bytes, res)
+    report = evaluate(pack, rows, cfg.max_document_bytes, res, examples)
     report["gold"]["path"] = gold_path.relative_to(root).as_posix()
     report["gold"]["sha256"] = hashlib.sha256(gold_path.read_bytes()).hexdigest()
     audit_path = pack.fixtures_dir / AUDIT_NAME
