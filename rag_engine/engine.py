@@ -25,6 +25,7 @@ from rag_engine.store.connection import Neo4jTarget, neo4j_target, open_driver
 if TYPE_CHECKING:
     from rag_engine.providers.clients import ModelClient
     from rag_engine.providers.embedding_cache import EmbeddingCache
+    from rag_engine.providers.in_process import QuestionEmbedder
     from rag_engine.providers.ledger import UsageLedger
     from rag_engine.providers.pricing import PriceTable
     from rag_engine.store.live_sql import LiveSources
@@ -148,10 +149,11 @@ class Engine:
         return self.client(spec.name)
 
     @cached_property
-    def query_embedder(self) -> HashEmbedder | ModelClient:
+    def query_embedder(self) -> HashEmbedder | ModelClient | QuestionEmbedder:
         """The active embedder for questions: the same model, identity and ledger, but with the
         question's deadline (``retrieval.query_embed_timeout_s`` per attempt,
-        ``query_embed_retries``), not the provider's indexing timeout and retries."""
+        ``query_embed_retries``), not the provider's indexing timeout and retries; for a model
+        with ``in_process``, embedded in this process once a probe matched the server."""
         emb = self.embedder
         spec = self.registry.embedding
         if isinstance(emb, HashEmbedder) or spec.name in self.__dict__.get("_given_clients", ()):
@@ -165,7 +167,7 @@ class Engine:
                 "max_retries": min(spec.provider.max_retries, r.query_embed_retries),
             }
         )
-        return build_client(
+        server = build_client(
             ModelSpec(model=spec.model, provider=provider),
             ledger=self.ledger,
             pricing=self.pricing,
@@ -173,6 +175,12 @@ class Engine:
             root=self.root,
             config=self.cfg,
         )
+        if spec.model.in_process is None:
+            return server
+        from rag_engine.providers.clients import ModelClient
+        from rag_engine.providers.in_process import QuestionEmbedder
+
+        return QuestionEmbedder(spec, server, lambda b: ModelClient(spec, b, ledger=self.ledger, pricing=self.pricing))
 
     @cached_property
     def embedding_cache(self) -> EmbeddingCache | None:

