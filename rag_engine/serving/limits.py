@@ -28,6 +28,7 @@ from typing import TypeVar
 
 from rag_engine.config import ServingLimitsConfig
 from rag_engine.errors import RateLimited, RequestTimeout, StoreUnavailable
+from rag_engine.serving.metrics import POOL_BUSY, POOL_WORKERS
 from rag_engine.store.connection import store_unreachable
 
 T = TypeVar("T")
@@ -98,6 +99,7 @@ class EnginePool:
         self._executor = ThreadPoolExecutor(max_workers=limits.workers, thread_name_prefix="rag-engine")
         self._lock = threading.Lock()
         self.busy = 0
+        POOL_WORKERS.set(limits.workers)
 
     def _counted(self, fn: Callable[[], T]) -> Callable[[], T]:
         context = contextvars.copy_context()
@@ -105,9 +107,11 @@ class EnginePool:
         def call() -> T:
             with self._lock:
                 self.busy += 1
+            POOL_BUSY.inc()
             try:
                 return context.run(fn)
             finally:
+                POOL_BUSY.dec()
                 with self._lock:
                     self.busy -= 1
 
