@@ -58,10 +58,11 @@ from rag_engine.serving import calls
 from rag_engine.serving.connections import DRAIN_SECONDS, ConnectionGuard, descriptor_budget, guarded_protocol
 from rag_engine.serving.door import MCP_PATHS, Door
 from rag_engine.serving.follow import IndexFollower, query_on, retrieve_on
-from rag_engine.serving.limits import EnginePool, Limiter, bounded, store_gone
+from rag_engine.serving.limits import EnginePool, bounded, store_gone
 from rag_engine.serving.logs import PATH_ONLY
 from rag_engine.serving.mcp_server import build_mcp
 from rag_engine.serving.metrics import Metered, exposition
+from rag_engine.serving.shared_limits import limiter_for
 from rag_engine.serving.wire import bearer, first_line
 
 __version__ = package_version()
@@ -166,7 +167,7 @@ Caller = Annotated[Principal, Depends(current_principal)]
 def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> FastAPI:
     principals = registry or PrincipalRegistry(engine.cfg, engine.root, engine.env)
     limits = engine.cfg.serving.limits
-    limiter, pool = Limiter(limits), EnginePool(limits)
+    limiter, pool = limiter_for(limits, engine.env), EnginePool(limits)
     follower = IndexFollower(engine)
     mcp = build_mcp(engine, principals, limiter, pool, follower=follower)
     mcp_app = mcp.streamable_http_app(

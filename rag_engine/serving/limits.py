@@ -10,7 +10,8 @@ holds a Neo4j session from the driver's pool and a worker thread); a request wai
 waits within its own timeout. Timeout: a request that has not finished within
 ``request_timeout_seconds`` is answered ``504``; its engine call finishes in its worker (a
 blocking driver call cannot be cancelled) but keeps its pool slot until then, so timeouts never
-grow the number of threads or sessions.
+grow the number of threads or sessions. The rate and concurrency limits are this process's own;
+``serving.shared_limits`` shares them across replicas through Redis.
 """
 
 from __future__ import annotations
