@@ -13,7 +13,7 @@ EMBED_LOCAL_PORT ?= 8765
 export RAG_EMBED_ENDPOINT ?= http://127.0.0.1:$(EMBED_LOCAL_PORT)/v1
 LLM_LOCAL_PORT ?= 8767
 
-.PHONY: setup lint demo test dev neo4j-start neo4j-stop postgres-start postgres-stop embed-start embed-stop serve-stop bench bench-serving eval eval-gate eval-gate-dagster baseline clean llm-install llm-start llm-stop test-real-model
+.PHONY: setup lint demo test test-routing dev neo4j-start neo4j-stop postgres-start postgres-stop embed-start embed-stop serve-stop bench bench-serving eval eval-gate eval-gate-dagster baseline clean llm-install llm-start llm-stop test-real-model
 
 # PYTHONWARNINGS=ignore: setuptools' editable-install warning block is not for a newcomer
 $(VENV)/.installed: pyproject.toml
@@ -88,15 +88,22 @@ TEST_NEO4J_DIR := $(CURDIR)/var/test/neo4j
 # prints the key digests the service reads). Restarted on every run, so it serves this checkout's code;
 # it stays up afterwards like the other services (`make serve-stop`).
 TEST_SERVE_PORT ?= 8781
+TEST_NEO4J_SCHEME ?= bolt
+# The store, query-path and service tests again over a neo4j:// routing URI (the driver asks the
+# server for a routing table and sends each transaction by its access mode: docs/deployment.md)
+ROUTING_TESTS := tests/test_neo4j_roundtrip.py tests/test_read_routing.py tests/test_serving.py \
+	tests/test_serving_mcp.py tests/test_serving_metrics.py tests/test_serving_faults.py
+test-routing:
+	$(MAKE) test TEST_NEO4J_SCHEME=neo4j PYTEST_ARGS='$(ROUTING_TESTS) -q'
 TEST_SERVE_DIR := $(CURDIR)/var/test/serve
 TEST_SERVE_ENV := SERVE_LOCAL_PORT=$(TEST_SERVE_PORT) SERVE_LOCAL_DIR=$(TEST_SERVE_DIR) SERVE_LOCAL_CONFIG=$(TEST_SERVE_DIR)/engine.yaml
 test: setup postgres-start embed-start
 	NEO4J_LOCAL_PORT=$(TEST_NEO4J_PORT) NEO4J_LOCAL_DIR=$(TEST_NEO4J_DIR) tools/neo4j-local/start.sh
 	@mkdir -p $(TEST_SERVE_DIR) && $(TEST_SERVE_ENV) tools/serve-local/stop.sh >/dev/null
 	@set -e; digests="$$($(PY) -m tests.support.serve_config $(TEST_SERVE_DIR)/engine.yaml)"; eval "$$digests"; \
-	NEO4J_URI=bolt://127.0.0.1:$(TEST_NEO4J_PORT) RAG_LEDGER_URL=sqlite:///$(TEST_SERVE_DIR)/ledger.sqlite \
+	NEO4J_URI=$(TEST_NEO4J_SCHEME)://127.0.0.1:$(TEST_NEO4J_PORT) RAG_LEDGER_URL=sqlite:///$(TEST_SERVE_DIR)/ledger.sqlite \
 	$(TEST_SERVE_ENV) tools/serve-local/start.sh
-	@NEO4J_URI=bolt://127.0.0.1:$(TEST_NEO4J_PORT) RAG_SERVE_URL=http://127.0.0.1:$(TEST_SERVE_PORT) \
+	@NEO4J_URI=$(TEST_NEO4J_SCHEME)://127.0.0.1:$(TEST_NEO4J_PORT) RAG_SERVE_URL=http://127.0.0.1:$(TEST_SERVE_PORT) \
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 

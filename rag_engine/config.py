@@ -684,6 +684,9 @@ class ServingLimitsConfig(Frozen):
     """Open connections from one client address; more are closed at once."""
     max_connections: int = Field(1024, ge=8)
     """Open connections in total (at most the open-file limit less a reserve); more are closed at once."""
+    shared_url_env: str = "RAG_LIMITS_REDIS_URL"
+    """The NAME of the environment variable holding a Redis URL: when it is set, the per-principal
+    rate and concurrency limits are shared by every replica (``serving/shared_limits.py``)."""
 
 
 class ServingConfig(Frozen):

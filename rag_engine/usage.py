@@ -8,11 +8,15 @@ variable rather than a parameter on every model call, because the calls sit seve
 query (expansion, the question's embedding, rerank, generation) and none of those layers has any
 other use for the caller's identity. Work handed to a thread pool keeps it only when submitted with
 ``contextvars.copy_context().run`` (the question's embedding is).
+
+``on_record`` registers a listener called with every record a client makes in this process (the
+query service counts model calls and cost for its metrics with it); a listener that raises is
+dropped from that call's notification, never failing the model call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
@@ -64,3 +68,21 @@ def acting_as(actor: str | None) -> Iterator[None]:
         yield
     finally:
         _ACTOR.reset(token)
+
+
+_LISTENERS: list[Callable[[UsageRecord], None]] = []
+
+
+def on_record(listener: Callable[[UsageRecord], None]) -> None:
+    """Call ``listener`` with every usage record made in this process from now on (once per listener)."""
+    if listener not in _LISTENERS:
+        _LISTENERS.append(listener)
+
+
+def notify(record: UsageRecord) -> None:
+    """Hand one record to the listeners; a listener's failure never reaches the model call."""
+    for listener in tuple(_LISTENERS):
+        try:
+            listener(record)
+        except Exception:  # noqa: BLE001 - metrics must not fail a model call
+            continue

@@ -47,6 +47,7 @@ from rag_engine.providers.results import (
 )
 from rag_engine.providers.vectors import check_vectors
 from rag_engine.usage import UsageRecord, current_actor
+from rag_engine.usage import notify as usage_listeners
 
 log = logging.getLogger(__name__)
 
@@ -276,6 +277,7 @@ class ModelClient:
                     type(exc).__name__,
                     record.model_dump_json(),
                 )
+        usage_listeners(record)
         log.debug(
             "model call %s purpose=%s status=%s latency_ms=%d tokens=%d/%d",
             self.spec.identity,

@@ -12,7 +12,8 @@ Engine calls run in the bounded pool of ``serving.limits`` (the query path is bl
 event loop keeps serving health checks meanwhile. The MCP server (``serving.mcp_server``) is
 mounted at ``/mcp`` behind the same keys and limits. On SIGTERM uvicorn stops accepting and
 waits ``shutdown_grace_seconds`` for requests in flight; the pool then finishes its calls; a
-request arriving on an open connection meanwhile is 503 (``serving.connections``).
+request arriving on an open connection meanwhile is 503 (``serving.connections``). ``GET
+/metrics`` is Prometheus' view of all of it, for an operator's key (``serving.metrics``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from fastapi import Depends, FastAPI, Header, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -57,9 +58,11 @@ from rag_engine.serving import calls
 from rag_engine.serving.connections import DRAIN_SECONDS, ConnectionGuard, descriptor_budget, guarded_protocol
 from rag_engine.serving.door import MCP_PATHS, Door
 from rag_engine.serving.follow import IndexFollower, query_on, retrieve_on
-from rag_engine.serving.limits import EnginePool, Limiter, bounded, store_gone
+from rag_engine.serving.limits import EnginePool, bounded, store_gone
 from rag_engine.serving.logs import PATH_ONLY
 from rag_engine.serving.mcp_server import build_mcp
+from rag_engine.serving.metrics import Metered, exposition
+from rag_engine.serving.shared_limits import limiter_for
 from rag_engine.serving.wire import bearer, first_line
 
 __version__ = package_version()
@@ -164,7 +167,7 @@ Caller = Annotated[Principal, Depends(current_principal)]
 def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> FastAPI:
     principals = registry or PrincipalRegistry(engine.cfg, engine.root, engine.env)
     limits = engine.cfg.serving.limits
-    limiter, pool = Limiter(limits), EnginePool(limits)
+    limiter, pool = limiter_for(limits, engine.env), EnginePool(limits)
     follower = IndexFollower(engine)
     mcp = build_mcp(engine, principals, limiter, pool, follower=follower)
     mcp_app = mcp.streamable_http_app(
@@ -367,6 +370,14 @@ def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> Fas
         """The roles the key's principal holds and the collections each may read."""
         return calls.readable(engine, caller)
 
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics_endpoint(caller: Caller) -> Response:
+        """Prometheus' text format (``serving.metrics``): operators only, since it names the
+        principals and their traffic; a scraper gets a principal of its own holding the operator role."""
+        caller.require_operator(engine.cfg.serving.operator_role, "read /metrics")
+        body, content_type = exposition()
+        return Response(body, media_type=content_type, headers={"Cache-Control": "no-store"})
+
     app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_path), name="docs-assets")
 
     @app.get("/docs", include_in_schema=False)
@@ -388,6 +399,7 @@ def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> Fas
         body_timeout=limits.body_timeout_seconds,
         refused=refused,
     )
+    app.add_middleware(Metered)  # added last, so outermost: it sees the door's refusals and the principal
     return app
 
 

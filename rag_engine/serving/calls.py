@@ -26,6 +26,7 @@ from rag_engine.graph.cleanup import cleanup_inputs
 from rag_engine.retrieval.candidates import RetrievalResult
 from rag_engine.retrieval.outcome import QueryOutcome
 from rag_engine.retrieval.query import run_query
+from rag_engine.serving.metrics import observe_events
 from rag_engine.store import reads
 from rag_engine.store.session import read_transaction
 
@@ -71,6 +72,7 @@ def retrieve(
     outcome = run_query(
         engine, question, caller.role(role), k=k, generate=False, collections=collections, actor=caller.id
     )
+    observe_events(outcome.events)
     return outcome.retrieval
 
 
@@ -86,7 +88,7 @@ def query(
     generate: bool = True,
     on_retrieved: Callable[[RetrievalResult], None] | None = None,
 ) -> QueryOutcome:
-    return run_query(
+    outcome = run_query(
         engine,
         question,
         caller.role(role),
@@ -97,6 +99,8 @@ def query(
         actor=caller.id,
         on_retrieved=on_retrieved,
     )
+    observe_events(outcome.events)
+    return outcome
 
 
 def passage(engine: Engine, caller: Principal, chunk_id: str, role: str | None) -> Passage | None:

@@ -10,7 +10,8 @@ holds a Neo4j session from the driver's pool and a worker thread); a request wai
 waits within its own timeout. Timeout: a request that has not finished within
 ``request_timeout_seconds`` is answered ``504``; its engine call finishes in its worker (a
 blocking driver call cannot be cancelled) but keeps its pool slot until then, so timeouts never
-grow the number of threads or sessions.
+grow the number of threads or sessions. The rate and concurrency limits are this process's own;
+``serving.shared_limits`` shares them across replicas through Redis.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import TypeVar
 
 from rag_engine.config import ServingLimitsConfig
 from rag_engine.errors import RateLimited, RequestTimeout, StoreUnavailable
+from rag_engine.serving.metrics import POOL_BUSY, POOL_WORKERS
 from rag_engine.store.connection import store_unreachable
 
 T = TypeVar("T")
@@ -98,6 +100,7 @@ class EnginePool:
         self._executor = ThreadPoolExecutor(max_workers=limits.workers, thread_name_prefix="rag-engine")
         self._lock = threading.Lock()
         self.busy = 0
+        POOL_WORKERS.set(limits.workers)
 
     def _counted(self, fn: Callable[[], T]) -> Callable[[], T]:
         context = contextvars.copy_context()
@@ -105,9 +108,11 @@ class EnginePool:
         def call() -> T:
             with self._lock:
                 self.busy += 1
+            POOL_BUSY.inc()
             try:
                 return context.run(fn)
             finally:
+                POOL_BUSY.dec()
                 with self._lock:
                     self.busy -= 1
 

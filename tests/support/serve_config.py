@@ -25,10 +25,13 @@ ROOT = Path(__file__).resolve().parents[2]
 APP_KEY = "SENTINEL-serve-app-key-5b0e1d7c9a3f4e2d8c6b4a29f1e0d3c7"
 ANALYST_KEY = "SENTINEL-serve-analyst-key-a8c6e4f2b0d9c7e5a3f1b9d7c5e3a1f0"
 THROTTLED_KEY = "SENTINEL-serve-throttled-key-3e5c7a9b1d2f4e6a8c0b2d4f6a8c0e2b"
+SCRAPER_KEY = "SENTINEL-serve-scraper-key-6d4b2f0e8c6a4e2c0a8f6d4b2e0c8a6f"
+"""The key a Prometheus scrape sends (``GET /metrics`` needs the operator role)."""
 PRINCIPALS = {
     "svc-app": (["public"], "RAG_TEST_SERVE_APP_KEY_SHA256", APP_KEY),
     "svc-analyst": (["employee", "public"], "RAG_TEST_SERVE_ANALYST_KEY_SHA256", ANALYST_KEY),
     "svc-throttled": (["public"], "RAG_TEST_SERVE_THROTTLED_KEY_SHA256", THROTTLED_KEY),
+    "svc-scraper": (["operator"], "RAG_TEST_SERVE_SCRAPER_KEY_SHA256", SCRAPER_KEY),
 }
 LIMITS = {"requests_per_minute": 60, "burst": 5, "shutdown_grace_seconds": 20}
 SERVED_PACK = "t5e7fed0001"
