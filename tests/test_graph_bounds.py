@@ -53,13 +53,17 @@ def test_config_refuses_a_graph_only_cap_that_fills_the_top_k(tmp_path):
     cap = "  max_candidates: 100\n  max_graph_only_in_top_k: 10\n"
     bad = tmp_path / "bad.yaml"
     bad.write_text(text.replace("  max_candidates: 5\n", cap))
-    with pytest.raises(ConfigError, match="max_graph_only_in_top_k 10 must be below retrieval.final_k 10"):
+    with pytest.raises(ConfigError, match=r"max_graph_only_in_top_k 10 must be below retrieval\.final_k 10"):
         load_config(bad)
     off = tmp_path / "off.yaml"
     off.write_text(text.replace("  max_candidates: 5\n", "  max_candidates: 0\n  max_graph_only_in_top_k: 10\n"))
     assert load_config(off).traversal.max_graph_only_in_top_k == 10
     heavy = tmp_path / "heavy.yaml"
-    heavy.write_text(text.replace("  weights: {graph: 0.5}", "  weights: {graph: 10}").replace("  max_candidates: 5\n", "  max_candidates: 100\n"))
+    heavy.write_text(
+        text.replace("  weights: {graph: 0.5}", "  weights: {graph: 10}").replace(
+            "  max_candidates: 5\n", "  max_candidates: 100\n"
+        )
+    )
     cfg = load_config(heavy)
     assert cfg.retrieval.weights["graph"] == 10 and cfg.traversal.max_graph_only_in_top_k == 2
 

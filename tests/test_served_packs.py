@@ -233,7 +233,10 @@ def test_a_dangling_edge_is_never_traversed_and_is_planned_for_cleanup(engine, f
     assert reached() == {vault, ghost}  # both edges are paths while their evidence is current
     assert cleanup_inputs(engine.driver, engine.database, [unique])["plan"]["dangling_inferred_edges"] == 0
     # the evidence chunk of one edge stops being current, then is deleted outright
-    for change in ("MATCH (c:Chunk {chunk_id: $c}) SET c.active = false", "MATCH (c:Chunk {chunk_id: $c}) DETACH DELETE c"):
+    for change in (
+        "MATCH (c:Chunk {chunk_id: $c}) SET c.active = false",
+        "MATCH (c:Chunk {chunk_id: $c}) DETACH DELETE c",
+    ):
         engine.driver.execute_query(change, c=gone["id"])
         assert reached() == {vault}
         inputs = cleanup_inputs(engine.driver, engine.database, [unique])
