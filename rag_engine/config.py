@@ -541,7 +541,17 @@ class ContextBudgetsConfig(Frozen):
     system: int = Field(512, ge=0)
     documents: int = Field(3000, ge=0)
     conversation: int = Field(1000, ge=0)
+    """Tokens of the caller's earlier turns (``conversation`` of the query routes, `rag query
+    --history`) the answer model sees; the most recent turns that fit are kept, the rest are listed
+    in the context's overflow."""
     tools: int = Field(500, ge=0)
+    """Tokens of tool specs, for callers of ``assemble_context`` that build their own tool-using
+    prompt; the query path calls no tools, so it leaves this category empty."""
+    max_turns: int = Field(50, ge=0, le=1000)
+    """A query's conversation may hold at most this many turns (more is a clear input error, not a
+    silent cut: the budget above decides what the model sees)."""
+    max_turn_chars: int = Field(8000, ge=1)
+    """... each of at most this many characters."""
     answer: int | None = Field(None, ge=16)
     """Sent as max_tokens with every answer call (None: none sent, the server's own limit). A small
     local model may otherwise write until its context is full; an answer cut here fails the schema
