@@ -553,7 +553,17 @@ class ContextBudgetsConfig(Frozen):
     system: int = Field(512, ge=0)
     documents: int = Field(3000, ge=0)
     conversation: int = Field(1000, ge=0)
+    """Tokens of the caller's earlier turns (``conversation`` of the query routes, `rag query
+    --history`) the answer model sees; the most recent turns that fit are kept, the rest are listed
+    in the context's overflow."""
     tools: int = Field(500, ge=0)
+    """Tokens of tool specs, for callers of ``assemble_context`` that build their own tool-using
+    prompt; the query path calls no tools, so it leaves this category empty."""
+    max_turns: int = Field(50, ge=0, le=1000)
+    """A query's conversation may hold at most this many turns (more is a clear input error, not a
+    silent cut: the budget above decides what the model sees)."""
+    max_turn_chars: int = Field(8000, ge=1)
+    """... each of at most this many characters."""
     answer: int | None = Field(None, ge=16)
     """Sent as max_tokens with every answer call (None: none sent, the server's own limit). A small
     local model may otherwise write until its context is full; an answer cut here fails the schema
@@ -745,11 +755,21 @@ class EngineConfig(Frozen):
     @model_validator(mode="after")
     def _graph_stays_bounded(self) -> EngineConfig:
         """The graph's caps must agree: a graph tail longer than the cap on graph-only candidates in
-        the top k could never be honoured, and is refused rather than silently cut."""
+        the top k could never be honoured, and is refused rather than silently cut; a cap of
+        ``final_k`` or more would let the graph fill the whole top k, and is refused while the graph
+        leg can return candidates. Any graph weight is accepted: the cap and the protection of exact
+        hits are applied to the fused order (``graph/quality_bounds.py``), so no weight can break them."""
         if self.retrieval.graph_tail > self.traversal.max_graph_only_in_top_k:
             raise ValueError(
                 f"retrieval.graph_tail {self.retrieval.graph_tail} exceeds traversal.max_graph_only_in_top_k "
                 f"{self.traversal.max_graph_only_in_top_k}: the graph may fill at most that many places of the top k"
+            )
+        graph_on = self.traversal.max_candidates > 0 and self.retrieval.weights.get("graph", 1.0) > 0
+        if graph_on and self.traversal.max_graph_only_in_top_k >= self.retrieval.final_k:
+            raise ValueError(
+                f"traversal.max_graph_only_in_top_k {self.traversal.max_graph_only_in_top_k} must be below "
+                f"retrieval.final_k {self.retrieval.final_k}: a cap of k or more lets graph-only candidates fill "
+                "the whole top k (turn the graph off with traversal.max_candidates: 0 or retrieval.weights.graph: 0)"
             )
         return self
 

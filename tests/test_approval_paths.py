@@ -179,3 +179,49 @@ def _ledger(tmp_path):
         return led.records()
     finally:
         led.dispose()
+
+
+def test_dagster_paid_extraction_binds_the_operator_key_and_the_dry_run_hash(variant, unique, tmp_path):
+    """With principals configured, a Dagster run of paid extraction above the limit is refused for
+    a typed name with no key, for the key without the dry run's hash and for the key with another
+    hash, each before any model call; the key with the hash runs it, approved in the key's
+    principal's name (``approval_granted``, the run id kept)."""
+    from tests.test_dagster_automation import RANGE, Automation, _calls, _ingest_new_documents_paid, _priced_chat
+
+    ops_file = tmp_path / "ops.sha256"
+    ops_file.write_text(_sha(OPS_KEY) + "\n")
+    key_file = tmp_path / "ops.key"
+    key_file.write_text(OPS_KEY + "\n")
+    defs = build_definitions(variant("paid-principals", edit=lambda t: _principals(ops_file)(_priced_chat(t))))
+    auto = Automation(unique)
+    _ingest_new_documents_paid(auto, defs)  # free steps ran; extraction awaits approval
+    key = dg.AssetKey([unique, "llm_extraction"])
+    parts = list(auto.instance.get_dynamic_partitions(auto.parts))
+    job = defs.resolve_implicit_global_asset_job_def().get_subset(asset_selection={key})
+    tags = {RANGE[0]: parts[0], RANGE[1]: parts[-1]}
+    trail = audit_trail(defs.resources["rag"].engine())
+
+    def run(config: dict | None):
+        run_config = {"ops": {f"{unique}__llm_extraction": {"config": config}}} if config else None
+        return job.execute_in_process(instance=auto.instance, raise_on_error=False, tags=tags, run_config=run_config)
+
+    calls = _calls(defs)
+    dry = run(None)  # the refusal is the dry run: it names the hash an approval must bind
+    assert not dry.success
+    failure = next(e for e in dry.all_events if e.is_step_failure).event_specific_data.user_failure_data
+    digest = failure.metadata["inputs_hash"].value
+    assert len(digest) == 64
+    for config, error in (
+        ({"approved_by": "ops", "reason": "r", "inputs_hash": digest}, "Unauthenticated"),  # typed, no key
+        ({"reason": "r", "key_file": str(key_file)}, "awaiting approval"),  # the key, no dry-run hash: none
+        ({"reason": "r", "inputs_hash": "0" * 64, "key_file": str(key_file)}, "binds inputs 000000000000"),  # another
+    ):
+        refused = run(config)
+        assert not refused.success and error in _failure(refused), (config.keys(), _failure(refused))
+        assert _calls(defs) == calls  # refused before any model call
+    done = run({"reason": "new policy documents", "inputs_hash": digest, "key_file": str(key_file)})
+    assert done.success, _failure(done)
+    assert _calls(defs) > calls
+    (granted,) = [r for r in trail.records(event="approval_granted") if r.payload.get("run_id") == done.run_id]
+    assert granted.actor == "ops-1" and granted.payload["action"] == "paid_automation"
+    assert granted.payload["inputs_hash"] == digest and OPS_KEY not in str(granted.payload)

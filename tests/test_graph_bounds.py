@@ -46,6 +46,28 @@ def test_config_refuses_a_graph_tail_beyond_the_cap(tmp_path):
         load_config(bad)
 
 
+def test_config_refuses_a_graph_only_cap_that_fills_the_top_k(tmp_path):
+    """A cap of final_k or more lets graph-only candidates take every place of the top k: refused
+    while the graph leg can return candidates, accepted when it is off; any weight is accepted."""
+    text = (ROOT / "config" / "engine.yaml").read_text()
+    cap = "  max_candidates: 100\n  max_graph_only_in_top_k: 10\n"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace("  max_candidates: 5\n", cap))
+    with pytest.raises(ConfigError, match=r"max_graph_only_in_top_k 10 must be below retrieval\.final_k 10"):
+        load_config(bad)
+    off = tmp_path / "off.yaml"
+    off.write_text(text.replace("  max_candidates: 5\n", "  max_candidates: 0\n  max_graph_only_in_top_k: 10\n"))
+    assert load_config(off).traversal.max_graph_only_in_top_k == 10
+    heavy = tmp_path / "heavy.yaml"
+    heavy.write_text(
+        text.replace("  weights: {graph: 0.5}", "  weights: {graph: 10}").replace(
+            "  max_candidates: 5\n", "  max_candidates: 100\n"
+        )
+    )
+    cfg = load_config(heavy)
+    assert cfg.retrieval.weights["graph"] == 10 and cfg.traversal.max_graph_only_in_top_k == 2
+
+
 def test_at_graph_weight_10_the_graph_never_takes_over(base_config, tmp_path, neo4j_driver):
     from tests.conftest import _embed_env, _neo4j_uri
 
@@ -101,6 +123,50 @@ def test_the_query_audit_record_keeps_the_plan_and_each_graph_path(base_config, 
         assert {c["chunk_id"]: c["path_score"] for c in graph} == {
             c.chunk_id: c.path_score for c in out.retrieval.candidates if c.path_score is not None
         }
+    finally:
+        seed_comparison.remove_fixture(engine, pack.name)
+        engine.close()
+        base.close()
+
+
+def test_an_exact_hit_is_never_pushed_down_by_the_graph_at_any_weight(base_config, tmp_path, neo4j_driver):
+    """The measured take-over: at graph weight 10 with max_candidates 100, graph-plus-text
+    candidates moved an exact hit from rank 1 to 5. On a real store, the graph's question naming
+    another document (POL-960, which the graph does not reach): for every weight from 0 to 1000 the
+    exact hit ranks no lower than without the graph, nothing the graph contributed to ranks above
+    it, and graph-only candidates stay within the cap."""
+    from tests.conftest import _embed_env, _neo4j_uri
+
+    base = Engine(base_config, ROOT, {"NEO4J_URI": _neo4j_uri(), **_embed_env()})
+    engine, pack = seed_comparison.fixture_engine(base, tmp_path / "seed")
+    question = f"{seed_comparison.QUESTION} (POL-960)"
+    try:
+        ingest_pack(engine, pack)
+        ranks = {}
+        for weight in (0.0, 1.0, 10.0, 1000.0):
+            cfg = engine.cfg.model_copy(
+                update={
+                    "roles": {"employee": ("kb_internal",)},
+                    "retrieval": engine.cfg.retrieval.model_copy(update={"weights": {"graph": weight}}),
+                    "traversal": engine.cfg.traversal.model_copy(update={"max_candidates": 100}),
+                }
+            )
+            eng = Engine(cfg, engine.root, engine.env, packs=[pack])
+            try:
+                result = retrieve(eng, question, "employee", k=10)
+            finally:
+                eng.close()
+            ranked = result.candidates
+            shown = [(c.anchor, c.sources, c.exact) for c in ranked]
+            assert result.plan["reason"] == "traverse"
+            (exact,) = [i for i, c in enumerate(ranked) if c.exact]
+            assert ranked[exact].doc_id == "system-00", shown
+            ranks[weight] = exact
+            assert not any("graph" in c.sources for c in ranked[:exact]), (weight, shown)
+            assert sum(1 for c in ranked if c.sources == ("graph",)) <= cfg.traversal.max_graph_only_in_top_k
+            if weight >= 10:
+                assert any("graph" in c.sources for c in ranked), (weight, shown)  # the graph did take part
+        assert all(rank <= ranks[0.0] for rank in ranks.values()), ranks
     finally:
         seed_comparison.remove_fixture(engine, pack.name)
         engine.close()

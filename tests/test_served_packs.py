@@ -184,3 +184,64 @@ def test_a_replayed_cleanup_hash_is_refused_after_the_plan_changed_with_the_same
         run_cleanup(engine.driver, engine.database, [unique], approval, run_id="t")
     left = engine.driver.execute_query("MATCH (e:Entity {entity_id: $id}) RETURN count(e) AS n", id=f"{unique}:second")
     assert left.records[0]["n"] == 1
+
+
+def test_a_dangling_edge_is_never_traversed_and_is_planned_for_cleanup(engine, fixture_pack, unique):
+    """An edge with full provenance whose evidence chunk is no longer current (inactive, then
+    deleted) is not a path: traversal skips it and cleanup plans its removal as dangling."""
+    rows = engine.driver.execute_query(
+        "MATCH (c:Chunk {pack: $p}) WHERE c.active RETURN c.chunk_id AS id, c.doc_version AS v, c.doc_id AS d "
+        "ORDER BY id",
+        p=unique,
+    ).records
+    kept, gone = rows[0], rows[1]
+    resolver = EntityResolver(unique, {})
+    laptop, vault, ghost = (resolver.entity_id(n) for n in ("laptop", "vault", "ghost"))
+
+    def entity(eid: str, name: str) -> dict[str, object]:
+        return {
+            "entity_id": eid,
+            "name": name,
+            "normalized_name": name,
+            "type": "system",
+            "description": "",
+            "provenance": _prov(kept["id"], kept["v"], kept["d"]),
+        }
+
+    def edge(target: str, chunk) -> dict[str, object]:
+        return {
+            "source_id": laptop,
+            "target_id": target,
+            "type": "depends_on",
+            "description": "",
+            "confidence": 0.9,
+            "retrieval_eligible": True,
+            "provenance": _prov(chunk["id"], chunk["v"], chunk["d"]),
+        }
+
+    record = {
+        "entities": [entity(laptop, "laptop"), entity(vault, "vault"), entity(ghost, "ghost")],
+        "relationships": [edge(vault, kept), edge(ghost, gone)],
+    }
+    writer.write_inferred(engine.driver, engine.database, pack=unique, doc_id=kept["d"], records=[record])
+    cfg = engine.cfg.traversal
+
+    def reached() -> set[str]:
+        with read_transaction(engine.driver, engine.database, packs=[unique]) as rx:
+            return {h.to_id for p in traverse(rx, [(laptop, "laptop")], cfg, ("kb_internal",)) for h in p.hops}
+
+    assert reached() == {vault, ghost}  # both edges are paths while their evidence is current
+    assert cleanup_inputs(engine.driver, engine.database, [unique])["plan"]["dangling_inferred_edges"] == 0
+    # the evidence chunk of one edge stops being current, then is deleted outright
+    for change in (
+        "MATCH (c:Chunk {chunk_id: $c}) SET c.active = false",
+        "MATCH (c:Chunk {chunk_id: $c}) DETACH DELETE c",
+    ):
+        engine.driver.execute_query(change, c=gone["id"])
+        assert reached() == {vault}
+        inputs = cleanup_inputs(engine.driver, engine.database, [unique])
+        assert inputs["plan"]["dangling_inferred_edges"] == 1, inputs["plan"]
+    approval = approvals.Approval.grant(approvals.GRAPH_CLEANUP, inputs, approved_by="local:t", reason="test")
+    removed = run_cleanup(engine.driver, engine.database, [unique], approval, run_id="t")["removed"]
+    assert removed["dangling_inferred_edges"] == 1
+    assert reached() == {vault}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from enum import Enum
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -179,16 +180,27 @@ def query(
             help="Only these collections (repeatable); ones the role may not read are blocked and audited.",
         ),
     ] = None,
+    history: Annotated[
+        Path | None,
+        typer.Option(
+            "--history",
+            help="A JSON file holding the earlier turns of the chat, oldest first: "
+            '[{"role": "user" | "assistant", "content": "..."}]; the answer model sees the most recent '
+            "within context.conversation tokens.",
+        ),
+    ] = None,
     json: JsonOpt = False,
 ) -> None:
     """Retrieve ranked, cited chunks for a question and answer it; shows plan, candidates, expansions, answer."""
     from rag_engine.governance.audit import check_session_id
     from rag_engine.governance.policy import gate
+    from rag_engine.retrieval.conversation import from_file
     from rag_engine.retrieval.query import run_query
 
     use_json(ctx, json)
     check_session_id(session)  # bad input before any store or model is touched
     eng = engine(ctx)
+    conversation = from_file(history, eng.cfg.context) if history is not None else None
     principal = auth.query_principal(ctx, eng)  # a key given: its principal asks, within its roles
     if principal is not None:
         role = principal.role(role)
@@ -207,6 +219,7 @@ def query(
         generate=not no_generate,
         session_id=session,
         collections=collection or None,
+        conversation=conversation,
         actor=principal.id if principal is not None else None,
     )
     if json:

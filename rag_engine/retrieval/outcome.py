@@ -117,6 +117,11 @@ class QueryAudit:
             ],
             "plan": {k: (retrieval.plan or {}).get(k) for k in ("traverse", "reason")} if retrieval.plan else None,
             "expansions": [c.chunk_id for c in retrieval.expansions],
+            # how much of the caller's conversation the answer model saw (counts, never the text)
+            "conversation": {
+                "kept": len(outcome.context.conversation),
+                "overflow": sum(1 for o in outcome.context.overflow if o.category == "conversation"),
+            },
             "cited": list(answer.citations),
             "answer": {
                 "kind": _answer_kind(answer),

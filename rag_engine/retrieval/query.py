@@ -9,7 +9,7 @@ paths and the citations.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rag_engine.engine import Engine
@@ -19,6 +19,7 @@ from rag_engine.retrieval.abstain import abstain_model, decision_features, unhel
 from rag_engine.retrieval.answer import ExtractiveLimits, Reason, answer_question, extractive_answer, insufficient
 from rag_engine.retrieval.candidates import Candidate, RetrievalResult
 from rag_engine.retrieval.context import AssembledContext, assemble_context
+from rag_engine.retrieval.conversation import Turn, turns
 from rag_engine.retrieval.evidence import AliasGroups, evidence_coverage
 from rag_engine.retrieval.local_inference import expand_query
 from rag_engine.retrieval.local_inference import rerank as model_rerank
@@ -109,7 +110,7 @@ def run_query(
     k: int | None = None,
     generate: bool = True,
     local_inference: bool = True,
-    conversation: list[dict[str, Any]] | None = None,
+    conversation: Sequence[Turn | dict[str, Any]] | None = None,
     run_id: str | None = None,
     weights: dict[str, float] | None = None,
     session_id: str | None = None,
@@ -126,7 +127,11 @@ def run_query(
     ``actor``: the authenticated principal asking (the query service, `rag query` with a key),
     recorded in every audit record of the query and every usage record of its model calls.
     ``on_retrieved``: called with the ranked candidates as soon as they are known, before the
-    answer is generated (the query service streams them first)."""
+    answer is generated (the query service streams them first).
+    ``conversation``: the earlier turns of a chat (``retrieval.conversation``: checked before
+    anything runs, a QueryInputError if malformed or too long), budgeted by ``context.conversation``
+    for the answer model."""
+    history = turns(conversation, engine.cfg.context)
     with acting_as(actor):  # the actor of every model call below: expansion, embedding, rerank, generation
         return _run_query(
             engine,
@@ -136,7 +141,7 @@ def run_query(
             k=k,
             generate=generate,
             local_inference=local_inference,
-            conversation=conversation,
+            conversation=history,
             weights=weights,
             session_id=session_id,
             collections=collections,
@@ -154,7 +159,7 @@ def _run_query(
     k: int | None,
     generate: bool,
     local_inference: bool,
-    conversation: list[dict[str, Any]] | None,
+    conversation: list[Turn],
     weights: dict[str, float] | None,
     session_id: str | None,
     collections: list[str] | None,
@@ -194,7 +199,7 @@ def _run_query(
         [*candidates, *result.expansions],
         budgets=engine.cfg.context,
         system_prompt=SYSTEM_PROMPT,
-        conversation=conversation or (),
+        conversation=[t.model_dump() for t in conversation],
     )
     aliases = alias_groups(engine, result.collections)
     coverage = evidence_coverage(question, context.documents, aliases)

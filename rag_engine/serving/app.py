@@ -53,6 +53,7 @@ from rag_engine.errors import (
 from rag_engine.governance.audit import AuditRecord, audit_trail
 from rag_engine.governance.principals import Principal, PrincipalRegistry
 from rag_engine.retrieval.candidates import RetrievalResult
+from rag_engine.retrieval.conversation import Turn
 from rag_engine.retrieval.outcome import QueryOutcome
 from rag_engine.serving import calls
 from rag_engine.serving.connections import DRAIN_SECONDS, ConnectionGuard, descriptor_budget, guarded_protocol
@@ -100,6 +101,10 @@ class QueryRequest(RetrieveRequest):
     session_id: str | None = None
     generate: bool = True
     """False: the extractive answer (the top passages), no generation call."""
+    conversation: list[Turn] | None = None
+    """The earlier turns of a chat, oldest first: ``{"role": "user" | "assistant", "content": ...}``
+    (422 for another shape; 400 past ``context.max_turns`` or ``context.max_turn_chars``). The
+    answer model sees the most recent turns within the ``context.conversation`` budget."""
 
 
 class PassageRequest(BaseModel):
@@ -292,6 +297,7 @@ def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> Fas
                     collections=body.collections,
                     session_id=body.session_id,
                     generate=body.generate,
+                    conversation=body.conversation,
                 ),
             ),
         )
@@ -328,6 +334,7 @@ def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> Fas
                     collections=body.collections,
                     session_id=body.session_id,
                     generate=body.generate,
+                    conversation=body.conversation,
                     on_retrieved=publish,
                 ),
             )

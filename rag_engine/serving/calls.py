@@ -24,6 +24,7 @@ from rag_engine.governance.policy import gate
 from rag_engine.governance.principals import Principal
 from rag_engine.graph.cleanup import cleanup_inputs
 from rag_engine.retrieval.candidates import RetrievalResult
+from rag_engine.retrieval.conversation import Turn
 from rag_engine.retrieval.outcome import QueryOutcome
 from rag_engine.retrieval.query import run_query
 from rag_engine.serving.metrics import observe_events
@@ -86,8 +87,11 @@ def query(
     collections: list[str] | None = None,
     session_id: str | None = None,
     generate: bool = True,
+    conversation: list[Turn] | list[dict[str, Any]] | None = None,
     on_retrieved: Callable[[RetrievalResult], None] | None = None,
 ) -> QueryOutcome:
+    """A cited answer; ``conversation``: the earlier turns of a chat, checked and budgeted by the
+    engine (``retrieval.conversation``)."""
     outcome = run_query(
         engine,
         question,
@@ -96,6 +100,7 @@ def query(
         generate=generate,
         session_id=session_id,
         collections=collections,
+        conversation=conversation,
         actor=caller.id,
         on_retrieved=on_retrieved,
     )

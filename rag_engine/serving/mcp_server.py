@@ -31,7 +31,7 @@ from rag_engine.errors import Forbidden, PolicyError, QueryInputError, RagError,
 from rag_engine.governance.audit import AuditRecord, audit_trail
 from rag_engine.governance.principals import Principal, PrincipalRegistry
 from rag_engine.serving import calls
-from rag_engine.serving.follow import UNAVAILABLE, IndexFollower, retrieve_on
+from rag_engine.serving.follow import UNAVAILABLE, IndexFollower, query_on, retrieve_on
 from rag_engine.serving.limits import EnginePool, Limiter, bounded
 from rag_engine.serving.wire import bearer, first_line
 
@@ -134,6 +134,44 @@ def build_mcp(
                 for c in result.candidates
             ],
             "events": [e for e in result.events if e.get("event") in ("collections_blocked", UNAVAILABLE)],
+        }
+
+    @server.tool(annotations=READ_ONLY)
+    async def ask(
+        question: str,
+        ctx: Context,
+        conversation: list[dict[str, Any]] | None = None,
+        k: int = 8,
+        collections: list[str] | None = None,
+        role: str | None = None,
+        generate: bool = True,
+    ) -> dict[str, Any]:
+        """A cited answer to a question (or "insufficient evidence"), with the passages it cites.
+        `conversation`: the earlier turns of the chat, oldest first, each {"role": "user" or
+        "assistant", "content": text}; the answer model sees the most recent ones within the
+        conversation budget (`conversation_kept`, `conversation_overflow`). `generate: false`
+        answers extractively (no model call)."""
+        who = caller(ctx, "ask")
+        outcome = await run(
+            who,
+            "ask",
+            lambda: query_on(
+                follow,
+                lambda e: calls.query(
+                    e, who, question, role, k=k, collections=collections, generate=generate, conversation=conversation
+                ),
+            ),
+        )
+        answer = outcome.answer
+        return {
+            "role": outcome.retrieval.role,
+            "answer": answer.text,
+            "insufficient_evidence": answer.insufficient_evidence,
+            "citations": list(answer.citations),
+            "method": answer.method,
+            "conversation_kept": len(outcome.context.conversation),
+            "conversation_overflow": [o.item_id for o in outcome.context.overflow if o.category == "conversation"],
+            "events": [e for e in outcome.events if e.get("event") in ("collections_blocked", UNAVAILABLE)],
         }
 
     @server.tool(annotations=READ_ONLY)
