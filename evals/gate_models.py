@@ -185,6 +185,9 @@ class GateResult(_Frozen):
     resources: dict[str, ResourceCheck] = {}
     """cost_per_query, tokens_per_query, latency_ratio when gated."""
     audit: GateAudit | None = None
+    recorded_by: str | None = None
+    """Who judged: None for ``python -m evals.gates`` (``make eval-gate``); the Dagster check and
+    its run (``dagster eval_report:eval_gate, run <id>``) when it wrote ``evals.reports_dir/gate.json``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

@@ -206,7 +206,12 @@ def require_paid_approval(
     partitions = sorted(context.partition_keys) if partitioned else []
     inputs = paid_inputs(context.asset_key.to_user_string(), partitions, estimate)
     approval, actor = run_approval(
-        engine, config, action=PAID_AUTOMATION, run_id=context.run.run_id, command=f"paid run of {inputs['asset']}"
+        engine,
+        config,
+        action=PAID_AUTOMATION,
+        run_id=context.run.run_id,
+        command=f"paid run of {inputs['asset']}",
+        tags=context.run.tags,
     )
     context.log.info(
         "paid work above automation.max_auto_cost_usd (estimate %s USD, %s calls of %s): %s",
@@ -215,7 +220,7 @@ def require_paid_approval(
         estimate["model"],
         f"approved by {approval.approved_by}" if approval else "needs approved_by and reason in the run config",
     )
-    require(approval, PAID_AUTOMATION, inputs, audit=audit_trail(engine), actor=actor)
+    require(approval, PAID_AUTOMATION, inputs, audit=audit_trail(engine), actor=actor, run_id=context.run.run_id)
 
 
 # -- conditions ---------------------------------------------------------------------------------

@@ -64,3 +64,32 @@ def acting_as(actor: str | None) -> Iterator[None]:
         yield
     finally:
         _ACTOR.reset(token)
+
+
+COST_PLACES = Decimal("0.000001")
+"""Costs are shown to a person to the micro-dollar; the exact sum stays in the ledger and in
+metadata beside the shown figure (``*_exact``)."""
+
+
+def shown_cost(value: Decimal | float | str | None) -> str | None:
+    """A cost as a person reads it: at most six decimals, trailing zeros dropped (``0.129200000004``
+    -> ``0.1292``), never an exponent; a non-zero cost too small for that is ``<0.000001``, never 0.
+    None (unknown) stays None."""
+    if value is None:
+        return None
+    exact = Decimal(str(value)) if isinstance(value, float) else Decimal(value)
+    rounded = exact.quantize(COST_PLACES)
+    if rounded == 0 and exact != 0:
+        return "<0.000001" if exact > 0 else "-<0.000001"
+    text = format(rounded.normalize(), "f")
+    return "0" if text in ("-0", "0") else text
+
+
+def rounded_cost(value: Decimal | float | str | None) -> float | None:
+    """``shown_cost`` as a number (a UI column of floats): six decimals, a tiny non-zero cost kept
+    as it is rather than shown as 0."""
+    if value is None:
+        return None
+    exact = Decimal(str(value)) if isinstance(value, float) else Decimal(value)
+    rounded = exact.quantize(COST_PLACES)
+    return float(exact) if rounded == 0 and exact != 0 else float(rounded)
