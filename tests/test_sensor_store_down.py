@@ -75,3 +75,28 @@ def test_a_bug_in_a_sensor_keeps_its_traceback(variant, unique, monkeypatch):
     defs = build_definitions(variant("bug"))
     with pytest.raises(Exception, match="a bug"):
         _tick(defs, f"{unique}__new_document_versions")
+
+
+def test_the_automation_sensor_holds_paid_work_in_one_line_when_the_store_is_down(variant, unique, monkeypatch):
+    """``rag_automation``'s cost condition estimates extraction from the extraction runs in Neo4j: with
+    the store stopped the estimate is one warning line within the probe's bound and the paid work is
+    held, not a driver traceback failing the automation tick after half a minute."""
+    from rag_assets.automation import estimate_or_hold
+
+    monkeypatch.setenv("NEO4J_URI", f"bolt://127.0.0.1:{_closed_port()}")
+    defs = build_definitions(variant("down-automation"))
+    engine = defs.resources["rag"].engine()
+
+    class Log:
+        lines: list[str] = []
+
+        def warning(self, msg: str, *args: object) -> None:
+            self.lines.append(msg % args)
+
+    log = Log()
+    started = time.perf_counter()
+    estimate = estimate_or_hold(engine, "extraction", dg.AssetKey([unique, "llm_extraction"]), ["a--1"], log)
+    assert estimate is None and time.perf_counter() - started < PROBE_TIMEOUT_S + 3
+    (line,) = log.lines
+    assert "\n" not in line and line.startswith(f"{unique}/llm_extraction: the store is unavailable: ")
+    assert line.endswith("held, not estimated (the next tick tries again)")
