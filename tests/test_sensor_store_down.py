@@ -88,7 +88,8 @@ def test_the_automation_sensor_holds_paid_work_in_one_line_when_the_store_is_dow
     engine = defs.resources["rag"].engine()
 
     class Log:
-        lines: list[str] = []
+        def __init__(self) -> None:
+            self.lines: list[str] = []
 
         def warning(self, msg: str, *args: object) -> None:
             self.lines.append(msg % args)

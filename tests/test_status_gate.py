@@ -113,3 +113,16 @@ def test_config_check_probes_the_store(neo4j_driver):
     assert res.exit_code == 0, res.stdout + res.stderr
     assert "config check: ok" in res.stdout
     assert any(line.split()[1:4] == ["store", "│", "reachable"] for line in res.stdout.splitlines()), res.stdout
+
+
+def test_status_without_the_ledger_still_shows_the_rest(tmp_path):
+    config = _config(tmp_path)
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "gate.json").write_text(json.dumps({"status": "pass", "exit_code": 0, "reasons": []}))
+    url = f"postgresql+psycopg2://postgres:sekrit@127.0.0.1:{_closed_port()}/rag_ledger"
+    env = {"NEO4J_URI": f"bolt://127.0.0.1:{_closed_port()}", "RAG_LEDGER_URL": url}
+    res = rag("--config", str(config), "status", "--json", env=env)
+    data = json.loads(res.stdout)
+    assert res.exit_code == 2 and data["spend"]["models"] == []
+    assert data["spend"]["error"].startswith("LedgerUnavailable: ") and "sekrit" not in res.stdout
+    assert data["eval_gate"]["status"] == "pass"

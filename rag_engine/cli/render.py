@@ -302,7 +302,7 @@ def status(console: Console, s: dict[str, Any]) -> None:
     p(q if s["quality"] is not None else "graph quality: unknown (the store is unreachable)")
     gate = s["eval_gate"]
     if gate is None:
-        p("eval gate: none yet (run `make eval-gate`)")
+        p("eval gate: none yet (run `make eval-gate`, or eval_report and its eval_gate check in Dagster)")
     else:
         colour = "green" if gate["status"] in ("pass", "accepted") else "red"
         p(
@@ -326,7 +326,10 @@ def status(console: Console, s: dict[str, Any]) -> None:
             _cost(row["all"]),
             str(row["all"]["unknown_cost_calls"]),
         )
-    p(spend if s["spend"]["models"] else "spend: no usage recorded")
+    if s["spend"].get("error"):
+        p(escape(f"spend: unavailable: {s['spend']['error']}"), style="red")
+    else:
+        p(spend if s["spend"]["models"] else "spend: no usage recorded")
     auto = s["automation"]
     if auto is None:
         p(

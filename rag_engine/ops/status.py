@@ -27,7 +27,7 @@ import neo4j
 
 from rag_engine.config import config_hash
 from rag_engine.engine import Engine
-from rag_engine.errors import StoreUnavailable
+from rag_engine.errors import LedgerUnavailable, StoreUnavailable
 from rag_engine.graph.quality import quality_report
 from rag_engine.graph.schema import EMBEDDING_PROPERTY, current_embedder
 from rag_engine.ingest.documents import discover
@@ -242,6 +242,15 @@ def _spend(engine: Engine) -> dict[str, Any]:
     return {"models": sorted(out.values(), key=lambda r: r["model"])}
 
 
+def _spend_or_why(engine: Engine) -> dict[str, Any]:
+    """``_spend``, or no rows and the one line saying why when the ledger database cannot be reached
+    (the rest of the status does not depend on it)."""
+    try:
+        return _spend(engine)
+    except LedgerUnavailable as exc:
+        return {"models": [], "error": f"{type(exc).__name__}: {exc}"}
+
+
 DEFAULT_DAGSTER_HOME = Path("var") / "dagster_home"
 """Where `make demo` / `make dev` keep the Dagster instance (the Makefile's DAGSTER_HOME), under
 the project root: `rag status` reads it when DAGSTER_HOME is not set in the caller's shell."""
@@ -336,6 +345,6 @@ def collect_status(engine: Engine, env: Mapping[str, str] | None = None) -> dict
         "broken_packs": {name: f"{type(exc).__name__}: {exc}" for name, exc in sorted(engine.broken_packs.items())},
         "quality": store["quality"] if store else None,
         "eval_gate": _gate(engine),
-        "spend": _spend(engine),
+        "spend": _spend_or_why(engine),
         "automation": _automation(env, Path(engine.root)),
     }
