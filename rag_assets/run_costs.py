@@ -4,7 +4,7 @@ Every metered model call is a usage ledger record carrying the run id it was mad
 (``rag_engine.providers.ledger``). An asset that calls models ends with
 ``tag_run_costs(context, engine)``: the ledger records of its run are summed and set as the
 run's tags, so an operator sees each run's cost and tokens in the Runs list and can filter on
-them. Tags are strings; the cost is the sum of the recorded costs, shown to the micro-dollar in
+them. Tags are strings; the cost is the sum of the recorded costs, shown rounded in
 ``rag/cost_usd`` (``0.1292``, not ``0.129200000004``) and exact in ``rag/cost_usd_exact``, or
 "unknown" in both when any call of the run has no known cost (a partial sum would pass for the
 whole). Called again later in the same run (another asset), the tags are replaced by the newer,

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -66,30 +66,29 @@ def acting_as(actor: str | None) -> Iterator[None]:
         _ACTOR.reset(token)
 
 
-COST_PLACES = Decimal("0.000001")
-"""Costs are shown to a person to the micro-dollar; the exact sum stays in the ledger and in
-metadata beside the shown figure (``*_exact``)."""
+COST_DIGITS = 6
+"""Costs are shown to a person with six significant digits, and never fewer than six decimals (the
+micro-dollar): ``0.129200000004`` is ``0.1292``, a query's ``0.0004225`` stays ``0.0004225``. The
+exact sum stays in the ledger and beside the shown figure (``*_exact``, ``rag costs --json``)."""
+
+
+def _rounded(value: Decimal | float | str) -> Decimal:
+    exact = Decimal(str(value)) if isinstance(value, float) else Decimal(value)
+    if exact == 0:
+        return Decimal(0)
+    places = max(COST_DIGITS, COST_DIGITS - 1 - exact.adjusted())
+    return exact.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
 
 
 def shown_cost(value: Decimal | float | str | None) -> str | None:
-    """A cost as a person reads it: at most six decimals, trailing zeros dropped (``0.129200000004``
-    -> ``0.1292``), never an exponent; a non-zero cost too small for that is ``<0.000001``, never 0.
+    """A cost as a person reads it (``COST_DIGITS``), trailing zeros dropped, never an exponent;
     None (unknown) stays None."""
     if value is None:
         return None
-    exact = Decimal(str(value)) if isinstance(value, float) else Decimal(value)
-    rounded = exact.quantize(COST_PLACES)
-    if rounded == 0 and exact != 0:
-        return "<0.000001" if exact > 0 else "-<0.000001"
-    text = format(rounded.normalize(), "f")
+    text = format(_rounded(value).normalize(), "f")
     return "0" if text in ("-0", "0") else text
 
 
 def rounded_cost(value: Decimal | float | str | None) -> float | None:
-    """``shown_cost`` as a number (a UI column of floats): six decimals, a tiny non-zero cost kept
-    as it is rather than shown as 0."""
-    if value is None:
-        return None
-    exact = Decimal(str(value)) if isinstance(value, float) else Decimal(value)
-    rounded = exact.quantize(COST_PLACES)
-    return float(exact) if rounded == 0 and exact != 0 else float(rounded)
+    """``shown_cost`` as a number, for a UI column of floats."""
+    return None if value is None else float(_rounded(value))

@@ -23,7 +23,9 @@ from tests.conftest import ROOT
 def test_costs_are_shown_to_the_micro_dollar_and_kept_exact():
     assert shown_cost(Decimal("0.129200000004")) == "0.1292" and shown_cost(0.129200000004) == "0.1292"
     assert shown_cost(Decimal("0E-12")) == "0" and shown_cost(None) is None
-    assert shown_cost(Decimal("0.0000004")) == "<0.000001"  # never 0 for a cost that is not 0
+    assert shown_cost(Decimal("0.0000004")) == "0.0000004"  # never 0 for a cost that is not 0, no exponent
+    assert shown_cost(Decimal("0.00042250000001")) == "0.0004225"  # a query's cost keeps its digits
+    assert shown_cost(Decimal("12345.6789014")) == "12345.678901"  # never fewer than six decimals
     assert rounded_cost("0.129200000004") == 0.1292 and rounded_cost(Decimal("4E-7")) == 4e-7
 
     records = [

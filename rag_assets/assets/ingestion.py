@@ -63,7 +63,7 @@ def partition_metadata(step: str, outcome: str, figures: dict[str, Any], seconds
         v = _scalar(value)
         if v is not None:
             meta[key] = rounded_cost(v) if key.endswith("cost_usd") else v
-            if key.endswith("cost_usd"):  # shown to the micro-dollar, and exact beside it
+            if key.endswith("cost_usd"):  # shown rounded, and exact beside it
                 meta[f"{key}_exact"] = str(v)
     if step == "graph_writes":
         meta["edges"] = int(figures.get("resolved", 0)) + int(figures.get("relationships", 0))

@@ -37,7 +37,7 @@ def usage_costs(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.Ma
     meta: dict[str, Any] = {
         "calls": sum(s.calls for s in table.spend),
         "unknown_cost_calls": sum(s.unknown_cost_calls for s in table.spend),
-        "known_cost_usd": rounded_cost(sum(known, Decimal(0))),  # to the micro-dollar; exact: `rag costs`
+        "known_cost_usd": rounded_cost(sum(known, Decimal(0))),  # shown rounded; exact: `rag costs --json`
         "summary": spend_table(table.spend),
         "by_model": dg.MetadataValue.table(
             [_record(r) for r in table.rows], schema=dg.TableSchema(columns=[dg.TableColumn(n, t) for n, t in BY_MODEL])
@@ -106,7 +106,7 @@ BY_MODEL = (
 
 
 def _float(value: Decimal | None) -> float | None:
-    """A cost for a table cell: to the micro-dollar (``rag costs --json`` has the exact sums)."""
+    """A cost for a table cell: rounded (``usage.shown_cost``; ``rag costs --json`` has the exact sums)."""
     return rounded_cost(value)
 
 

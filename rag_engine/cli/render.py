@@ -246,7 +246,7 @@ def counts(console: Console, title: str, data: dict[str, Any]) -> None:
 def _cost(window: dict[str, Any]) -> str:
     """A spend cell: the total, or "unknown" (with the known part) when a call's cost is unknown."""
     if window["cost"] is not None:
-        return shown_cost(window["cost"]) or "0"  # to the micro-dollar; --json has the exact sum
+        return shown_cost(window["cost"]) or "0"  # rounded (usage.shown_cost); --json has the exact sum
     known = window.get("known_cost", "0")
     return "unknown" if Decimal(known) == 0 else f"unknown (>= {shown_cost(known)})"
 
