@@ -206,6 +206,9 @@ class GateResult(_Frozen):
     """Per pack (``<pack>``, judged) and per pack and split (``<pack>@<split>``, shown): the
     same paired comparison as ``metrics`` on that group's queries alone."""
     audit: GateAudit | None = None
+    recorded_by: str | None = None
+    """Who judged: None for ``python -m evals.gates`` (``make eval-gate``); the Dagster check and
+    its run (``dagster eval_report:eval_gate, run <id>``) when it wrote ``evals.reports_dir/gate.json``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

@@ -19,15 +19,15 @@ from typing import Any
 import dagster as dg
 
 from rag_assets.automation import extraction_estimate, paid_inputs, within_limit
+from rag_assets.failures import skip_reason
 from rag_assets.partitions import document_versions, partitions_name
 from rag_assets.resources import EngineResource
 from rag_engine.engine import Engine
-from rag_engine.errors import RagError
 from rag_engine.governance.approvals import inputs_hash
 from rag_engine.ingest.code_versions import code_versions
 from rag_engine.ingest.stamps import read_stamps
 from rag_engine.packs import DomainPack
-from rag_engine.store.connection import store_unreachable
+from rag_engine.store.connection import probe_store
 
 CHECK = "approval_status"
 DESCRIPTION = (
@@ -129,20 +129,21 @@ def build_approval_sensor(pack_names: list[str]) -> dg.SensorDefinition:
     )
     def _sensor(context: dg.SensorEvaluationContext, rag: EngineResource) -> dg.SensorResult | dg.SkipReason:
         engine = rag.engine()
-        events = []
+        events: list[dg.AssetCheckEvaluation] = []
         for name in pack_names:
             pack = engine.packs.get(name)
             if pack is None or not pack.entry.extraction:
                 continue
             partitions = list(context.instance.get_dynamic_partitions(partitions_name(document_versions(name))))
-            try:
+            try:  # the document sensors' path: a probe first, a typed error or stopped store as one line
+                if not events:
+                    probe_store(engine.neo4j_target, engine.env)
                 events.append(pack_status(engine, pack, partitions))
-            except RagError as exc:
-                return dg.SkipReason(f"{name}: {type(exc).__name__}: {exc}".split("\n")[0])
             except Exception as exc:
-                if store_unreachable(exc) is None:
+                skipped = skip_reason(f"paid_work_approval_status ({name})", exc)
+                if skipped is None:
                     raise
-                return dg.SkipReason(f"the store is unavailable ({type(exc).__name__}); next tick")
+                return skipped
         digest = _digest(events)
         if digest == context.cursor:
             return dg.SkipReason("approval status unchanged")

@@ -41,12 +41,14 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 
 from rag_assets.approval import RunApproval, run_approval
+from rag_assets.failures import as_failure
 from rag_assets.resources import engine_for
 from rag_engine.engine import Engine
 from rag_engine.errors import RagError, RegistryError
 from rag_engine.ingest.extraction_step import uncached_chunks
 from rag_engine.packs import ChunkRecord, DomainPack
 from rag_engine.providers.estimates import extraction_tokens
+from rag_engine.store.connection import probe_store, store_unreachable
 
 if TYPE_CHECKING:  # since_last_handled's return type, which dagster does not export
     from dagster._core.definitions.declarative_automation.automation_condition import BuiltinAutomationCondition
@@ -206,7 +208,12 @@ def require_paid_approval(
     partitions = sorted(context.partition_keys) if partitioned else []
     inputs = paid_inputs(context.asset_key.to_user_string(), partitions, estimate)
     approval, actor = run_approval(
-        engine, config, action=PAID_AUTOMATION, run_id=context.run.run_id, command=f"paid run of {inputs['asset']}"
+        engine,
+        config,
+        action=PAID_AUTOMATION,
+        run_id=context.run.run_id,
+        command=f"paid run of {inputs['asset']}",
+        tags=context.run.tags,
     )
     context.log.info(
         "paid work above automation.max_auto_cost_usd (estimate %s USD, %s calls of %s): %s",
@@ -215,7 +222,7 @@ def require_paid_approval(
         estimate["model"],
         f"approved by {approval.approved_by}" if approval else "needs approved_by and reason in the run config",
     )
-    require(approval, PAID_AUTOMATION, inputs, audit=audit_trail(engine), actor=actor)
+    require(approval, PAID_AUTOMATION, inputs, audit=audit_trail(engine), actor=actor, run_id=context.run.run_id)
 
 
 # -- conditions ---------------------------------------------------------------------------------
@@ -251,11 +258,10 @@ class CostWithinLimit(dg.AutomationCondition):
         if candidates.is_empty:
             return dg.AutomationResult(context, true_subset=candidates)
         engine = engine_for(self.config_path)
-        if self.kind == "extraction":
-            keys = sorted(candidates.expensively_compute_partition_keys())
-            estimate = extraction_estimate(engine, context.key.path[0], keys)
-        else:
-            estimate = eval_estimate(engine)
+        keys = sorted(candidates.expensively_compute_partition_keys()) if self.kind == "extraction" else []
+        estimate = estimate_or_hold(engine, self.kind, context.key, keys, context.log)
+        if estimate is None:  # no estimate (the store is down): paid work is held, nothing else happens
+            return dg.AutomationResult(context, true_subset=context.get_empty_subset())
         ok = within_limit(engine, estimate)
         limit = engine.cfg.automation.max_auto_cost_usd
         if not ok:
@@ -277,6 +283,27 @@ class CostWithinLimit(dg.AutomationCondition):
                 limit,
             )
         return dg.AutomationResult(context, true_subset=candidates if ok else context.get_empty_subset())
+
+
+def estimate_or_hold(
+    engine: Engine, kind: str, key: dg.AssetKey, partitions: list[str], log: Any
+) -> dict[str, Any] | None:
+    """The estimate ``CostWithinLimit`` judges, or None when it cannot be made: a typed engine error
+    or a stopped store (the extraction estimate reads the extraction runs in Neo4j) is one warning
+    line, the store probed first (2 s) so the automation tick does not wait out the driver's
+    retries; paid work without an estimate is held. A bug keeps its traceback."""
+    try:
+        if kind != "extraction":
+            return eval_estimate(engine)
+        probe_store(engine.neo4j_target, engine.env)
+        return extraction_estimate(engine, key.path[0], partitions)
+    except Exception as exc:
+        if not isinstance(exc, RagError) and store_unreachable(exc) is None:
+            raise
+        log.warning(
+            "%s; held, not estimated (the next tick tries again)", as_failure(key.to_user_string(), exc).description
+        )
+        return None
 
 
 def since_last_handled(condition: dg.AutomationCondition[Any]) -> BuiltinAutomationCondition[Any]:

@@ -43,7 +43,12 @@ def cleanup_stale_paths(context: dg.OpExecutionContext, config: CleanupConfig, r
         return {"dry_run": True, "would_remove": would, "inputs_hash": digest}
     try:
         approval, actor = run_approval(
-            engine, config, action=GRAPH_CLEANUP, run_id=context.run_id, command="graph_cleanup (Dagster)"
+            engine,
+            config,
+            action=GRAPH_CLEANUP,
+            run_id=context.run_id,
+            command="graph_cleanup (Dagster)",
+            tags=context.run.tags,
         )
         result = run_cleanup(
             engine.driver,

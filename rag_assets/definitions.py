@@ -4,6 +4,9 @@ Loading validates the config and the provider registry: a bad config or registry
 location with the typed error (every pack would be wrong). A pack that fails to load on its own
 is left out: its assets are absent, domain_packs fails its ``packs_loaded`` check with the typed
 error, and the other packs' assets, sensors, the automation sensor and the nightly schedule run.
+
+What the ``dg`` defs folder holds (``rag_assets/defs``, where ``dg scaffold defs`` writes) is merged
+in: ``[tool.dg]`` in pyproject.toml declares this project, and that folder is its ``defs_module``.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from rag_assets.sensors import build_document_sensor
 from rag_assets.swap import provider_swap_dry_run
 from rag_engine import DEFAULT_CONFIG
 from rag_engine.config import slice_hash
+from rag_engine.engine import project_root
 
 if TYPE_CHECKING:  # define_asset_job's return type, which dagster does not export
     from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
@@ -59,7 +63,7 @@ def build_definitions(config_path: str | None = None) -> dg.Definitions:
     graph_keys = [dg.AssetKey([p, step]) for p in engine.packs for step in ("chunk_index", "graph_writes")]
     eval_report, eval_gate = build_eval_assets(graph_keys, engine, config_path)
     assets.append(eval_report)
-    return dg.Definitions(
+    built = dg.Definitions(
         assets=assets,
         asset_checks=[eval_gate],
         jobs=jobs,
@@ -67,6 +71,9 @@ def build_definitions(config_path: str | None = None) -> dg.Definitions:
         schedules=[nightly_graph_quality],
         resources={"rag": EngineResource(config_path=config_path)},
     )
+    # the dg defs folder (rag_assets/defs, what `dg scaffold defs` writes; named by the project
+    # root's [tool.dg], as `dg` reads it), merged with the built ones
+    return dg.Definitions.merge(built, dg.load_from_defs_folder(path_within_project=project_root()))
 
 
 defs = build_definitions()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from typing import Any
 
 import dagster as dg
 
@@ -34,3 +36,23 @@ def partitions_name(parts: dg.DynamicPartitionsDefinition) -> str:
     if parts.name is None:
         raise ValueError("a dynamic partitions definition without a name has no partitions in the instance")
     return parts.name
+
+
+def partial_reason(figures: Mapping[str, Any]) -> str:
+    """Why an extraction partition is ``partial`` and what happens next, as it is: the document
+    sensor continues a partition the run budget stopped (its failed calls are retried in the same
+    run); nothing retries failed calls by themselves, the operator re-runs the partition."""
+    skipped, failed = int(figures.get("skipped", 0)), int(figures.get("failed", 0))
+    cached = "answered chunks come from the cache"
+    if skipped:
+        also = f" and {failed} failed call(s)" if failed else ""
+        return (
+            f"{skipped} chunk(s) left by the run budget{also}: the pack's document sensor continues the "
+            f"partition on its next tick (when the sensor is on); {cached}"
+        )
+    if failed:
+        return (
+            f"{failed} failed call(s), not retried by themselves: materialize the partition again "
+            f"(or `rag ingest --pack`) to retry them; {cached}"
+        )
+    return "left unfinished: materialize the partition again"

@@ -4,9 +4,11 @@ Every metered model call is a usage ledger record carrying the run id it was mad
 (``rag_engine.providers.ledger``). An asset that calls models ends with
 ``tag_run_costs(context, engine)``: the ledger records of its run are summed and set as the
 run's tags, so an operator sees each run's cost and tokens in the Runs list and can filter on
-them. Tags are strings; the cost is the exact sum of the recorded costs, or "unknown" when any
-call of the run has no known cost (a partial sum would pass for the whole). Called again later in
-the same run (another asset), the tags are replaced by the newer, larger sum.
+them. Tags are strings; the cost is the sum of the recorded costs, shown rounded in
+``rag/cost_usd`` (``0.1292``, not ``0.129200000004``) and exact in ``rag/cost_usd_exact``, or
+"unknown" in both when any call of the run has no known cost (a partial sum would pass for the
+whole). Called again later in the same run (another asset), the tags are replaced by the newer,
+larger sum.
 """
 
 from __future__ import annotations
@@ -17,17 +19,18 @@ from decimal import Decimal
 import dagster as dg
 
 from rag_engine.engine import Engine
-from rag_engine.usage import UsageRecord
+from rag_engine.usage import UsageRecord, shown_cost
 
 COST_TAG = "rag/cost_usd"
+EXACT_COST_TAG = "rag/cost_usd_exact"
 TOKENS_TAG = "rag/tokens"
 CALLS_TAG = "rag/model_calls"
 UNKNOWN = "unknown"
 
 
 def run_cost_tags(records: Iterable[UsageRecord]) -> dict[str, str]:
-    """The run tags of these ledger records: calls, input plus output tokens, and the exact cost
-    (plain decimal, no exponent) or "unknown" when any record's cost is unknown."""
+    """The run tags of these ledger records: calls, input plus output tokens, and the cost (shown
+    rounded, and exact: plain decimal, no exponent) or "unknown" when any record's cost is unknown."""
     calls, tokens, cost = 0, 0, Decimal(0)
     unknown = False
     for r in records:
@@ -38,7 +41,8 @@ def run_cost_tags(records: Iterable[UsageRecord]) -> dict[str, str]:
         else:
             cost += r.cost
     return {
-        COST_TAG: UNKNOWN if unknown else format(cost.normalize(), "f"),
+        COST_TAG: UNKNOWN if unknown else shown_cost(cost) or "0",
+        EXACT_COST_TAG: UNKNOWN if unknown else format(cost.normalize(), "f"),
         TOKENS_TAG: str(tokens),
         CALLS_TAG: str(calls),
     }

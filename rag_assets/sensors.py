@@ -5,6 +5,10 @@ new version, never the sensor's and an automation run together). The run leaves 
 extraction (and the graph written from it) when its estimate is above
 ``automation.max_auto_cost_usd``: automation then holds it as awaiting approval, as for any
 other paid work.
+
+Each tick probes the store first (``probe_store``, a 2 s bound): with Neo4j stopped the tick is
+skipped in one line (``<sensor>: the store is unavailable: Neo4j is not reachable at ...``), the
+same line a step shows (``rag_assets.failures``), instead of a driver traceback after 30-60 s.
 """
 
 import time
@@ -13,11 +17,14 @@ from typing import TYPE_CHECKING
 import dagster as dg
 
 from rag_assets.automation import extraction_estimate, within_limit
+from rag_assets.failures import skip_reason
 from rag_assets.partitions import document_versions, partitions_name, runs_by_default
 from rag_assets.resources import EngineResource
+from rag_engine.engine import Engine
 from rag_engine.ingest.documents import discover
 from rag_engine.ingest.extraction_step import budget_skipped_partitions
 from rag_engine.ingest.steps import withdraw_missing_documents
+from rag_engine.store.connection import probe_store
 
 FREE_STEPS = ("source_documents", "chunks", "references", "chunk_index")
 """What a new version's run does when its extraction awaits approval."""
@@ -53,6 +60,16 @@ def build_document_sensor(
     )
     def _sensor(context: dg.SensorEvaluationContext, rag: EngineResource) -> dg.SensorResult | dg.SkipReason:
         engine = rag.engine()
+        try:  # a stopped store: one line within the probe's bound, not half a minute of driver retries
+            probe_store(engine.neo4j_target, engine.env)
+            return _scan(context, engine)
+        except Exception as exc:
+            skipped = skip_reason(f"{pack_name}__new_document_versions", exc)
+            if skipped is None:  # a bug: its traceback is what a developer needs
+                raise
+            return skipped
+
+    def _scan(context: dg.SensorEvaluationContext, engine: Engine) -> dg.SensorResult | dg.SkipReason:
         pack = engine.pack(pack_name)
         refs = discover(pack, include_rejected=True)  # rejected files get a partition and a recorded reason
         found = [r.partition_key for r in refs]

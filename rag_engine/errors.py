@@ -87,9 +87,11 @@ class StoreError(RagError):
 class StoreUnavailable(StoreError):
     """Neo4j cannot be reached (stopped, wrong URI, refused credentials) within the connect timeout."""
 
-    def __init__(self, message: str, uri: str = ""):
+    def __init__(self, message: str, uri: str = "", partition: str = ""):
         super().__init__(message)
         self.uri = uri
+        self.partition = partition
+        """The partition a run was at when the store stopped answering (empty: before any)."""
 
 
 class NotIngested(StoreError):

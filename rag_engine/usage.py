@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -86,3 +86,31 @@ def notify(record: UsageRecord) -> None:
             listener(record)
         except Exception:  # noqa: BLE001 - metrics must not fail a model call
             continue
+
+
+COST_DIGITS = 6
+"""Costs are shown to a person with six significant digits, and never fewer than six decimals (the
+micro-dollar): ``0.129200000004`` is ``0.1292``, a query's ``0.0004225`` stays ``0.0004225``. The
+exact sum stays in the ledger and beside the shown figure (``*_exact``, ``rag costs --json``)."""
+
+
+def _rounded(value: Decimal | float | str) -> Decimal:
+    exact = Decimal(str(value)) if isinstance(value, float) else Decimal(value)
+    if exact == 0:
+        return Decimal(0)
+    places = max(COST_DIGITS, COST_DIGITS - 1 - exact.adjusted())
+    return exact.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
+
+
+def shown_cost(value: Decimal | float | str | None) -> str | None:
+    """A cost as a person reads it (``COST_DIGITS``), trailing zeros dropped, never an exponent;
+    None (unknown) stays None."""
+    if value is None:
+        return None
+    text = format(_rounded(value).normalize(), "f")
+    return "0" if text in ("-0", "0") else text
+
+
+def rounded_cost(value: Decimal | float | str | None) -> float | None:
+    """``shown_cost`` as a number, for a UI column of floats."""
+    return None if value is None else float(_rounded(value))

@@ -90,7 +90,8 @@ def test_failed_extraction_calls_warn_and_the_run_says_so(variant, unique, tmp_p
             "failed_by_reason": {"ReplayMiss": 3},
             "rejected_by_reason": {},
         }
-        assert check.description.startswith("3 failed call(s): 3 x ReplayMiss; 0 chunk(s) skipped by the run budget.")
+        assert check.description.startswith("3 failed call(s): 3 x ReplayMiss; 0 chunk(s) skipped by the run budget")
+        assert "Failed calls are not retried by themselves" in check.description  # nothing promises a retry
         parts = _partition_metadata(instance, key, result.run_id)
         assert len(parts) == 2
         assert sorted(

@@ -242,7 +242,8 @@ def test_usage_costs_asset_by_model(setup, tmp_path, monkeypatch):
     rows = {r.data["model"]: r.data for r in meta["by_model"].value.records}
     assert rows["gpt-4o-mini"]["cost_per_query_usd"] == pytest.approx(0.0004225)
     demo = float(_replay_rate().cost(latency_ms=0, tokens=550)) + 0.00001
-    assert rows["demo-chat (default)"]["cost_per_query_usd"] == pytest.approx(demo)
+    # costs are shown rounded (six significant digits, usage.shown_cost); `rag costs --json` is exact
+    assert rows["demo-chat (default)"]["cost_per_query_usd"] == pytest.approx(demo, rel=1e-5)
     assert "no price for" not in rows["demo-chat (default)"]["note"]
     assert meta["extraction_spend_usd"].value == pytest.approx(0.002)
     assert meta["query_spend_usd"].value == pytest.approx(0.000785)

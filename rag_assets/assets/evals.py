@@ -8,7 +8,9 @@ so an acceptance bound to its hash applies to both gates. eval_gate compares it 
 report the config names (``evals.baseline``); an acceptance file in evals/acceptances/ whose hashes
 bind this baseline and this candidate turns a regression into a pass, anything else fails the check
 (ERROR, blocking). Its comparison table has a row per gated figure (metrics, cost/tokens/latency,
-the BM25 floor) and per reason no row shows, so a failed check never shows only passing rows.
+the BM25 floor) and per reason no row shows, so a failed check never shows only passing rows. Each
+result is also written to ``evals.reports_dir/gate.json`` (``record_gate``), one of the files `rag
+status` reads, so the two do not disagree.
 """
 
 import json
@@ -22,7 +24,7 @@ import dagster as dg
 
 from evals.code_version import eval_code_version
 from evals.gate_acceptance import bind_acceptance, load_acceptance
-from evals.gate_models import BM25_FLOOR, PACK_REGRESSION, GateResult
+from evals.gate_models import BM25_FLOOR, EXIT_CODES, PACK_REGRESSION, GateResult
 from evals.gates import evaluate_gate
 from evals.report import EvalReport, dump_report, golden_sha256, load_report, report_sha256
 from evals.runner import run_eval
@@ -222,6 +224,27 @@ def gate_table(result: GateResult) -> dg.TableMetadataValue:
     return dg.MetadataValue.table(rows, schema=GATE_SCHEMA)
 
 
+CHECK_NAME = "eval_report:eval_gate"
+GATE_FILE = "gate.json"
+
+
+def record_gate(engine: Engine, result: GateResult, log: Any) -> str:
+    """The check's result as ``evals.reports_dir/gate.json``, in the format of `python -m evals.gates
+    --output` (``make eval-gate`` writes ``var/eval/gate.json``): `rag status` shows the newest of the
+    two, so it says what the check in the UI says. Returns where it went, or why it did not (a gate
+    whose file cannot be written still judges)."""
+    path = under_root(engine.root, engine.cfg.evals.reports_dir) / GATE_FILE
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(result.to_json(), indent=2, default=str) + "\n", encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        log.warning("eval gate: cannot write %s (%s): `rag status` will not show this result", path, exc)
+        return f"not written: {type(exc).__name__}"
+    return str(path.relative_to(engine.root)) if path.is_relative_to(engine.root) else str(path)
+
+
 def build_eval_assets(pack_keys: list[dg.AssetKey], engine: Engine, config_path: str) -> list[dg.AssetsDefinition]:
     gen_free = eval_estimate(engine)["cost_usd"] == 0  # an extractive eval is free whatever the model's price
 
@@ -295,14 +318,26 @@ def build_eval_assets(pack_keys: list[dg.AssetKey], engine: Engine, config_path:
         "the BM25 floor, acceptances bound to both reports' hashes. The comparison table has a row "
         "per gated figure and per reason; the result's description gives the reasons.",
     )
-    def eval_gate(rag: EngineResource) -> dg.AssetCheckResult:
+    def eval_gate(context: dg.AssetCheckExecutionContext, rag: EngineResource) -> dg.AssetCheckResult:
         engine = rag.engine()
         evals = engine.cfg.evals
         latest = under_root(engine.root, evals.reports_dir) / "latest.json"
         baseline = under_root(engine.root, evals.baseline)
+        by = f"dagster {CHECK_NAME}, run {context.run.run_id}"
         try:
             candidate_report, baseline_report = load_report(latest), load_report(baseline)
         except EvalInputError as exc:
+            unreadable = GateResult(
+                status="incomparable",
+                exit_code=EXIT_CODES["incomparable"],
+                reasons=(f"unreadable_report: {exc}",),
+                metrics={},
+                baseline_sha256=None,
+                candidate_sha256=None,
+                acceptance=None,
+                policy=None,
+                recorded_by=by,
+            )
             return dg.AssetCheckResult(
                 passed=False,
                 severity=dg.AssetCheckSeverity.ERROR,
@@ -313,6 +348,7 @@ def build_eval_assets(pack_keys: list[dg.AssetKey], engine: Engine, config_path:
                     "comparison": dg.MetadataValue.table(
                         reason_rows([f"unreadable_report: {exc}"], "incomparable"), schema=GATE_SCHEMA
                     ),
+                    "recorded_in": record_gate(engine, unreadable, context.log),
                 },
             )
         c_sha, b_sha = report_sha256(latest), report_sha256(baseline)
@@ -329,6 +365,7 @@ def build_eval_assets(pack_keys: list[dg.AssetKey], engine: Engine, config_path:
             acceptance_source=source,
             acceptance_error=refused,
         )
+        result = result.model_copy(update={"recorded_by": by})
         reasons = "; ".join(result.reasons) or "no regression"
         table = gate_table(result)
         return dg.AssetCheckResult(
@@ -342,6 +379,7 @@ def build_eval_assets(pack_keys: list[dg.AssetKey], engine: Engine, config_path:
                 "regressed_figures": sum(r.data["regressed"] is True for r in table.records),
                 "reasons": dg.MetadataValue.json(list(result.reasons)),
                 "gate": dg.MetadataValue.json(json.loads(json.dumps(result.to_json(), default=str))),
+                "recorded_in": record_gate(engine, result, context.log),
             },
         )
 

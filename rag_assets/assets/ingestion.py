@@ -14,8 +14,8 @@ import dagster as dg
 
 from rag_assets import approval_status, automation
 from rag_assets.code_versions import code_versions
-from rag_assets.failures import engine_errors
-from rag_assets.partitions import document_versions
+from rag_assets.failures import engine_errors, failure_context
+from rag_assets.partitions import document_versions, partial_reason
 from rag_assets.resources import EngineResource
 from rag_assets.run_costs import tag_run_costs
 from rag_engine.engine import Engine
@@ -26,6 +26,7 @@ from rag_engine.ingest.extraction_step import extraction_step, finish_run, new_b
 from rag_engine.ingest.stamps import read_stamps, record_step
 from rag_engine.packs import DomainPack
 from rag_engine.store.connection import check_reachable
+from rag_engine.usage import rounded_cost
 
 StepFn = Callable[[Engine, DomainPack, str], dict[str, Any]]
 
@@ -53,8 +54,7 @@ def partition_metadata(step: str, outcome: str, figures: dict[str, Any], seconds
         meta["reason"] = "done by an earlier run (its step stamp holds): no work"
         return meta
     if outcome == "partial":
-        left = int(figures.get("skipped", 0)) + int(figures.get("failed", 0))
-        meta["reason"] = f"{left} chunk(s) left (run budget or failed calls): the next run continues"
+        meta["reason"] = partial_reason(figures)
     elif outcome != "done":
         meta["reason"] = str(figures.get("reason", ""))
         meta["dagster/row_count"] = 0
@@ -62,7 +62,9 @@ def partition_metadata(step: str, outcome: str, figures: dict[str, Any], seconds
     for key, value in figures.items():
         v = _scalar(value)
         if v is not None:
-            meta[key] = float(v) if key.endswith("cost_usd") else v
+            meta[key] = rounded_cost(v) if key.endswith("cost_usd") else v
+            if key.endswith("cost_usd"):  # shown rounded, and exact beside it
+                meta[f"{key}_exact"] = str(v)
     if step == "graph_writes":
         meta["edges"] = int(figures.get("resolved", 0)) + int(figures.get("relationships", 0))
         meta["dagster/row_count"] = meta["edges"]
@@ -114,8 +116,8 @@ def _run(
     every partition the step completes is stamped (its downstream stamps dropped), and one it left
     partial (an extraction the budget stopped) loses its stamp, so the next run of either path
     finishes it. The store is checked first: a stopped Neo4j fails the step at once, in one line."""
-    with engine_errors(step):
-        engine = engine_res.engine()
+    engine = engine_res.engine()
+    with engine_errors(step, failure_context(context, engine)):
         check_reachable(engine.driver, engine.neo4j_target)
         return _run_step(context, engine, pack_name, step, fn, totals, check, extra)
 
@@ -357,7 +359,7 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
         **{**common, "kinds": {"python", "neo4j"}, "tags": {**free_tags, "model": "embedder"}},
     )
     def chunk_index(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
-        with engine_errors("chunk_index"):
+        with engine_errors("chunk_index", failure_context(context, rag.engine())):
             check_reachable(rag.engine().driver, rag.engine().neo4j_target)
             total = _chunks_to_embed(context, rag.engine(), name)
         # the lines reach the run's event log through the managed ``rag_engine`` logger
@@ -402,7 +404,8 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
     ) -> dg.MaterializeResult:
         engine = rag.engine()
         estimate = automation.extraction_estimate(engine, name, list(context.partition_keys))
-        with engine_errors("llm_extraction", {f"estimate_{k}": v for k, v in estimate.items()}):
+        failed_with = {**failure_context(context, engine), **{f"estimate_{k}": v for k, v in estimate.items()}}
+        with engine_errors("llm_extraction", failed_with):
             automation.require_paid_approval(context, engine, estimate, config)
         cleared = dg.AssetCheckResult(
             check_name=approval_status.CHECK,
@@ -425,23 +428,17 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
                 "cache_hits": budget.cache_hits - hits,
             }
             if cost is not None and budget.cost is not None:
-                figures["cost_usd"] = float(budget.cost - cost)
+                figures["cost_usd"] = format(budget.cost - cost, "f")  # exact; shown rounded
             else:
                 figures["cost_known"] = "no (unpriced model)"
             return {**out, **figures}
 
-        result = _run(
-            context,
-            rag,
-            name,
-            "llm_extraction",
-            step,
-            ("extracted", "entities", "relationships", "skipped", "failed", "rejected"),
-        )
+        totals = ("extracted", "entities", "relationships", "skipped", "failed", "rejected")
+        result = _run(context, rag, name, "llm_extraction", step, totals)
         with engine_errors("llm_extraction"):
             summary = finish_run(engine, engine.pack(name), context.run.run_id, budget)
         if budget.skipped:
-            context.log.warning("budget exhausted: %s chunks skipped; a later run continues", budget.skipped)
+            context.log.warning("budget exhausted: %s chunks skipped; the document sensor continues", budget.skipped)
         context.log.info(
             "extraction run: %s, %s calls, %s cache hits, %s tokens, cost %s (%s)",
             summary["status"],
@@ -468,8 +465,8 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
                 "All extraction calls answered."
                 if ok
                 else f"{sum(failures.values())} failed call(s): {detail or 'none'}; "
-                f"{budget.skipped} chunk(s) skipped by the run budget. Failed chunks are retried by "
-                f"the next run (answers are cached)."
+                f"{budget.skipped} chunk(s) skipped by the run budget (the document sensor continues them). "
+                "Failed calls are not retried by themselves: materialize the partitions again to retry."
             ),
         )
         if failures:

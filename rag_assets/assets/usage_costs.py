@@ -16,6 +16,7 @@ from rag_assets.resources import EngineResource
 from rag_assets.run_costs import tag_run_costs
 from rag_engine.ops.quality_per_dollar import ModelRow, SpendRow, by_model
 from rag_engine.providers.ledger import ledger_url
+from rag_engine.usage import rounded_cost
 
 
 @dg.asset(
@@ -36,14 +37,14 @@ def usage_costs(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.Ma
     meta: dict[str, Any] = {
         "calls": sum(s.calls for s in table.spend),
         "unknown_cost_calls": sum(s.unknown_cost_calls for s in table.spend),
-        "known_cost_usd": float(sum(known, Decimal(0))),
+        "known_cost_usd": rounded_cost(sum(known, Decimal(0))),  # shown rounded; exact: `rag costs --json`
         "summary": spend_table(table.spend),
         "by_model": dg.MetadataValue.table(
             [_record(r) for r in table.rows], schema=dg.TableSchema(columns=[dg.TableColumn(n, t) for n, t in BY_MODEL])
         ),
     }
     for kind, total in table.spend_totals.items():  # extraction and indexing spend stay apart from query spend
-        meta[f"{kind}_spend_usd"] = None if total is None else float(total)
+        meta[f"{kind}_spend_usd"] = rounded_cost(total)
     default = next((r for r in table.rows if r.default), None)
     if default is not None:  # the default model's figures as numbers, so they plot across materializations
         meta["default_cost_per_query_usd"] = _float(default.cost_per_query)
@@ -105,7 +106,8 @@ BY_MODEL = (
 
 
 def _float(value: Decimal | None) -> float | None:
-    return None if value is None else float(value)
+    """A cost for a table cell: rounded (``usage.shown_cost``; ``rag costs --json`` has the exact sums)."""
+    return rounded_cost(value)
 
 
 def _record(r: ModelRow) -> dg.TableRecord:

@@ -11,10 +11,15 @@ from rag_engine.cli.common import JsonOpt, emit_json, engine, err, out, use_json
 
 audit_app = typer.Typer(
     help="The append-only audit trail (queries, governance events, approvals), in the ledger database.\n\n"
-    "Without a sub-command: list records, oldest first, filtered by the options. With principals "
+    "Without a sub-command: list the newest 50 matching records (--limit N, --all), oldest first. With principals "
     "configured (serving.principals) every audit command needs an operator's key (RAG_KEY).",
     invoke_without_command=True,
 )
+
+
+DEFAULT_LIMIT = 50
+"""`rag audit` lists the newest 50 matching records unless told otherwise (--limit, --all): a trail
+of every query ever asked is not a screen."""
 
 
 def _summary(rec: Any) -> str:
@@ -55,10 +60,13 @@ def audit_list(
             "audit_records_deleted.",
         ),
     ] = None,
-    limit: Annotated[int | None, typer.Option("--limit", min=1, help="Only the newest N records.")] = None,
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, help=f"Only the newest N matching records (default {DEFAULT_LIMIT}).")
+    ] = DEFAULT_LIMIT,
+    every: Annotated[bool, typer.Option("--all", help="Every matching record (no --limit).")] = False,
     json: JsonOpt = False,
 ) -> None:
-    """List audit records (read-only; needs no approval)."""
+    """List audit records, the newest 50 by default, oldest first (read-only; needs no approval)."""
     if ctx.invoked_subcommand is not None:
         return
     from rag_engine.governance.audit import audit_trail, parse_since
@@ -66,15 +74,30 @@ def audit_list(
     use_json(ctx, json)
     eng = engine(ctx)
     auth.operator(ctx, eng, "rag audit")
-    records = audit_trail(eng).records(
-        session_id=session, role=role, event=event, limit=limit, since=parse_since(since) if since else None
+    records = audit_trail(eng).records(  # one more than shown: whether older ones were left out
+        session_id=session,
+        role=role,
+        event=event,
+        limit=None if every else limit + 1,
+        since=parse_since(since) if since else None,
     )
+    more = not every and len(records) > limit
+    records = records[1:] if more else records
     if json:
-        emit_json(ctx, {"records": [r.model_dump(mode="json") for r in records], "count": len(records)})
+        emit_json(
+            ctx,
+            {
+                "records": [r.model_dump(mode="json") for r in records],
+                "count": len(records),
+                "limit": None if every else limit,
+                "older_left_out": more,
+            },
+        )
         return
     from rich.table import Table
 
-    table = Table(title=f"audit trail: {len(records)} record(s)")
+    shown = f"the newest {len(records)} record(s), older ones left out (--limit N, --all)" if more else None
+    table = Table(title=f"audit trail: {shown or f'{len(records)} record(s)'}")
     for col in ("id", "at (UTC)", "event", "session", "role", "actor", "query", "details"):
         table.add_column(col, overflow="fold")
     for r in records:

@@ -51,13 +51,29 @@ def _active_embedder(eng: Any) -> dict[str, Any]:
     }
 
 
+def _probe(eng: Any) -> Exception | None:
+    """None when Neo4j answers within the connect timeout, else the typed error saying why not (a
+    stopped store ``StoreUnavailable``, a URI the driver refuses ``ConfigError``)."""
+    from rag_engine.errors import ConfigError, StoreUnavailable
+    from rag_engine.store.connection import probe_store
+
+    try:
+        probe_store(eng.neo4j_target, eng.env, timeout_s=eng.neo4j_target.connect_timeout_s)
+    except (StoreUnavailable, ConfigError) as exc:
+        return exc
+    return None
+
+
 @config_app.command("check")
 def config_check(ctx: typer.Context, json: JsonOpt = False) -> None:
-    """Validate config and registry; print the config hash, models, active embedder, credential presence."""
+    """Validate config and registry; print the config hash, models, active embedder, credential
+    presence, and probe Neo4j (bounded by the connect timeout). Exit 2 when the store cannot be
+    reached, after printing the rest."""
     from rag_engine.config import config_hash
 
     use_json(ctx, json)
     eng = engine(ctx)
+    down = _probe(eng)
     data: dict[str, Any] = {
         "config_hash": config_hash(eng.cfg),
         "generation_model": eng.registry.generation.identity,
@@ -65,14 +81,20 @@ def config_check(ctx: typer.Context, json: JsonOpt = False) -> None:
         "active_embedder": _active_embedder(eng),
         "credentials": eng.registry.credential_status(),
         "neo4j": repr(eng.neo4j_target),
+        "store": "reachable" if down is None else f"unreachable: {down}",
     }
     if json:
-        emit_json(ctx, data)
-        return
-    flat = {k: v for k, v in data.items() if not isinstance(v, dict)}
-    flat.update({f"active_embedder.{k}": v for k, v in data["active_embedder"].items()})
-    flat.update({f"credential {k}": v for k, v in data["credentials"].items()})
-    render.kv(out(), "config check: ok", flat)
+        error = {"type": type(down).__name__, "message": str(down), "exit_code": BAD_INPUT}
+        emit_json(ctx, {**data, "error": error} if down else data)
+    else:
+        flat = {k: v for k, v in data.items() if not isinstance(v, dict)}
+        flat.update({f"active_embedder.{k}": v for k, v in data["active_embedder"].items()})
+        flat.update({f"credential {k}": v for k, v in data["credentials"].items()})
+        title = "config check: ok" if down is None else "config check: config ok, store unreachable"
+        render.kv(out(wide=True), title, flat)  # a row is never broken (the store's line is long)
+    if down:
+        err().print(f"error: {type(down).__name__}: {down}", style="red", markup=False)
+        raise typer.Exit(BAD_INPUT)
 
 
 @packs_app.command("smoke")
@@ -562,18 +584,26 @@ def status(ctx: typer.Context, json: JsonOpt = False) -> None:
 
     Config hash, embedder and index state, packs with document/chunk counts, graph quality
     (blocking checks first), the latest eval gate, spend by model (24 h, all time) and the
-    automation state when DAGSTER_HOME is set. With principals configured: an operator's key (RAG_KEY)."""
+    automation state when DAGSTER_HOME is set. With principals configured: an operator's key (RAG_KEY).
+    With Neo4j unreachable: everything that lives elsewhere (config, corpus files, eval gate, spend,
+    automation), the store as one line on stderr, exit 2 (in --json: the document with "error")."""
     from rag_engine.ops.status import collect_status
 
     use_json(ctx, json)
     eng = engine(ctx)
     auth.operator(ctx, eng, "rag status")  # before the store is touched
-    engine_store_check(ctx, eng)
     data = collect_status(eng)
+    store = data["store"]
+    down = (
+        None if store["reachable"] else {"type": "StoreUnavailable", "message": store["error"], "exit_code": BAD_INPUT}
+    )
     if json:
-        emit_json(ctx, data)
+        emit_json(ctx, {**data, "error": down} if down else data)
     else:
         render.status(out(), data)
+    if down:
+        err().print(f"error: StoreUnavailable: {down['message']}", style="red", markup=False)
+        raise typer.Exit(BAD_INPUT)
 
 
 def reindex(

@@ -15,6 +15,7 @@ from rich.markup import escape as _markup_escape
 from rich.table import Table
 
 from rag_engine.text.controls import strip_controls
+from rag_engine.usage import shown_cost
 
 
 def escape(text: str) -> str:
@@ -245,23 +246,30 @@ def counts(console: Console, title: str, data: dict[str, Any]) -> None:
 def _cost(window: dict[str, Any]) -> str:
     """A spend cell: the total, or "unknown" (with the known part) when a call's cost is unknown."""
     if window["cost"] is not None:
-        return str(window["cost"])
+        return shown_cost(window["cost"]) or "0"  # rounded (usage.shown_cost); --json has the exact sum
     known = window.get("known_cost", "0")
-    return "unknown" if Decimal(known) == 0 else f"unknown (>= {known})"
+    return "unknown" if Decimal(known) == 0 else f"unknown (>= {shown_cost(known)})"
 
 
 def status(console: Console, s: dict[str, Any]) -> None:
     p = console.print
     emb = s["embedder"]
-    ok = emb["state"] == "ok"
     p(f"[bold]config[/bold] {s['config_hash']}")
-    p(escape(f"embedder: {emb['active_identity']}"))
-    p(
-        f"index: {'[green]' if ok else '[yellow]'}{escape(emb['state'])}{'[/green]' if ok else '[/yellow]'} "
-        f"({emb['embedded']}/{emb['chunks']} current chunks in the vector index"
-        + (escape(f"; built by {emb['index_identity']}, dimension {emb['dimension']}") if emb["index_identity"] else "")
-        + ")"
-    )
+    if emb is None:  # the store is unreachable: one line, then what lives elsewhere
+        p(escape(f"store: unreachable: {s['store']['error']}"), style="red")
+    else:
+        ok = emb["state"] == "ok"
+        p(escape(f"embedder: {emb['active_identity']}"))
+        p(
+            f"index: {'[green]' if ok else '[yellow]'}{escape(emb['state'])}{'[/green]' if ok else '[/yellow]'} "
+            f"({emb['embedded']}/{emb['chunks']} current chunks in the vector index"
+            + (
+                escape(f"; built by {emb['index_identity']}, dimension {emb['dimension']}")
+                if emb["index_identity"]
+                else ""
+            )
+            + ")"
+        )
     packs = _table("packs", "pack", "domain", "extraction", "corpus files", "documents", "chunks", "embedded")
     for row in s["packs"]:
         packs.add_row(
@@ -269,12 +277,10 @@ def status(console: Console, s: dict[str, Any]) -> None:
             row["domain"],
             "on" if row["extraction"] else "off",
             str(row["corpus_documents"]),
-            str(row["documents"]),
-            str(row["chunks"]),
-            str(row["embedded"]),
+            *("?" if row[k] is None else str(row[k]) for k in ("documents", "chunks", "embedded")),
         )
     p(packs)
-    for row in s.get("stored_packs", []):
+    for row in s.get("stored_packs") or []:
         if not row["enabled"]:
             p(
                 escape(
@@ -286,21 +292,22 @@ def status(console: Console, s: dict[str, Any]) -> None:
     for name, error in s.get("broken_packs", {}).items():
         p(f"[red]broken pack[/red] {escape(name)}: {escape(error)}")
     q = _table("graph quality (blocking first)", "check", "severity", "count", "result")
-    for row in s["quality"]["checks"]:
+    for row in (s["quality"] or {}).get("checks", []):
         result = (
             "[green]pass[/green]"
             if row["passed"]
             else ("[red]FAIL[/red]" if row["severity"] == "blocking" else "[yellow]warn[/yellow]")
         )
         q.add_row(row["check"], row["severity"], "" if row["count"] is None else str(row["count"]), result)
-    p(q)
+    p(q if s["quality"] is not None else "graph quality: unknown (the store is unreachable)")
     gate = s["eval_gate"]
     if gate is None:
-        p("eval gate: none yet (run `make eval-gate`)")
+        p("eval gate: none yet (run `make eval-gate`, or eval_report and its eval_gate check in Dagster)")
     else:
-        colour = "green" if gate["status"] == "pass" else "red"
+        colour = "green" if gate["status"] in ("pass", "accepted") else "red"
         p(
             f"eval gate: [{colour}]{escape(str(gate['status']))}[/{colour}] ({escape(gate['path'])}"
+            + (f", {escape(gate['recorded_by'])}" if gate.get("recorded_by") else "")
             + (f", {gate['at']}" if gate.get("at") else "")
             + ")"
         )
@@ -319,7 +326,10 @@ def status(console: Console, s: dict[str, Any]) -> None:
             _cost(row["all"]),
             str(row["all"]["unknown_cost_calls"]),
         )
-    p(spend if s["spend"]["models"] else "spend: no usage recorded")
+    if s["spend"].get("error"):
+        p(escape(f"spend: unavailable: {s['spend']['error']}"), style="red")
+    else:
+        p(spend if s["spend"]["models"] else "spend: no usage recorded")
     auto = s["automation"]
     if auto is None:
         p(

@@ -177,6 +177,7 @@ class ApprovalRecorder(Protocol):
         refused: str | None,
         session_id: str | None = None,
         actor: str | None = None,
+        run_id: str | None = None,
     ) -> object: ...
 
 
@@ -189,6 +190,7 @@ def require(
     session_id: str | None = None,
     unchanged: str = "nothing was changed",
     actor: str | None = None,
+    run_id: str | None = None,
 ) -> None:
     """Raise unless ``approval`` approves ``action`` on exactly ``inputs``; call it before any change.
 
@@ -196,7 +198,8 @@ def require(
     With ``audit`` the outcome is appended to the trail (``approval_granted`` / ``approval_refused``).
     ``unchanged``: what the refusal leaves as it was, said in the error (an action that prepared
     something before its approved step says what it prepared). ``actor``: who asked, recorded on a
-    refusal that has no approval to name them (the authenticated operator, ``local:<name>``)."""
+    refusal that has no approval to name them (the authenticated operator, ``local:<name>``);
+    ``run_id``: the Dagster (or CLI) run it was asked for, recorded on a refusal too."""
     expected = inputs_hash(inputs)
     error: Exception | None = None
     if approval is None:
@@ -224,6 +227,7 @@ def require(
             session_id=session_id,
             refused=None if error is None else f"{type(error).__name__}: {error}",
             actor=actor,
+            run_id=run_id,
         )
     if error is not None:
         raise error

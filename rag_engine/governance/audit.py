@@ -190,10 +190,15 @@ class AuditTrail:
         refused: str | None,
         session_id: str | None = None,
         actor: str | None = None,
+        run_id: str | None = None,
     ) -> AuditRecord:
         payload: dict[str, Any] = {"action": action, "expected_inputs_hash": expected_hash}
+        if run_id:  # the run it was asked for, a refusal included (an approval carries its own)
+            payload["run_id"] = run_id
         if approval is not None:
-            payload.update(approval.model_dump(mode="json"))
+            payload.update(
+                {k: v for k, v in approval.model_dump(mode="json").items() if v is not None or k != "run_id"}
+            )
         if refused:
             payload["refused"] = refused
         return self.append(

@@ -133,13 +133,14 @@ def run_cleanup(
                 expected_hash=approvals.inputs_hash(inputs),
                 refused="CleanupNotApproved",
                 actor=actor,
+                run_id=run_id,
             )
         raise CleanupNotApproved(
             "cleanup deletes graph data: an approval with approved_by and reason, bound to the "
             f"plan (sha256 {approvals.inputs_hash(inputs)}), is required"
         )
     inputs = cleanup_inputs(driver, database, packs)
-    approvals.require(approval, approvals.GRAPH_CLEANUP, inputs, audit=audit, actor=actor)
+    approvals.require(approval, approvals.GRAPH_CLEANUP, inputs, audit=audit, actor=actor, run_id=run_id)
     plan = inputs["plan"]
 
     def work(tx: neo4j.ManagedTransaction) -> dict[str, int]:

@@ -60,7 +60,8 @@ def _store_gone(step: str, key: str, exc: BaseException) -> StoreUnavailable:
     traceback per partition), so the run stops here with one line."""
     return StoreUnavailable(
         f"Neo4j stopped answering during {step} ({key}: {type(exc).__name__}); the run stopped there. "
-        "Finished partitions are kept: re-run the ingest when the store is back"
+        "Finished partitions are kept: re-run the ingest when the store is back",
+        partition=key,
     )
 
 

@@ -5,9 +5,10 @@ current chunks the vector index holds (a stored vector it leaves out does not co
 enabled pack the corpus, current documents and chunks; every pack present in the store, enabled
 or not (one that is not enabled is never served); graph quality with the blocking checks
 first (the same counts and verdicts as the graph_quality asset);
-the latest eval gate file; spend by model over the last day and all time (usage ledger); and,
-when DAGSTER_HOME is set, the automation state read from the instance's SQLite files (never by
-importing Dagster: the engine does not depend on it).
+the latest eval gate file (``make eval-gate``'s or the Dagster check's, whichever is newer); spend
+by model over the last day and all time (usage ledger); and, when DAGSTER_HOME is set, the
+automation state read from the instance's SQLite files (never by importing Dagster: the engine does
+not depend on it). With Neo4j unreachable the rest is still collected (``store`` says why).
 """
 
 from __future__ import annotations
@@ -26,9 +27,11 @@ import neo4j
 
 from rag_engine.config import config_hash
 from rag_engine.engine import Engine
+from rag_engine.errors import LedgerUnavailable, StoreUnavailable
 from rag_engine.graph.quality import quality_report
 from rag_engine.graph.schema import EMBEDDING_PROPERTY, current_embedder
 from rag_engine.ingest.documents import discover
+from rag_engine.store.connection import check_reachable, store_unreachable
 
 BLOCKING_CHECKS = {
     "no_orphan_entities": "orphan_entities",
@@ -179,7 +182,8 @@ def _store(engine: Engine) -> dict[str, Any]:
 
 
 def _gate(engine: Engine) -> dict[str, Any] | None:
-    """The newest gate.json among evals.gate_dirs (the Makefile's var/eval) and evals.reports_dir."""
+    """The newest gate.json among evals.gate_dirs (the Makefile's var/eval) and evals.reports_dir
+    (where the Dagster check eval_report:eval_gate writes each result): what the UI's check shows."""
     candidates = engine.cfg.evals.gate_files(engine.root)
     found = sorted((p for p in candidates if p.is_file()), key=lambda p: p.stat().st_mtime, reverse=True)
     if not found:
@@ -196,6 +200,7 @@ def _gate(engine: Engine) -> dict[str, Any] | None:
     return {
         "path": str(path.relative_to(engine.root)) if path.is_relative_to(engine.root) else path.name,
         "status": data.get("status"),
+        "recorded_by": data.get("recorded_by") or "python -m evals.gates (make eval-gate)",
         "exit_code": data.get("exit_code"),
         "reasons": list(data.get("reasons") or [])[:5],
         "at": datetime.fromtimestamp(path.stat().st_mtime, UTC).isoformat(timespec="seconds"),
@@ -235,6 +240,15 @@ def _spend(engine: Engine) -> dict[str, Any]:
             w["known_cost"] = format(w["cost"], "f")
             w["cost"] = None if w["unknown_cost_calls"] else w["known_cost"]
     return {"models": sorted(out.values(), key=lambda r: r["model"])}
+
+
+def _spend_or_why(engine: Engine) -> dict[str, Any]:
+    """``_spend``, or no rows and the one line saying why when the ledger database cannot be reached
+    (the rest of the status does not depend on it)."""
+    try:
+        return _spend(engine)
+    except LedgerUnavailable as exc:
+        return {"models": [], "error": f"{type(exc).__name__}: {exc}"}
 
 
 DEFAULT_DAGSTER_HOME = Path("var") / "dagster_home"
@@ -289,32 +303,48 @@ def _automation(env: Mapping[str, str], root: Path | None = None) -> dict[str, A
     return out
 
 
+def _reachable_store(engine: Engine) -> tuple[dict[str, Any] | None, list[dict[str, Any]] | None, str | None]:
+    """(the store's figures, the packs it holds, None), or (None, None, why) when Neo4j cannot be
+    reached: probed first within the connect timeout, and a store lost while reading is the same."""
+    try:
+        check_reachable(engine.driver, engine.neo4j_target)
+        return _store(engine), stored_packs(engine), None
+    except StoreUnavailable as exc:
+        return None, None, str(exc)
+    except Exception as exc:
+        gone = store_unreachable(exc)
+        if gone is None:
+            raise
+        return None, None, f"Neo4j stopped answering at {engine.neo4j_target.shown_uri} ({type(gone).__name__})"
+
+
 def collect_status(engine: Engine, env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Everything `rag status` shows; Neo4j must be reachable (the CLI checks first)."""
+    """Everything `rag status` shows. With Neo4j unreachable, what lives elsewhere is still shown
+    (config, corpus files, the eval gate, spend, automation); ``store`` says it is unreachable and
+    why, and what only the store knows (index, document and chunk counts, graph quality) is None."""
     env = os.environ if env is None else env
-    store = _store(engine)
+    store, stored, unreachable = _reachable_store(engine)
     packs = []
     for name, pack in sorted(engine.packs.items()):
-        c = store["counts"].get(name, {})
+        c = store["counts"].get(name, {}) if store else {}
         packs.append(
             {
                 "pack": name,
                 "domain": pack.entry.domain,
                 "extraction": pack.entry.extraction,
                 "corpus_documents": len(discover(pack)),
-                "documents": c.get("documents", 0),
-                "chunks": c.get("chunks", 0),
-                "embedded": c.get("embedded", 0),
+                **{k: (c.get(k, 0) if store else None) for k in ("documents", "chunks", "embedded")},
             }
         )
     return {
         "config_hash": config_hash(engine.cfg),
-        "embedder": store["index"],
+        "store": {"reachable": unreachable is None, "address": engine.neo4j_target.shown_uri, "error": unreachable},
+        "embedder": store["index"] if store else None,
         "packs": packs,
-        "stored_packs": stored_packs(engine),
+        "stored_packs": stored,
         "broken_packs": {name: f"{type(exc).__name__}: {exc}" for name, exc in sorted(engine.broken_packs.items())},
-        "quality": store["quality"],
+        "quality": store["quality"] if store else None,
         "eval_gate": _gate(engine),
-        "spend": _spend(engine),
+        "spend": _spend_or_why(engine),
         "automation": _automation(env, Path(engine.root)),
     }

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import neo4j
 
@@ -51,7 +51,11 @@ def neo4j_target(cfg: EngineConfig, env: Mapping[str, str] | None = None) -> Neo
     )
 
 
-def open_driver(target: Neo4jTarget, env: Mapping[str, str] | None = None) -> neo4j.Driver:
+def open_driver(
+    target: Neo4jTarget, env: Mapping[str, str] | None = None, acquisition_timeout_s: float | None = None
+) -> neo4j.Driver:
+    """A driver for ``target``; ``acquisition_timeout_s`` bounds a server that accepts and never
+    answers (default: twice the connect timeout, at least 10 s)."""
     env = os.environ if env is None else env
     user, password = env.get(target.user_env), env.get(target.password_env)
     auth = (user, password) if user and password else None
@@ -62,7 +66,9 @@ def open_driver(target: Neo4jTarget, env: Mapping[str, str] | None = None) -> ne
             target.uri,
             auth=auth,
             connection_timeout=target.connect_timeout_s,
-            connection_acquisition_timeout=max(2 * target.connect_timeout_s, 10.0),
+            connection_acquisition_timeout=(
+                max(2 * target.connect_timeout_s, 10.0) if acquisition_timeout_s is None else acquisition_timeout_s
+            ),
             max_connection_lifetime=3600,
             # the server's notifications (an unknown label or property on a fresh store, a
             # deprecation) are not errors; the driver logged each as a ~600-character WARNING
@@ -97,6 +103,25 @@ def check_reachable(driver: neo4j.Driver, target: Neo4jTarget) -> None:
             f"local one with `make neo4j-start`, or point ${target.uri_env} at yours",
             uri=target.shown_uri,
         ) from None
+
+
+PROBE_TIMEOUT_S = 2.0
+"""How long a probe waits for the store (``probe_store``): a sensor tick or a status line, not a
+command's first transaction, so far less than the connect timeout a command waits."""
+
+
+def probe_store(target: Neo4jTarget, env: Mapping[str, str] | None = None, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """``check_reachable`` on a throwaway driver whose connect and handshake wait at most
+    ``timeout_s`` (never longer than the configured connect timeout): a stopped store is one typed
+    ``StoreUnavailable`` within that bound, where the first query of a tick would retry for half a
+    minute. A URI the driver refuses is the ``ConfigError`` of ``open_driver``."""
+    bound = min(timeout_s, target.connect_timeout_s)
+    probe = replace(target, connect_timeout_s=bound)
+    driver = open_driver(probe, env, acquisition_timeout_s=bound)
+    try:
+        check_reachable(driver, target)
+    finally:
+        driver.close()
 
 
 def single_record(result: neo4j.Result, what: str) -> neo4j.Record:
