@@ -8,6 +8,11 @@ variable rather than a parameter on every model call, because the calls sit seve
 query (expansion, the question's embedding, rerank, generation) and none of those layers has any
 other use for the caller's identity. Work handed to a thread pool keeps it only when submitted with
 ``contextvars.copy_context().run`` (the question's embedding is).
+
+``in_run`` does the same for the run id: a call that names no run id of its own is metered under
+the run the block belongs to (an eval's queries: the question's embedding deep in retrieval too), so
+a run's ledger records are all its calls. ``tallying`` hands the records written inside a block to
+its caller as well (an eval's figures per query, without reading the ledger back).
 """
 
 from __future__ import annotations
@@ -41,12 +46,19 @@ class UsageRecord(BaseModel):
     cached_input_tokens: int | None = Field(None, ge=0)
     output_tokens: int = Field(0, ge=0)
     reasoning_tokens: int | None = Field(None, ge=0)
+    estimated: bool | None = None
+    """True: no provider reported the token counts, they were computed (a fixture's characters / 4),
+    so the cost priced from them is an estimate. None: not recorded (a record older than the field)."""
     latency_ms: int = Field(0, ge=0)
     status: Literal["ok", "error"] = "ok"
     error_type: str | None = None
     pricing_version: str | None = None
     cost: Decimal | None = None
 
+
+EVAL_ACTOR = "eval"
+"""The actor of an eval's queries and model calls (``evals.runner``): eval traffic is told apart from
+users' in the audit trail and the ledger. No principal may take this id (``config.PrincipalConfig``)."""
 
 _ACTOR: ContextVar[str | None] = ContextVar("rag_engine_actor", default=None)
 
@@ -64,3 +76,43 @@ def acting_as(actor: str | None) -> Iterator[None]:
         yield
     finally:
         _ACTOR.reset(token)
+
+
+_RUN: ContextVar[str | None] = ContextVar("rag_engine_run", default=None)
+
+
+def current_run() -> str | None:
+    """The run the current work belongs to (``in_run``), else None."""
+    return _RUN.get()
+
+
+@contextmanager
+def in_run(run_id: str | None) -> Iterator[None]:
+    """Run the block as part of ``run_id``: usage records written inside it that name no run id of
+    their own carry it."""
+    token = _RUN.set(run_id)
+    try:
+        yield
+    finally:
+        _RUN.reset(token)
+
+
+_TALLIES: ContextVar[tuple[list[UsageRecord], ...]] = ContextVar("rag_engine_usage_tallies", default=())
+
+
+@contextmanager
+def tallying() -> Iterator[list[UsageRecord]]:
+    """The usage records written inside the block, in order (also those of work it handed to a
+    thread with ``contextvars.copy_context().run``); a nested block's records count in both."""
+    records: list[UsageRecord] = []
+    token = _TALLIES.set((*_TALLIES.get(), records))
+    try:
+        yield records
+    finally:
+        _TALLIES.reset(token)
+
+
+def tally(record: UsageRecord) -> None:
+    """Hand a written usage record to every ``tallying`` block it was written in."""
+    for records in _TALLIES.get():
+        records.append(record)
