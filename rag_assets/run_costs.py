@@ -1,17 +1,23 @@
 """What a Dagster run spent on model calls, as run tags: the Runs list shows tags, not metadata.
 
 Every metered model call is a usage ledger record carrying the run id it was made for
-(``rag_engine.providers.ledger``). An asset that calls models ends with
-``tag_run_costs(context, engine)``: the ledger records of its run are summed and set as the
-run's tags, so an operator sees each run's cost and tokens in the Runs list and can filter on
-them. Tags are strings; the cost is the exact sum of the recorded costs, or "unknown" when any
-call of the run has no known cost (a partial sum would pass for the whole). Called again later in
-the same run (another asset), the tags are replaced by the newer, larger sum.
+(``rag_engine.providers.ledger``): the ingestion steps pass the run's id, and an eval runs its
+queries ``in_run`` the run's id, so the question's embedding deep in retrieval carries it too. A
+step that calls models runs inside ``run_costs_tagged(context, engine)``: when the step ends, however
+it ends (done, a ``dg.Failure``, an engine error, a cancel that interrupts the step), the ledger
+records of its run are summed and set as the run's tags, so an operator sees each run's cost and
+tokens in the Runs list and can filter on them, failed and cancelled runs included. Tags are
+strings; the cost is the exact sum of the recorded costs, or "unknown" when any call of the run has
+no known cost (a partial sum would pass for the whole); ``rag/estimated_calls`` counts the calls
+whose token counts (so their cost) were estimated, not reported. Called again later in the same
+run (another asset), the tags are replaced by the newer, larger sum.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from decimal import Decimal
 
 import dagster as dg
@@ -19,20 +25,25 @@ import dagster as dg
 from rag_engine.engine import Engine
 from rag_engine.usage import UsageRecord
 
+log = logging.getLogger(__name__)
+
 COST_TAG = "rag/cost_usd"
 TOKENS_TAG = "rag/tokens"
 CALLS_TAG = "rag/model_calls"
+ESTIMATED_TAG = "rag/estimated_calls"
 UNKNOWN = "unknown"
 
 
 def run_cost_tags(records: Iterable[UsageRecord]) -> dict[str, str]:
-    """The run tags of these ledger records: calls, input plus output tokens, and the exact cost
-    (plain decimal, no exponent) or "unknown" when any record's cost is unknown."""
-    calls, tokens, cost = 0, 0, Decimal(0)
+    """The run tags of these ledger records: calls, input plus output tokens, the exact cost
+    (plain decimal, no exponent) or "unknown" when any record's cost is unknown, and how many calls
+    were priced from estimated token counts."""
+    calls, tokens, estimated, cost = 0, 0, 0, Decimal(0)
     unknown = False
     for r in records:
         calls += 1
         tokens += r.input_tokens + r.output_tokens
+        estimated += bool(r.estimated)
         if r.cost is None:
             unknown = True
         else:
@@ -41,6 +52,7 @@ def run_cost_tags(records: Iterable[UsageRecord]) -> dict[str, str]:
         COST_TAG: UNKNOWN if unknown else format(cost.normalize(), "f"),
         TOKENS_TAG: str(tokens),
         CALLS_TAG: str(calls),
+        ESTIMATED_TAG: str(estimated),
     }
 
 
@@ -54,6 +66,22 @@ def tag_run_costs(context: dg.AssetExecutionContext | dg.OpExecutionContext, eng
         run_id[:8],
         tags[CALLS_TAG],
         tags[TOKENS_TAG],
-        tags[COST_TAG],
+        tags[COST_TAG] + (f" ({tags[ESTIMATED_TAG]} calls estimated)" if tags[ESTIMATED_TAG] != "0" else ""),
     )
     return tags
+
+
+@contextmanager
+def run_costs_tagged(context: dg.AssetExecutionContext | dg.OpExecutionContext, engine: Engine) -> Iterator[None]:
+    """Tag the run with its ledger sum when the block ends, however it ends: a failed or cancelled
+    run's calls cost as much as a finished run's. A tagging error after a failure is logged, never
+    raised over the failure."""
+    try:
+        yield
+    except BaseException:  # a failure, an engine error, the interrupt of a cancelled run: tag, then re-raise
+        try:
+            tag_run_costs(context, engine)
+        except Exception as exc:  # noqa: BLE001 - the step's own error is the one to raise
+            log.warning("run cost tags not written after the step failed: %s: %s", type(exc).__name__, exc)
+        raise
+    tag_run_costs(context, engine)

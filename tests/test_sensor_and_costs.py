@@ -5,9 +5,18 @@ from __future__ import annotations
 from decimal import Decimal
 
 import dagster as dg
+import pytest
 
 from rag_assets.definitions import build_definitions
-from rag_assets.run_costs import CALLS_TAG, COST_TAG, TOKENS_TAG, tag_run_costs
+from rag_assets.run_costs import (
+    CALLS_TAG,
+    COST_TAG,
+    ESTIMATED_TAG,
+    TOKENS_TAG,
+    run_cost_tags,
+    run_costs_tagged,
+    tag_run_costs,
+)
 from rag_assets.sensors import plan_partitions
 from rag_engine.usage import UsageRecord
 from tests.support.packs import POLICY
@@ -152,3 +161,57 @@ def test_tag_run_costs_puts_the_ledger_sum_of_the_run_on_its_tags():
     result = dg.materialize_to_memory([_spending_asset(unpriced)], instance=instance, resources={"rag": rag})
     tags = instance.get_run_by_id(result.run_id).tags
     assert (tags[COST_TAG], tags[TOKENS_TAG], tags[CALLS_TAG]) == ("unknown", "1395", "4")  # never a partial sum
+
+
+def _ending_asset(records: list[dict], end: BaseException) -> dg.AssetsDefinition:
+    """An asset that spends like a model-calling step inside ``run_costs_tagged``, then ends with
+    ``end``: a failure, or the interrupt a cancelled run's step gets."""
+
+    @dg.asset(required_resource_keys={"rag"})
+    def ends(context) -> None:  # unannotated: this module's annotations are strings
+        engine = context.resources.rag.engine()
+        with run_costs_tagged(context, engine):
+            for fields in records:
+                engine.ledger.record(UsageRecord(run_id=context.run.run_id, purpose="answer", provider="p", **fields))
+            raise end
+
+    return ends
+
+
+@pytest.mark.parametrize(
+    "end",
+    [
+        dg.Failure(description="2 partition(s) failed"),
+        RuntimeError("engine error"),
+        dg.DagsterExecutionInterruptedError(),  # what a step of a cancelled run is interrupted with
+    ],
+    ids=["failure", "error", "cancelled"],
+)
+def test_failed_and_cancelled_runs_are_tagged_with_their_ledger_sum(end):
+    """A run that ends in a failure or a cancel still spent its calls: its tags are the ledger's sum
+    for the run, exactly, like a finished run's (they were written only at a step's end before)."""
+    rag = build_definitions().resources["rag"]
+    instance = dg.DagsterInstance.ephemeral()
+    spent = [
+        {"requested_model": "m", "input_tokens": 1000, "output_tokens": 100, "cost": Decimal("0.0015")},
+        {
+            "requested_model": "f",
+            "input_tokens": 400,
+            "output_tokens": 40,
+            "cost": Decimal("0.0002"),
+            "estimated": True,
+        },
+    ]
+    try:
+        result = dg.materialize_to_memory(
+            [_ending_asset(spent, end)], instance=instance, resources={"rag": rag}, raise_on_error=False
+        )
+        run_id = result.run_id
+    except dg.DagsterExecutionInterruptedError:  # an interrupt stops the in-process run itself
+        (run,) = instance.get_runs(limit=1)
+        run_id = run.run_id
+    tags = instance.get_run_by_id(run_id).tags
+    ledger = rag.engine().ledger.records(run_id=run_id)
+    assert len(ledger) == 2
+    assert {k: tags[k] for k in (COST_TAG, TOKENS_TAG, CALLS_TAG, ESTIMATED_TAG)} == run_cost_tags(ledger)
+    assert (tags[COST_TAG], tags[TOKENS_TAG], tags[CALLS_TAG], tags[ESTIMATED_TAG]) == ("0.0017", "1540", "2", "1")
