@@ -3,9 +3,9 @@
 Every metered model call is a usage ledger record carrying the run id it was made for
 (``rag_engine.providers.ledger``): the ingestion steps pass the run's id, and an eval runs its
 queries ``in_run`` the run's id, so the question's embedding deep in retrieval carries it too. A
-step that calls models runs inside ``run_costs_tagged(context, engine)``: when the step ends, however
-it ends (done, a ``dg.Failure``, an engine error, a cancel that interrupts the step), the ledger
-records of its run are summed and set as the run's tags, so an operator sees each run's cost and
+step that calls models runs inside ``run_costs_tagged(context, engine)``: every ``REFRESH_SECONDS``
+while it runs, and when it ends, however it ends (done, a ``dg.Failure``, an engine error, a cancel
+that interrupts the step), the ledger records of its run are summed and set as the run's tags, so an operator sees each run's cost and
 tokens in the Runs list and can filter on them, failed and cancelled runs included. Tags are
 strings; the cost is the exact sum of the recorded costs, or "unknown" when any call of the run has
 no known cost (a partial sum would pass for the whole); ``rag/estimated_calls`` counts the calls
@@ -16,6 +16,7 @@ run (another asset), the tags are replaced by the newer, larger sum.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from decimal import Decimal
@@ -56,32 +57,56 @@ def run_cost_tags(records: Iterable[UsageRecord]) -> dict[str, str]:
     }
 
 
-def tag_run_costs(context: dg.AssetExecutionContext | dg.OpExecutionContext, engine: Engine) -> dict[str, str]:
-    """Sum the ledger records of this context's run and set them as the run's tags (returned)."""
+def tag_run_costs(
+    context: dg.AssetExecutionContext | dg.OpExecutionContext, engine: Engine, *, quiet: bool = False
+) -> dict[str, str]:
+    """Sum the ledger records of this context's run and set them as the run's tags (returned);
+    ``quiet``: no line in the run's log (the refresh while a step runs)."""
     run_id = context.run.run_id
     tags = run_cost_tags(engine.ledger.records(run_id=run_id))
     context.instance.add_run_tags(run_id, tags)
-    context.log.info(
-        "run %s so far: %s model calls, %s tokens, cost %s",
-        run_id[:8],
-        tags[CALLS_TAG],
-        tags[TOKENS_TAG],
-        tags[COST_TAG] + (f" ({tags[ESTIMATED_TAG]} calls estimated)" if tags[ESTIMATED_TAG] != "0" else ""),
-    )
+    if not quiet:
+        context.log.info(
+            "run %s so far: %s model calls, %s tokens, cost %s",
+            run_id[:8],
+            tags[CALLS_TAG],
+            tags[TOKENS_TAG],
+            tags[COST_TAG] + (f" ({tags[ESTIMATED_TAG]} calls estimated)" if tags[ESTIMATED_TAG] != "0" else ""),
+        )
     return tags
+
+
+REFRESH_SECONDS = 30.0
+"""How often the tags of a running step are brought up to its ledger sum (a 40-minute embedding
+run shows what it has spent so far, not 0 until it ends)."""
+
+
+def _refresh(context: dg.AssetExecutionContext | dg.OpExecutionContext, engine: Engine, done: threading.Event) -> None:
+    while not done.wait(REFRESH_SECONDS):
+        try:
+            tag_run_costs(context, engine, quiet=True)
+        except Exception as exc:  # noqa: BLE001 - a refresh is a courtesy: the step's end tags the run anyway
+            log.warning("run cost tags not refreshed: %s: %s", type(exc).__name__, exc)
 
 
 @contextmanager
 def run_costs_tagged(context: dg.AssetExecutionContext | dg.OpExecutionContext, engine: Engine) -> Iterator[None]:
-    """Tag the run with its ledger sum when the block ends, however it ends: a failed or cancelled
-    run's calls cost as much as a finished run's. A tagging error after a failure is logged, never
-    raised over the failure."""
+    """Tag the run with its ledger sum every ``REFRESH_SECONDS`` while the block runs, and when it
+    ends, however it ends: a failed or cancelled run's calls cost as much as a finished run's. A
+    tagging error after a failure is logged, never raised over the failure."""
+    done = threading.Event()
+    refresher = threading.Thread(target=_refresh, args=(context, engine, done), name="run-cost-tags", daemon=True)
+    refresher.start()
     try:
         yield
     except BaseException:  # a failure, an engine error, the interrupt of a cancelled run: tag, then re-raise
+        done.set()
+        refresher.join()
         try:
             tag_run_costs(context, engine)
         except Exception as exc:  # noqa: BLE001 - the step's own error is the one to raise
             log.warning("run cost tags not written after the step failed: %s: %s", type(exc).__name__, exc)
         raise
+    done.set()
+    refresher.join()
     tag_run_costs(context, engine)

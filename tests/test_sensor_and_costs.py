@@ -215,3 +215,37 @@ def test_failed_and_cancelled_runs_are_tagged_with_their_ledger_sum(end):
     assert len(ledger) == 2
     assert {k: tags[k] for k in (COST_TAG, TOKENS_TAG, CALLS_TAG, ESTIMATED_TAG)} == run_cost_tags(ledger)
     assert (tags[COST_TAG], tags[TOKENS_TAG], tags[CALLS_TAG], tags[ESTIMATED_TAG]) == ("0.0017", "1540", "2", "1")
+
+
+def test_a_running_step_shows_what_it_has_spent_so_far(monkeypatch):
+    """Tags are refreshed while a step runs, not only at its end: a long embedding run shows its
+    ledger sum so far in the Runs list."""
+    import time
+
+    from rag_assets import run_costs
+
+    monkeypatch.setattr(run_costs, "REFRESH_SECONDS", 0.05)
+    seen: list[str | None] = []
+
+    @dg.asset(required_resource_keys={"rag"})
+    def slow(context) -> None:  # unannotated: this module's annotations are strings
+        engine = context.resources.rag.engine()
+        with run_costs_tagged(context, engine):
+            engine.ledger.record(
+                UsageRecord(
+                    run_id=context.run.run_id, purpose="index", provider="p", requested_model="e", cost=Decimal(1)
+                )
+            )
+            deadline = time.monotonic() + 10
+            while (
+                time.monotonic() < deadline
+                and context.instance.get_run_by_id(context.run.run_id).tags.get(CALLS_TAG) != "1"
+            ):
+                time.sleep(0.02)
+            seen.append(context.instance.get_run_by_id(context.run.run_id).tags.get(COST_TAG))
+
+    rag = build_definitions().resources["rag"]
+    instance = dg.DagsterInstance.ephemeral()
+    result = dg.materialize_to_memory([slow], instance=instance, resources={"rag": rag})
+    assert seen == ["1"]  # tagged while the step was still running
+    assert instance.get_run_by_id(result.run_id).tags[COST_TAG] == "1"
