@@ -2,15 +2,17 @@
 
 Every metered model call is a usage ledger record carrying the run id it was made for
 (``rag_engine.providers.ledger``): the ingestion steps pass the run's id, and an eval runs its
-queries ``in_run`` the run's id, so the question's embedding deep in retrieval carries it too. A
-step that calls models runs inside ``run_costs_tagged(context, engine)``: every ``REFRESH_SECONDS``
-while it runs, and when it ends, however it ends (done, a ``dg.Failure``, an engine error, a cancel
-that interrupts the step), the ledger records of its run are summed and set as the run's tags, so an operator sees each run's cost and
-tokens in the Runs list and can filter on them, failed and cancelled runs included. Tags are
-strings; the cost is the exact sum of the recorded costs, or "unknown" when any call of the run has
-no known cost (a partial sum would pass for the whole); ``rag/estimated_calls`` counts the calls
-whose token counts (so their cost) were estimated, not reported. Called again later in the same
-run (another asset), the tags are replaced by the newer, larger sum.
+queries ``in_run`` the run's id, so the question's embedding deep in retrieval carries it too.
+Every ingestion step and ``eval_report`` run inside ``run_costs_tagged(context, engine)``: every
+``REFRESH_SECONDS`` while the step runs, and when it ends, however it ends (done, a ``dg.Failure``,
+an engine error, a cancel that interrupts the step), the ledger records of its run are summed and
+set as the run's tags, so an operator sees each run's cost and tokens in the Runs list and can
+filter on them: failed and cancelled runs included, and every run of a backfill (0 calls for a
+step that calls no model). Tags are strings; the cost is the exact sum of the recorded costs, or
+"unknown" when any call of the run has no known cost (a partial sum would pass for the whole);
+``rag/estimated_calls`` counts the calls whose token counts (so their cost) were estimated, not
+reported. Called again later in the same run (another asset), the tags are replaced by the newer,
+larger sum.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import logging
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from decimal import Decimal
 
 import dagster as dg
@@ -89,11 +92,29 @@ def _refresh(context: dg.AssetExecutionContext | dg.OpExecutionContext, engine: 
             log.warning("run cost tags not refreshed: %s: %s", type(exc).__name__, exc)
 
 
+_TAGGING: ContextVar[bool] = ContextVar("rag_assets_run_costs_tagging", default=False)
+
+
 @contextmanager
 def run_costs_tagged(context: dg.AssetExecutionContext | dg.OpExecutionContext, engine: Engine) -> Iterator[None]:
     """Tag the run with its ledger sum every ``REFRESH_SECONDS`` while the block runs, and when it
     ends, however it ends: a failed or cancelled run's calls cost as much as a finished run's. A
-    tagging error after a failure is logged, never raised over the failure."""
+    tagging error after a failure is logged, never raised over the failure. Inside another such
+    block (a step's helper) it adds nothing: the outer one tags."""
+    if _TAGGING.get():
+        yield
+        return
+    token = _TAGGING.set(True)
+    try:
+        with _tagged(context, engine):
+            yield
+    finally:
+        _TAGGING.reset(token)
+
+
+@contextmanager
+def _tagged(context: dg.AssetExecutionContext | dg.OpExecutionContext, engine: Engine) -> Iterator[None]:
+    engine.ledger  # noqa: B018 - opened here, not first by the refresher thread
     done = threading.Event()
     refresher = threading.Thread(target=_refresh, args=(context, engine, done), name="run-cost-tags", daemon=True)
     refresher.start()

@@ -249,3 +249,24 @@ def test_a_running_step_shows_what_it_has_spent_so_far(monkeypatch):
     result = dg.materialize_to_memory([slow], instance=instance, resources={"rag": rag})
     assert seen == ["1"]  # tagged while the step was still running
     assert instance.get_run_by_id(result.run_id).tags[COST_TAG] == "1"
+
+
+def test_every_ingestion_run_is_tagged_with_its_ledger_sum(variant, unique):
+    """A run of steps that call no model (as a backfill's runs of chunks and references) carries
+    its tags too, 0 calls; a whole ingestion run's tags are its ledger sum."""
+    defs = build_definitions(variant("tags"))
+    instance = dg.DagsterInstance.ephemeral()
+    result = _evaluate(defs, instance, unique)
+    (add,) = result.dynamic_partitions_requests
+    instance.add_dynamic_partitions(f"{unique}__document_versions", list(add.partition_keys))
+    (request,) = result.run_requests
+    ledger = defs.resources["rag"].engine().ledger
+    graph = defs.resolve_asset_graph()
+    pack = {k for k in graph.get_all_asset_keys() if k.path[0] == unique}
+    for selection in ({k for k in pack if k.path[-1] in ("source_documents", "chunks")}, pack):
+        job = defs.resolve_implicit_global_asset_job_def().get_subset(asset_selection=selection)
+        run = job.execute_in_process(instance=instance, raise_on_error=False, tags=request.tags)
+        tags = instance.get_run_by_id(run.run_id).tags
+        expected = run_cost_tags(ledger.records(run_id=run.run_id))
+        assert {k: tags.get(k) for k in expected} == expected, selection
+    assert expected[CALLS_TAG] == str(len(ledger.records(run_id=run.run_id)))

@@ -113,11 +113,14 @@ def _run(
     (done by `rag ingest` or an earlier run at this code version) is materialized without work,
     every partition the step completes is stamped (its downstream stamps dropped), and one it left
     partial (an extraction the budget stopped) loses its stamp, so the next run of either path
-    finishes it. The store is checked first: a stopped Neo4j fails the step at once, in one line."""
+    finishes it. The store is checked first: a stopped Neo4j fails the step at once, in one line.
+    Every step tags its run with the run's ledger sum (``run_costs_tagged``), so every run of a
+    backfill carries its cost tags, 0 calls for a step that calls no model."""
     with engine_errors(step):
         engine = engine_res.engine()
-        check_reachable(engine.driver, engine.neo4j_target)
-        return _run_step(context, engine, pack_name, step, fn, totals, check, extra)
+        with run_costs_tagged(context, engine):
+            check_reachable(engine.driver, engine.neo4j_target)
+            return _run_step(context, engine, pack_name, step, fn, totals, check, extra)
 
 
 def _run_step(
