@@ -18,11 +18,11 @@ its caller as well (an eval's figures per query, without reading the ledger back
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -60,6 +60,8 @@ EVAL_ACTOR = "eval"
 """The actor of an eval's queries and model calls (``evals.runner``): eval traffic is told apart from
 users' in the audit trail and the ledger. No principal may take this id (``config.PrincipalConfig``)."""
 
+T = TypeVar("T")
+
 _ACTOR: ContextVar[str | None] = ContextVar("rag_engine_actor", default=None)
 
 
@@ -69,13 +71,18 @@ def current_actor() -> str | None:
 
 
 @contextmanager
-def acting_as(actor: str | None) -> Iterator[None]:
-    """Run the block for ``actor``: usage records written inside it carry it (None: nobody)."""
-    token = _ACTOR.set(actor)
+def _scoped(var: ContextVar[T], value: T) -> Iterator[T]:
+    """``var`` set to ``value`` for the block, restored after it."""
+    token = var.set(value)
     try:
-        yield
+        yield value
     finally:
-        _ACTOR.reset(token)
+        var.reset(token)
+
+
+def acting_as(actor: str | None) -> AbstractContextManager[str | None]:
+    """Run the block for ``actor``: usage records written inside it carry it (None: nobody)."""
+    return _scoped(_ACTOR, actor)
 
 
 _RUN: ContextVar[str | None] = ContextVar("rag_engine_run", default=None)
@@ -86,15 +93,10 @@ def current_run() -> str | None:
     return _RUN.get()
 
 
-@contextmanager
-def in_run(run_id: str | None) -> Iterator[None]:
+def in_run(run_id: str | None) -> AbstractContextManager[str | None]:
     """Run the block as part of ``run_id``: usage records written inside it that name no run id of
     their own carry it."""
-    token = _RUN.set(run_id)
-    try:
-        yield
-    finally:
-        _RUN.reset(token)
+    return _scoped(_RUN, run_id)
 
 
 _TALLIES: ContextVar[tuple[list[UsageRecord], ...]] = ContextVar("rag_engine_usage_tallies", default=())
@@ -105,11 +107,8 @@ def tallying() -> Iterator[list[UsageRecord]]:
     """The usage records written inside the block, in order (also those of work it handed to a
     thread with ``contextvars.copy_context().run``); a nested block's records count in both."""
     records: list[UsageRecord] = []
-    token = _TALLIES.set((*_TALLIES.get(), records))
-    try:
+    with _scoped(_TALLIES, (*_TALLIES.get(), records)):
         yield records
-    finally:
-        _TALLIES.reset(token)
 
 
 def tally(record: UsageRecord) -> None:
