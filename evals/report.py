@@ -206,8 +206,8 @@ class QueryResult(_Frozen):
     latency_ms: Millis
     cost_usd: str | None
     tokens: int | None = Field(None, ge=0)
-    """Model tokens (input + output) of the query's model calls (its question's embedding, the
-    answer); None: not recorded (an older runner)."""
+    """Model tokens (input + output) the answer billed; 0 for an extractive answer; None: not
+    recorded (an older runner)."""
     tokens_estimated: bool | None = None
     """Some of those token counts were estimated, not reported by a provider (a replay fixture's
     characters / 4): ``tokens`` and ``cost_usd`` are then estimates. None: not recorded."""

@@ -68,6 +68,7 @@ from rag_engine.config import LEGS, config_hash
 from rag_engine.engine import Engine
 from rag_engine.errors import EvalInputError
 from rag_engine.governance.policy import gate
+from rag_engine.providers.registry import QUESTION_TIME_PURPOSES
 from rag_engine.retrieval.answer import Answer
 from rag_engine.retrieval.query import run_query
 from rag_engine.retrieval.retriever import retrieve
@@ -289,7 +290,7 @@ def run_eval(
     under the eval's ``run_id`` (a Dagster run's id, else ``eval-<12 hex>``; the report records it)
     and the actor ``eval`` (``rag_engine.usage.EVAL_ACTOR``), the question's embedding deep in
     retrieval and the baselines' included, so the run's ledger records are all its calls. A query's
-    tokens and cost are those of its own model calls (``tallying``), never another query's."""
+    tokens and cost are those of its own answer's model calls (``tallying``), never another query's."""
     run_id = run_id or f"eval-{uuid.uuid4().hex[:12]}"
     with acting_as(EVAL_ACTOR), in_run(run_id):
         return _run_eval(
@@ -330,7 +331,7 @@ def _run_eval(
             role = q.get("role", role_default)
             gold, insufficient = q.get("gold") or [], bool(q.get("insufficient_evidence"))
             started = time.perf_counter()
-            with tallying() as records:  # this query's model calls: its tokens and cost, no other's
+            with tallying() as calls:  # this query's model calls, no other's
                 outcome = run_query(
                     engine,
                     q["question"],
@@ -347,6 +348,9 @@ def _run_eval(
             with read_transaction(engine.driver, engine.database, packs=engine.packs) as rx:
                 reads.fulltext(rx, q["question"], gate(engine.cfg, role).collections, engine.cfg.retrieval.lexical_k)
             control_ms = (time.perf_counter() - started) * 1000
+            # the answer's calls: the question's embedding is shared query-side cost (the run's ledger
+            # and tags have it; rag costs --by-model adds it per query), and a timed-out one has no cost
+            records = [r for r in calls if r.purpose not in QUESTION_TIME_PURPOSES]
             tokens = sum(r.input_tokens + r.output_tokens for r in records)
             if generate:
                 answers.add(q["id"], outcome.answer, [r.reported_model for r in records if r.purpose == "answer"])

@@ -275,7 +275,7 @@ def test_cassette_replay_answers_golden_questions_with_citations(answer_cassette
     # the fixture's counts are characters / 4: its answers' tokens and cost say they are estimates
     assert all(q.tokens_estimated for q in by_model)
     assert generated.metrics.estimated_cost_queries == len(by_model)
-    assert not any(q.tokens_estimated for q in extractive.queries)  # the e5 server reports its counts
+    assert not any(q.tokens_estimated for q in extractive.queries)  # no answer call: nothing estimated
 
 
 def test_eval_traffic_carries_its_run_id_and_the_eval_actor(answer_cassette, ingested_engine):
