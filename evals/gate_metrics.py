@@ -18,6 +18,7 @@ from evals.gate_models import (
     ANSWER_METRICS,
     BM25_FLOOR,
     EMBEDDER_CHANGED,
+    ESTIMABLE_METRICS,
     FLOOR_METRICS,
     GENERATION_CHANGED,
     GENERATION_FAILED,
@@ -294,40 +295,62 @@ _RESOURCE_VALUE = {
 }
 
 
+def estimated_note(candidate: EvalReport, baseline: EvalReport) -> str | None:
+    """Which report's cost and tokens rest on estimated token counts, in words; None when neither's do."""
+    parts = []
+    for label, report in (("candidate", candidate), ("baseline", baseline)):
+        n = report.metrics.estimated_cost_queries
+        if n:
+            parts.append(f"{n} of {len(report.queries)} {label} queries")
+    if not parts:
+        return None
+    return (
+        f"estimated: the token counts of {' and '.join(parts)} were computed, not reported by a provider "
+        "(a replay fixture's characters / 4)"
+    )
+
+
 def resource_checks(candidate: EvalReport, baseline: EvalReport, cfg: EvalsConfig) -> dict[str, ResourceCheck]:
     """Cost per query, tokens per query and the latency ratio to the in-run control, each against
-    the baseline's with its relative tolerance from config (only those listed in gate_metrics)."""
+    the baseline's with its relative tolerance from config (only those listed in gate_metrics).
+    Cost and tokens resting on estimated token counts are marked ``estimated``, with a note."""
     out: dict[str, ResourceCheck] = {}
+    estimated = estimated_note(candidate, baseline)
     for metric in (m for m in cfg.gate_metrics if m in RESOURCE_METRICS):
         value, tol_key = _RESOURCE_VALUE[metric]
         tol = float(getattr(cfg, tol_key))
         b, c = value(baseline), value(candidate)
-        if c is None and b is not None and metric == "cost_per_query":
-            out[metric] = ResourceCheck(
-                baseline=b,
-                candidate=None,
-                tolerance=tol,
-                judged=True,
-                regressed=True,
-                note="candidate cost unknown (a model without pricing) against a known baseline cost",
-            )
-        elif b is None or c is None:
-            missing = " and ".join(label for label, v in (("baseline", b), ("candidate", c)) if v is None)
-            out[metric] = ResourceCheck(
-                baseline=b,
-                candidate=c,
-                tolerance=tol,
-                judged=False,
-                regressed=False,
-                note=f"not judged: the {missing} report has no {metric} (unknown cost, "
-                "or written by an older runner: re-run it)",
-            )
-        else:
-            allowed = b * (1 + tol)
-            out[metric] = ResourceCheck(
-                baseline=b, candidate=c, tolerance=tol, judged=True, regressed=c > allowed + 1e-12
-            )
+        out[metric] = _resource_check(metric, b, c, tol)
+        if estimated and metric in ESTIMABLE_METRICS:
+            check = out[metric]
+            note = f"{check.note}; {estimated}" if check.note else estimated
+            out[metric] = check.model_copy(update={"estimated": True, "note": note})
     return out
+
+
+def _resource_check(metric: str, b: float | None, c: float | None, tol: float) -> ResourceCheck:
+    """One resource figure against the baseline's: unknown against known cost fails, a missing value is not judged."""
+    if c is None and b is not None and metric == "cost_per_query":
+        return ResourceCheck(
+            baseline=b,
+            candidate=None,
+            tolerance=tol,
+            judged=True,
+            regressed=True,
+            note="candidate cost unknown (a model without pricing) against a known baseline cost",
+        )
+    if b is None or c is None:
+        missing = " and ".join(label for label, v in (("baseline", b), ("candidate", c)) if v is None)
+        return ResourceCheck(
+            baseline=b,
+            candidate=c,
+            tolerance=tol,
+            judged=False,
+            regressed=False,
+            note=f"not judged: the {missing} report has no {metric} (unknown cost, "
+            "or written by an older runner: re-run it)",
+        )
+    return ResourceCheck(baseline=b, candidate=c, tolerance=tol, judged=True, regressed=c > b * (1 + tol) + 1e-12)
 
 
 def resource_reasons(checks: dict[str, ResourceCheck]) -> list[str]:
@@ -341,7 +364,7 @@ def resource_reasons(checks: dict[str, ResourceCheck]) -> list[str]:
             growth = "from 0" if not r.baseline else f"{r.candidate / r.baseline - 1:+.1%}"
             out.append(
                 f"regression: {name} baseline {r.baseline:.6g} -> candidate {r.candidate:.6g} "
-                f"({growth}, more than the tolerance {r.tolerance:.0%})"
+                f"({growth}, more than the tolerance {r.tolerance:.0%})" + (f"; {r.note}" if r.estimated else "")
             )
     return out
 
@@ -370,7 +393,13 @@ def generation_problem(
             "again (python -m evals.runner --generate)"
         )
     base_cfg = baseline.configured_generation if baseline is not None else None
-    if cand_cfg is not None and base_cfg is not None and cand_cfg != base_cfg and candidate.generation != cand_cfg:
+    answered = candidate.generation
+    if (
+        cand_cfg is not None
+        and base_cfg is not None
+        and cand_cfg != base_cfg
+        and (answered.provider, answered.model) != (cand_cfg.provider, cand_cfg.model)  # e.g. extractive
+    ):
         return (
             f"{GENERATION_CHANGED}: default generation model {_gen(base_cfg)} -> {_gen(cand_cfg)}, but the "
             f"candidate answered with {_gen(candidate.generation)}: run the eval without --extractive"

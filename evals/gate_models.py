@@ -36,6 +36,8 @@ ANSWER_METRICS: tuple[str, ...] = ("citation_hit_rate", "insufficient_evidence_a
 """The gate metrics that judge generated answers: a generation change is judged only if both are gated."""
 RESOURCE_METRICS: tuple[str, ...] = ("cost_per_query", "tokens_per_query", "latency_ratio")
 """Gate metrics where lower is better, judged by a relative tolerance (not the bootstrap)."""
+ESTIMABLE_METRICS: tuple[str, ...] = ("cost_per_query", "tokens_per_query")
+"""The resource metrics computed from token counts, which may be estimates (the latency ratio is measured)."""
 BM25_FLOOR = "bm25_floor"
 PACK_REGRESSION = "pack_regression"
 FLOOR_METRICS: tuple[str, ...] = ("ndcg@10", "map@10")
@@ -96,6 +98,9 @@ class ResourceCheck(_Frozen):
     judged: bool
     regressed: bool
     note: str | None = None
+    estimated: bool = False
+    """cost_per_query / tokens_per_query rest, in either report, on token counts no provider reported
+    (a replay fixture's characters / 4): the figures are estimates, and the note says how many."""
 
 
 class GateAudit(_Frozen):

@@ -40,9 +40,13 @@ def summary(result: GateResult) -> str:
 
     for name, r in result.resources.items():
         flag = "  REGRESSED" if r.regressed else ("" if r.judged else "  (not judged)")
+        est = "  (estimated)" if r.estimated else ""  # from token counts no provider reported
         lines.append(
-            f"  {name:<32} baseline {fmt(r.baseline)}  candidate {fmt(r.candidate)}  tolerance +{r.tolerance:.0%}{flag}"
+            f"  {name:<32} baseline {fmt(r.baseline)}  candidate {fmt(r.candidate)}  "
+            f"tolerance +{r.tolerance:.0%}{est}{flag}"
         )
+    notes = dict.fromkeys(r.note for r in result.resources.values() if r.estimated and r.note)
+    lines += [f"  {n}" for n in notes]
     if result.audit is not None:
         a = result.audit
         gen = f"{a.generation['provider']}/{a.generation['model']}" if a.generation else "-"

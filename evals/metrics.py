@@ -196,6 +196,8 @@ def aggregate(queries: Sequence[QueryResult]) -> dict[str, Any]:
     out["latency_ms_p50"] = float(np.percentile(latencies, 50))
     out["latency_ms_p95"] = float(np.percentile(latencies, 95))
     out["cost_per_query_usd"] = mean_cost(q.cost_usd for q in queries)
+    estimated = [q.tokens_estimated for q in queries]
+    out["estimated_cost_queries"] = None if None in estimated else sum(1 for e in estimated if e)
     out["queries"] = len(queries)
     found = [q.refused_found for q in queries]
     out["refused_found"] = None if None in found else sum(1 for f in found if f)

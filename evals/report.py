@@ -17,6 +17,11 @@ Optional in ``/2`` (absent from an older runner's report): how the generation mo
 (``generation.reported_models``, ``model_answers``, ``no_call``, ``failures`` by error type) and per
 query ``answer_method`` / ``answer_error``, so a failed model call (a replay miss) is in the report
 rather than hidden behind the extractive fallback.
+
+Also optional: the eval's ``run_id`` (the run its model calls and audit records carry, actor
+``eval``), and per query ``tokens_estimated`` with its count ``metrics.estimated_cost_queries``: a
+query whose token counts no provider reported (a replay fixture's characters / 4) has an estimated
+cost, and the report says so.
 """
 
 from __future__ import annotations
@@ -166,6 +171,10 @@ class ReportMetrics(_Frozen):
     latency_ms_p50: Millis
     latency_ms_p95: Millis
     cost_per_query_usd: str | None
+    estimated_cost_queries: int | None = Field(None, ge=0)
+    """Queries whose tokens and cost rest on estimated token counts (no provider reported them: a
+    replay fixture's characters / 4): ``cost_per_query_usd`` is then (partly) an estimate. None: not
+    recorded (an older runner)."""
     queries: int = Field(ge=0)
     refused_found: int | None = Field(None, ge=0)
     """Answerable queries answered "insufficient evidence" (by the evidence floor or the model)
@@ -200,6 +209,9 @@ class QueryResult(_Frozen):
     tokens: int | None = Field(None, ge=0)
     """Model tokens (input + output) the answer billed; 0 for an extractive answer; None: not
     recorded (an older runner)."""
+    tokens_estimated: bool | None = None
+    """Some of those token counts were estimated, not reported by a provider (a replay fixture's
+    characters / 4): ``tokens`` and ``cost_usd`` are then estimates. None: not recorded."""
     answer_method: Literal["model", "extractive", "none"] | None = None
     """How the answer was made: by the model, extractively (no model, or its call failed: see
     ``answer_error``), or ``none`` (decided before any call); None: not recorded (an older runner)."""
@@ -327,6 +339,9 @@ class RetrievalRun(_Frozen):
 class EvalReport(_Frozen):
     schema_id: Literal["rag-eval-report/1", "rag-eval-report/2"] = Field(SCHEMA, alias="schema")
     created_at: datetime
+    run_id: NonEmpty | None = None
+    """The run the eval's model calls (usage ledger) and queries (audit trail, actor ``eval``) carry;
+    None: not recorded (an older runner)."""
     config_hash: NonEmpty
     golden: GoldenRef
     generation: GenerationInfo

@@ -68,11 +68,13 @@ from rag_engine.config import LEGS, config_hash
 from rag_engine.engine import Engine
 from rag_engine.errors import EvalInputError
 from rag_engine.governance.policy import gate
+from rag_engine.providers.registry import QUESTION_TIME_PURPOSES
 from rag_engine.retrieval.answer import Answer
 from rag_engine.retrieval.query import run_query
 from rag_engine.retrieval.retriever import retrieve
 from rag_engine.store import reads
 from rag_engine.store.session import read_transaction
+from rag_engine.usage import EVAL_ACTOR, acting_as, in_run, tallying
 
 
 def load_golden(path: Path) -> dict[str, Any]:
@@ -227,7 +229,8 @@ def _anchors(rows: Sequence[dict[str, Any]]) -> list[str]:
 
 def baseline_rankings(engine: Engine, bm25: BM25Baseline, pack: str, question: str, role: str) -> dict[str, list[str]]:
     """Top-10 anchors of BM25 and of the engine's fulltext and dense legs alone, for one question,
-    over the collections the role may read."""
+    over the collections the role may read (its query embedding is metered under the run ``in_run``
+    names, like every model call of the eval)."""
     collections = gate(engine.cfg, role).collections
     cfg = engine.cfg.retrieval
     vec = engine.embed_texts([question], purpose="query")[0]
@@ -279,15 +282,38 @@ def run_eval(
     progress: Callable[[str], None] = print,
     weights: dict[str, float] | None = None,
     k: int | None = None,
+    run_id: str | None = None,
 ) -> EvalReport:
-    """Score the engine (with ``weights``/``k`` overrides, if any), BM25 and each leg alone."""
+    """Score the engine (with ``weights``/``k`` overrides, if any), BM25 and each leg alone.
+
+    Eval traffic is told apart from users': every query is audited and every model call metered
+    under the eval's ``run_id`` (a Dagster run's id, else ``eval-<12 hex>``; the report records it)
+    and the actor ``eval`` (``rag_engine.usage.EVAL_ACTOR``), the question's embedding deep in
+    retrieval and the baselines' included, so the run's ledger records are all its calls. A query's
+    tokens and cost are those of its own answer's model calls (``tallying``), never another query's."""
+    run_id = run_id or f"eval-{uuid.uuid4().hex[:12]}"
+    with acting_as(EVAL_ACTOR), in_run(run_id):
+        return _run_eval(
+            engine, golden_paths, generate=generate, progress=progress, weights=weights, k=k, run_id=run_id
+        )
+
+
+def _run_eval(
+    engine: Engine,
+    golden_paths: list[Path],
+    *,
+    generate: bool,
+    progress: Callable[[str], None],
+    weights: dict[str, float] | None,
+    k: int | None,
+    run_id: str,
+) -> EvalReport:
     results = []
     systems: dict[str, dict[str, Any]] = {}
     rankings: dict[str, dict[str, list[str]]] = {}
     bm25 = BM25Baseline(engine.driver, engine.database)
     bm25_stemmed = BM25Baseline(engine.driver, engine.database, stem=True)
     answers = AnswerTally()
-    run_tag = f"eval-{uuid.uuid4().hex[:12]}"
     splits = load_splits()
     by_split: dict[str, dict[str, list[tuple[Sequence[str], Sequence[str], bool]]]] = {}
     for path in golden_paths:
@@ -305,25 +331,27 @@ def run_eval(
             split = split_of(q["id"], golden.get("set"), splits)
             role = q.get("role", role_default)
             gold, insufficient = q.get("gold") or [], bool(q.get("insufficient_evidence"))
-            # per query and per run: its tokens from the ledger, never another run's on the same ledger
-            run_id = f"{run_tag}:{q['id']}" if generate else "eval"
             started = time.perf_counter()
-            outcome = run_query(
-                engine,
-                q["question"],
-                role,
-                k=k,
-                generate=generate,
-                local_inference=False,
-                run_id=run_id,
-                weights=weights,
-            )
+            with tallying() as calls:  # this query's model calls, no other's
+                outcome = run_query(
+                    engine,
+                    q["question"],
+                    role,
+                    k=k,
+                    generate=generate,
+                    local_inference=False,
+                    run_id=run_id,
+                    weights=weights,
+                    actor=EVAL_ACTOR,
+                )
             latency = (time.perf_counter() - started) * 1000
             started = time.perf_counter()  # the in-run latency control: the fulltext leg alone
             with read_transaction(engine.driver, engine.database, packs=engine.packs) as rx:
                 reads.fulltext(rx, q["question"], gate(engine.cfg, role).collections, engine.cfg.retrieval.lexical_k)
             control_ms = (time.perf_counter() - started) * 1000
-            records = engine.ledger.records(run_id) if generate else []
+            # the answer's calls: the question's embedding is shared query-side cost (the run's ledger
+            # and tags have it; rag costs --by-model adds it per query), and a timed-out one has no cost
+            records = [r for r in calls if r.purpose not in QUESTION_TIME_PURPOSES]
             tokens = sum(r.input_tokens + r.output_tokens for r in records)
             if generate:
                 answers.add(q["id"], outcome.answer, [r.reported_model for r in records if r.purpose == "answer"])
@@ -360,6 +388,7 @@ def run_eval(
                         s.get("keys") for s in outcome.retrieval.trace if s.get("step") == "exact_references"
                     ),
                     "answer": outcome.answer.text,
+                    "tokens_estimated": any(r.estimated for r in records),
                     **fact_fields(q.get("fact"), outcome.answer),
                 }
             )
@@ -390,6 +419,7 @@ def run_eval(
         {
             "schema": SCHEMA,
             "created_at": datetime.now(UTC),
+            "run_id": run_id,
             "config_hash": config_hash(engine.cfg),
             "golden": {
                 "paths": [

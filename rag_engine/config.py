@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from rag_engine import yaml_safe
 from rag_engine.errors import ConfigError, UnknownRoleCollection
+from rag_engine.usage import EVAL_ACTOR
 
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
@@ -130,6 +131,9 @@ class LocalCostConfig(Frozen):
     usd_per_hour: Decimal | None = Field(None, ge=0)
     tokens_per_second: float | None = Field(None, gt=0)
     usd_per_million_tokens: Decimal | None = Field(None, ge=0)
+    fixture: bool = False
+    """A fixture price: the rate of the model a stand-in (a replay cassette of fixture answers) takes
+    the place of, not what anything here costs; every label and description says so."""
 
     _exact = field_validator("usd_per_hour", "usd_per_million_tokens", mode="before")(_exact_decimal)
 
@@ -173,23 +177,26 @@ class LocalCostConfig(Frozen):
 
     @property
     def label(self) -> str:
-        """The rate in a few words, for a table cell: ``machine 0.10 USD/h @ 60 tok/s``."""
+        """The rate in a few words, for a table cell: ``machine 0.10 USD/h @ 60 tok/s`` (``fixture
+        machine ...`` for a fixture price)."""
+        fixture = "fixture " if self.fixture else ""
         if self.usd_per_million_tokens is not None:
-            return f"local {self.usd_per_million_tokens} USD/M tok"
+            return f"{fixture}local {self.usd_per_million_tokens} USD/M tok"
         if self.tokens_per_second is None:
-            return f"machine {self.usd_per_hour} USD/h x s"
-        return f"machine {self.usd_per_hour} USD/h @ {self.tokens_per_second:g} tok/s"
+            return f"{fixture}machine {self.usd_per_hour} USD/h x s"
+        return f"{fixture}machine {self.usd_per_hour} USD/h @ {self.tokens_per_second:g} tok/s"
 
     def describe(self) -> str:
         """The rate in words, for reports: ``machine time 0.1 USD/h x measured seconds`` and the like."""
+        fixture = "a fixture price, " if self.fixture else ""
         if self.usd_per_million_tokens is not None:
-            return f"local rate {self.usd_per_million_tokens} USD per million tokens ({self.version})"
+            return f"local rate {self.usd_per_million_tokens} USD per million tokens ({fixture}{self.version})"
         rate = self.per_million_tokens
         if rate is None:
-            return f"machine time {self.usd_per_hour} USD/h x measured seconds ({self.version})"
+            return f"machine time {self.usd_per_hour} USD/h x measured seconds ({fixture}{self.version})"
         return (
             f"machine time {self.usd_per_hour} USD/h at {self.tokens_per_second:g} tokens/s "
-            f"= {rate.quantize(Decimal('1e-6')).normalize()} USD per million tokens ({self.version})"
+            f"= {rate.quantize(Decimal('1e-6')).normalize()} USD per million tokens ({fixture}{self.version})"
         )
 
 
@@ -663,6 +670,8 @@ class PrincipalConfig(Frozen):
     def _one_source(self) -> PrincipalConfig:
         if (self.key_sha256_env is None) == (self.key_sha256_file is None):
             raise ValueError(f"principal {self.id!r}: give exactly one of key_sha256_env, key_sha256_file")
+        if self.id == EVAL_ACTOR:
+            raise ValueError(f"principal id {EVAL_ACTOR!r} is the actor of eval traffic: choose another id")
         return self
 
 

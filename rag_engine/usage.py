@@ -9,6 +9,11 @@ query (expansion, the question's embedding, rerank, generation) and none of thos
 other use for the caller's identity. Work handed to a thread pool keeps it only when submitted with
 ``contextvars.copy_context().run`` (the question's embedding is).
 
+``in_run`` does the same for the run id: a call that names no run id of its own is metered under
+the run the block belongs to (an eval's queries: the question's embedding deep in retrieval too), so
+a run's ledger records are all its calls. ``tallying`` hands the records written inside a block to
+its caller as well (an eval's figures per query, without reading the ledger back).
+
 ``on_record`` registers a listener called with every record a client makes in this process (the
 query service counts model calls and cost for its metrics with it); a listener that raises is
 dropped from that call's notification, never failing the model call.
@@ -17,11 +22,11 @@ dropped from that call's notification, never failing the model call.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -45,12 +50,21 @@ class UsageRecord(BaseModel):
     cached_input_tokens: int | None = Field(None, ge=0)
     output_tokens: int = Field(0, ge=0)
     reasoning_tokens: int | None = Field(None, ge=0)
+    estimated: bool | None = None
+    """True: no provider reported the token counts, they were computed (a fixture's characters / 4),
+    so the cost priced from them is an estimate. None: not recorded (a record older than the field)."""
     latency_ms: int = Field(0, ge=0)
     status: Literal["ok", "error"] = "ok"
     error_type: str | None = None
     pricing_version: str | None = None
     cost: Decimal | None = None
 
+
+EVAL_ACTOR = "eval"
+"""The actor of an eval's queries and model calls (``evals.runner``): eval traffic is told apart from
+users' in the audit trail and the ledger. No principal may take this id (``config.PrincipalConfig``)."""
+
+T = TypeVar("T")
 
 _ACTOR: ContextVar[str | None] = ContextVar("rag_engine_actor", default=None)
 
@@ -61,13 +75,50 @@ def current_actor() -> str | None:
 
 
 @contextmanager
-def acting_as(actor: str | None) -> Iterator[None]:
-    """Run the block for ``actor``: usage records written inside it carry it (None: nobody)."""
-    token = _ACTOR.set(actor)
+def _scoped(var: ContextVar[T], value: T) -> Iterator[T]:
+    """``var`` set to ``value`` for the block, restored after it."""
+    token = var.set(value)
     try:
-        yield
+        yield value
     finally:
-        _ACTOR.reset(token)
+        var.reset(token)
+
+
+def acting_as(actor: str | None) -> AbstractContextManager[str | None]:
+    """Run the block for ``actor``: usage records written inside it carry it (None: nobody)."""
+    return _scoped(_ACTOR, actor)
+
+
+_RUN: ContextVar[str | None] = ContextVar("rag_engine_run", default=None)
+
+
+def current_run() -> str | None:
+    """The run the current work belongs to (``in_run``), else None."""
+    return _RUN.get()
+
+
+def in_run(run_id: str | None) -> AbstractContextManager[str | None]:
+    """Run the block as part of ``run_id``: usage records written inside it that name no run id of
+    their own carry it."""
+    return _scoped(_RUN, run_id)
+
+
+_TALLIES: ContextVar[tuple[list[UsageRecord], ...]] = ContextVar("rag_engine_usage_tallies", default=())
+
+
+@contextmanager
+def tallying() -> Iterator[list[UsageRecord]]:
+    """The usage records written inside the block, in order (also those of work it handed to a
+    thread with ``contextvars.copy_context().run``); a nested block's records count in both."""
+    records: list[UsageRecord] = []
+    with _scoped(_TALLIES, (*_TALLIES.get(), records)):
+        yield records
+
+
+def tally(record: UsageRecord) -> None:
+    """Hand a written usage record to every ``tallying`` block it was written in."""
+    for records in _TALLIES.get():
+        records.append(record)
 
 
 _LISTENERS: list[Callable[[UsageRecord], None]] = []

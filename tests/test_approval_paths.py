@@ -133,7 +133,7 @@ def test_a_gate_acceptance_needs_the_operator_key_when_principals_are_configured
 def _priced_extraction(text: str) -> str:
     """demo-chat (replay) priced like gpt-4o-mini: extraction becomes paid work above the limit (0)."""
     block = (
-        "    served_model: gpt-4o-mini-2024-07-18\n"
+        "    served_model: fixture-demo-replay\n"
         "    context_limit: 128000\n"
         "    capabilities: [generation, structured_output]\n"
     )

@@ -124,3 +124,13 @@ def test_the_operator_role_is_held_beside_retrieval_roles_and_is_none_itself(tmp
         load_config(_with_serving(tmp_path, {"operator_role": "employee", "principals": [ops]}))
     with pytest.raises(ConfigError, match="unknown role"):  # a renamed operator role is not a free pass
         load_config(_with_serving(tmp_path, {"operator_role": "ops", "principals": [ops]}))
+
+
+def test_no_principal_may_take_the_eval_actor():
+    """Eval traffic is audited and metered as actor ``eval``: a principal of that name would pass for it."""
+    from rag_engine.config import PrincipalConfig
+    from rag_engine.usage import EVAL_ACTOR
+
+    with pytest.raises(ValidationError, match="actor of eval traffic"):
+        PrincipalConfig(id=EVAL_ACTOR, roles=("public",), key_sha256_env="EVAL_KEY_SHA256")
+    assert PrincipalConfig(id="evaluator", roles=("public",), key_sha256_env="EVAL_KEY_SHA256").id == "evaluator"

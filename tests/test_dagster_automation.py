@@ -102,7 +102,7 @@ def _calls(defs: dg.Definitions) -> int:
 def _priced_chat(text: str) -> str:
     """demo-chat (replay) priced like gpt-4o-mini: extraction and evals become paid work."""
     block = (
-        "    served_model: gpt-4o-mini-2024-07-18\n"
+        "    served_model: fixture-demo-replay\n"
         "    context_limit: 128000\n"
         "    capabilities: [generation, structured_output]\n"
     )

@@ -258,7 +258,7 @@ def test_cassette_replay_answers_golden_questions_with_citations(answer_cassette
     assert [q.tokens for q in again.queries] == [q.tokens for q in generated.queries]
     extractive = run_eval(ingested_engine, [small], progress=lambda m: None)
     gen = generated.generation
-    assert (gen.provider, gen.model) == ("demo_replay", "gpt-4o-mini-2024-07-18")
+    assert (gen.provider, gen.model) == ("demo_replay", "fixture-demo-replay")  # a fixture's name
     assert gen.failures == {} and gen.model_answers == stats["answers"]
     assert gen.reported_models == ("fixture-grounded-demo-answerer",)
     by_model = [q for q in generated.queries if q.answer_method == "model"]
@@ -272,6 +272,39 @@ def test_cassette_replay_answers_golden_questions_with_citations(answer_cassette
     assert [q.cost_usd for q in again.queries] == [q.cost_usd for q in generated.queries]
     # generation never changes the ranking
     assert [q.ranked for q in generated.queries] == [q.ranked for q in extractive.queries]
+    # the fixture's counts are characters / 4: its answers' tokens and cost say they are estimates
+    assert all(q.tokens_estimated for q in by_model)
+    assert generated.metrics.estimated_cost_queries == len(by_model)
+    assert not any(q.tokens_estimated for q in extractive.queries)  # no answer call: nothing estimated
+
+
+def test_eval_traffic_carries_its_run_id_and_the_eval_actor(answer_cassette, ingested_engine):
+    """Every model call of an eval (the answers, every question's embedding, the baselines' too) is
+    metered under the eval's run id and the actor ``eval``, and every query is audited so: eval
+    traffic is told apart from users', and a run's ledger sum is the whole eval."""
+    from rag_engine.governance.audit import audit_trail
+    from rag_engine.usage import EVAL_ACTOR
+
+    small, cassette, _ = answer_cassette
+    engine = _with_cassette(ingested_engine, cassette)
+    before = {r.id for r in ingested_engine.ledger.records()}
+    try:
+        report = run_eval(engine, [small], generate=True, progress=lambda m: None, run_id="eval-run-test")
+    finally:
+        engine.close()
+    assert report.run_id == "eval-run-test"
+    new = [r for r in ingested_engine.ledger.records() if r.id not in before]
+    assert new and {(r.run_id, r.actor) for r in new} == {("eval-run-test", EVAL_ACTOR)}
+    assert {"query", "answer"} <= {r.purpose for r in new}
+    embeds = [r for r in new if r.purpose == "query"]
+    assert len(embeds) >= 2 * len(report.queries)  # the engine's and the dense baseline's, at least
+    # a query's tokens are its own calls': their sum is no more than the run's
+    assert sum(q.tokens or 0 for q in report.queries) <= sum(r.input_tokens + r.output_tokens for r in new)
+    audited = [a for a in audit_trail(ingested_engine).records(event="query") if a.payload["run_id"] == "eval-run-test"]
+    assert len(audited) == len(report.queries) and {a.actor for a in audited} == {EVAL_ACTOR}
+    # each audit record lists its own query's calls, by ledger id, from the same run
+    calls = [set(a.payload.get("model_calls") or []) for a in audited]
+    assert all(calls) and set().union(*calls) <= {r.id for r in new}
 
 
 def test_a_replay_miss_is_the_extractive_answer_not_a_failure(answer_cassette, ingested_engine, tmp_path):
@@ -299,3 +332,32 @@ def test_a_replay_miss_is_the_extractive_answer_not_a_failure(answer_cassette, i
     cfg = ingested_engine.cfg.evals.model_copy(update={"min_queries": 1, "bm25_margin": None})
     result = evaluate_gate(missed, full, cfg, candidate_sha="c" * 64, baseline_sha="b" * 64, acceptance=None)
     assert not any(r.startswith(GENERATION_FAILED) for r in result.reasons), result.reasons
+
+
+def test_dagster_eval_run_tags_are_the_ledger_sum_of_its_calls(answer_cassette, ingested_engine, tmp_path):
+    """eval_report's queries are metered under its Dagster run id (every question's embedding, deep
+    in retrieval, included): the run's cost tags equal the ledger's sum for that run, not 0 calls."""
+    from rag_assets.run_costs import CALLS_TAG, COST_TAG, ESTIMATED_TAG, TOKENS_TAG, run_cost_tags
+    from rag_engine.usage import EVAL_ACTOR
+
+    small, _, _ = answer_cassette
+    text = (ROOT / "config/engine.yaml").read_text()
+    golden = re.compile(r"^  golden: \[.*?\]\n", re.M | re.S)
+    assert golden.search(text)
+    text = golden.sub(f"  golden: [{small}]\n", text).replace(
+        "  seed: 7\n", f"  seed: 7\n  reports_dir: {tmp_path / 'reports'}\n  acceptances_dir: {tmp_path / 'acc'}\n"
+    )
+    path = tmp_path / "engine-eval.yaml"
+    path.write_text(text)
+    defs = build_definitions(str(path))
+    instance = dg.DagsterInstance.ephemeral()
+    job = defs.resolve_implicit_global_asset_job_def().get_subset(asset_selection={dg.AssetKey("eval_report")})
+    result = job.execute_in_process(instance=instance, raise_on_error=False)  # the gate may fail: other golden set
+    run_id = result.run_id
+    records = defs.resources["rag"].engine().ledger.records(run_id=run_id)
+    assert len(records) >= len(load_golden(small)["queries"])  # at least each question's embedding
+    assert {r.actor for r in records} == {EVAL_ACTOR}
+    tags = instance.get_run_by_id(run_id).tags
+    expected = run_cost_tags(records)
+    assert {k: tags[k] for k in (COST_TAG, TOKENS_TAG, CALLS_TAG, ESTIMATED_TAG)} == expected
+    assert int(tags[CALLS_TAG]) == len(records) > 0

@@ -28,7 +28,7 @@ CFG = EvalsConfig(
 ANSWERS_GATED = CFG.model_copy(
     update={"gate_metrics": (*CFG.gate_metrics, "citation_hit_rate", "insufficient_evidence_accuracy")}
 )
-DEMO = {"provider": "demo_replay", "model": "gpt-4o-mini-2024-07-18"}
+DEMO = {"provider": "demo_replay", "model": "fixture-demo-replay"}  # the shipped default: a fixture's name
 HOSTED = {"provider": "openai", "model": "gpt-4o-mini"}
 
 
@@ -176,6 +176,46 @@ def test_candidate_answered_by_another_model_needs_a_passing_gate_or_an_acceptan
     assert judge(cand, base, DEMO, acceptance=ACCEPT).status == "accepted"
 
 
+def test_a_renamed_default_model_evaluated_with_its_new_name_is_not_an_unevaluated_change():
+    """The configured model changed (a fixture renamed) and the candidate answered with it: not
+    ``generation_changed_without_eval`` (the answer counters beside provider and model are no change);
+    the identity change is judged like any other (rule 5)."""
+    old = {"provider": "demo_replay", "model": "gpt-4o-mini-2024-07-18"}
+    base = with_queries(make_report(), configured=old, generation={**old, "model_answers": 26, "failures": {}})
+    cand = with_queries(make_report(), configured=DEMO, generation=FIXTURE)
+    ok = judge(cand, base, DEMO, cfg=ANSWERS_GATED)
+    assert ok.status == "pass", ok.reasons
+    extractive = with_queries(make_report(), configured=DEMO, generation={"provider": "none", "model": "extractive"})
+    unevaluated = judge(extractive, base, DEMO, cfg=ANSWERS_GATED)
+    assert any(x.startswith(GENERATION_CHANGED) for x in unevaluated.reasons), unevaluated.reasons
+
+
+def test_cost_and_tokens_from_estimated_counts_are_marked_estimated(repo_root, tmp_path):
+    """A fixture's made-up token counts: the gate still judges cost and tokens, and every output
+    (the result, the summary, the reasons) says they are estimates; the measured latency is not."""
+    from evals.gate_render import summary
+
+    def estimated(report: EvalReport, n: int) -> EvalReport:
+        data = report.to_json()
+        for i, q in enumerate(data["queries"]):
+            q["tokens_estimated"] = i < n
+        data["metrics"]["estimated_cost_queries"] = n
+        return EvalReport.model_validate(data)
+
+    base = estimated(with_queries(make_report()), 30)
+    cand = estimated(with_queries(make_report(), cost="0.5", tokens=500), 30)
+    r = judge(cand, base)
+    assert r.resources["cost_per_query"].estimated and r.resources["tokens_per_query"].estimated
+    assert not r.resources["latency_ratio"].estimated
+    assert "30 of 30 candidate queries and 30 of 30 baseline queries" in (r.resources["cost_per_query"].note or "")
+    reason = next(x for x in r.reasons if x.startswith("regression: cost_per_query"))
+    assert "estimated: the token counts of" in reason
+    text = summary(r)
+    assert "(estimated)" in text and "were computed, not reported by a provider" in text
+    plain = judge(with_queries(make_report(), cost="0.5"), with_queries(make_report()))
+    assert not any(c.estimated for c in plain.resources.values()) and "(estimated)" not in summary(plain)
+
+
 def test_failed_model_calls_fail_the_gate_and_no_acceptance_waives_them():
     base = with_queries(make_report(), configured=DEMO, generation=FIXTURE)
     missed = with_queries(
@@ -194,8 +234,8 @@ def test_gate_cli_names_the_generation_change(repo_root, tmp_path):
     code, out, stdout = run_gate(repo_root, tmp_path, cand, base)
     assert code == 0, out["reasons"]  # the shipped gate judges the answers, and they are no worse
     assert out["audit"]["generation_change"] == (
-        "demo_replay/gpt-4o-mini-2024-07-18 (answered as fixture-grounded-demo-answerer) -> "
-        "demo_replay/gpt-4o-mini-2024-07-18 (answered as gpt-4o-mini-2024-07-18)"
+        "demo_replay/fixture-demo-replay (answered as fixture-grounded-demo-answerer) -> "
+        "demo_replay/fixture-demo-replay (answered as gpt-4o-mini-2024-07-18)"
     )
     assert "generation changed: demo_replay/" in stdout
 
@@ -206,7 +246,7 @@ def test_gate_output_carries_audit_metadata(repo_root, tmp_path):
     )
     assert code == 1
     audit = out["audit"]
-    assert audit["generation"] == {"provider": "demo_replay", "model": "gpt-4o-mini-2024-07-18"}
+    assert audit["generation"] == {"provider": "demo_replay", "model": "fixture-demo-replay"}
     assert audit["embedder"]["model"] and audit["embedder"]["dimension"] and audit["embedder"]["provider"]
     assert len(audit["config_hash"]) == 16 and audit["golden_hash"] and audit["golden_paths"]
     assert out["baseline_sha256"] and out["candidate_sha256"]

@@ -25,19 +25,30 @@ from tests.conftest import ROOT
 from tests.support.cli import rag
 
 OPENAI = ("openai", "gpt-4o-mini")  # priced in config/pricing.yaml (0.15 / 0.075 cached / 0.60 per million)
-DEMO = ("demo_replay", "gpt-4o-mini-2024-07-18")  # demo-chat: priced as machine time per recorded token
+DEMO = ("demo_replay", "fixture-demo-replay")  # demo-chat: priced as machine time per recorded token (a fixture price)
 EMBED = ("local_embed", "multilingual-e5-small-q4")  # the default embedder: the shared query-side call
 
 
-def _report(path: Path, provider: str, model: str, ndcg: float, cited: float, at: datetime) -> None:
+def _report(path: Path, provider: str, model: str, stated: float, at: datetime, answered_as: tuple = ()) -> None:
+    """A report whose 20 answers to questions with a fact were written by ``provider``/``model`` (the
+    extractive answer for provider ``none``), ``stated`` of them stating the fact, plus answers that do
+    not count: decided before any call, and one to a question without a fact."""
+    method = "extractive" if provider == "none" else "model"
+    hits = round(stated * 20)
+    queries = [{"id": f"q{i}", "answer_method": method, "fact_stated": i < hits} for i in range(20)]
+    queries += [
+        {"id": "refused", "answer_method": "none", "fact_stated": False},
+        {"id": "no-fact", "answer_method": method, "fact_stated": None},
+    ]
     path.write_text(
         json.dumps(
             {
                 "schema": "rag-eval-report/2",
                 "created_at": at.isoformat(),
                 "golden": {"paths": ["g.yaml"], "hash": "a" * 64},
-                "generation": {"provider": provider, "model": model},
-                "metrics": {"ndcg@10": ndcg, "citation_hit_rate": cited, "queries": 40},
+                "generation": {"provider": provider, "model": model, "reported_models": list(answered_as)},
+                "metrics": {"ndcg@10": 0.99, "queries": len(queries)},  # retrieval: not the answers' quality
+                "queries": queries,
             }
         ),
         encoding="utf-8",
@@ -64,7 +75,7 @@ def _fill(url: str) -> None:
         _use("answer", OPENAI, 1000, 100, "0.000135", cached_input_tokens=200),
         _use("answer", OPENAI, 3000, 300, "0.00063"),
         _use("answer", OPENAI, 0, 0, None, status="error", error_type="APITimeoutError"),  # not a query
-        _use("answer", DEMO, 500, 50, None),
+        _use("answer", DEMO, 500, 50, None, estimated=True),  # a fixture's characters / 4
         _use("query", EMBED, 12, 0, "0.00001"),
         _use("query", EMBED, 14, 0, "0.00001"),
         # one-off spend: never folded into the per-query cost
@@ -82,9 +93,9 @@ def setup(tmp_path: Path) -> tuple[Path, Path]:
     reports = tmp_path / "reports"
     reports.mkdir()
     now = datetime.now(UTC)
-    _report(reports / "old.json", *OPENAI, 0.5, 0.4, now - timedelta(days=3))
-    _report(reports / "mini.json", *OPENAI, 0.8, 0.7, now)
-    _report(reports / "demo.json", *DEMO, 0.75, 0.6, now)
+    _report(reports / "old.json", *OPENAI, 0.5, now - timedelta(days=3))
+    _report(reports / "mini.json", *OPENAI, 0.8, now, ("gpt-4o-mini-2024-07-18",))
+    _report(reports / "demo.json", *DEMO, 0.75, now, ("fixture-grounded-demo-answerer",))
     (reports / "gate.json").write_text(json.dumps({"schema": "rag-eval-gate/2", "status": "pass"}))
     data = yaml.safe_load((ROOT / "config" / "engine.yaml").read_text())
     data["costs"] = {"query_rate_per_hour": 100, "report_dirs": [str(reports)]}
@@ -125,15 +136,19 @@ def _check_table(cfg_path: Path, url: str) -> None:
     assert mini.shared_cost_per_query == Decimal("0.00001")
     assert mini.cost_per_query == Decimal("0.0004225")
     assert mini.cost_per_hour == Decimal("0.04225")  # x 100 queries per hour
-    assert mini.ndcg_at_10 == 0.8 and mini.citation_hit_rate == 0.7 and mini.report.endswith("mini.json")
-    assert mini.quality_per_dollar == round(0.8 / 0.0004225, 2)
+    # quality: the share of its 21 answers' 20 with a fact that state it, never the report's nDCG
+    assert mini.fact_stated_rate == 0.8 and mini.fact_questions == 20 and mini.answers == 21
+    assert mini.answered_as == ("gpt-4o-mini-2024-07-18",) and mini.report.endswith("mini.json")
+    assert mini.quality_per_dollar == round(0.8 / 0.0004225, 2) and not mini.tokens_estimated
     assert mini.answer_calls == 2 and mini.input_tokens_per_query == 2000 and mini.output_tokens_per_query == 200
-    assert demo.ndcg_at_10 == 0.75 and demo.answer_calls == 1
+    assert demo.fact_stated_rate == 0.75 and demo.answer_calls == 1
+    assert demo.answered_as == ("fixture-grounded-demo-answerer",)  # a fixture wrote them, and it says so
+    assert demo.tokens_estimated and any(n.startswith("cost estimated: 1 of its answer calls") for n in demo.notes)
     # demo-chat: its 550 recorded tokens at demo_replay's machine-time rate (local_cost), not the pricing file
     assert demo.generation_cost_per_query == _replay_rate().cost(latency_ms=0, tokens=550).normalize()
     assert demo.cost_per_query == demo.generation_cost_per_query + Decimal("0.00001")
     assert demo.quality_per_dollar == round(0.75 / float(demo.cost_per_query), 2)
-    assert demo.priced_by == "machine 0.10 USD/h @ 60 tok/s" and mini.priced_by == "pricing file gpt-4o-mini"
+    assert demo.priced_by == "fixture machine 0.10 USD/h @ 60 tok/s" and mini.priced_by == "pricing file gpt-4o-mini"
     assert any(n.startswith("priced by machine time 0.10 USD/h at 60 tokens/s = 0.462963 USD") for n in demo.notes)
     assert demo.default  # demo-chat is the configured default
     local = rows["local-chat"]  # configured, never measured, no report: said so, not zero
@@ -171,7 +186,9 @@ def test_cli_costs_by_model_text_and_json(setup, tmp_path):
     res = rag("--config", str(cfg_path), "costs", "--by-model", env=env)
     assert res.exit_code == 0, res.output
     text = res.stdout
-    assert "quality per dollar by generation model" in text and "1,893" in text  # nDCG@10 per $
+    assert "quality per dollar by generation model" in text and "1,893" in text  # facts stated per $
+    assert "answered" in text and "nDCG" not in text  # who wrote the answers; no retrieval figure
+    assert "est." in text  # demo-chat's cost rests on a fixture's made-up token counts
     assert "machine 0.10 USD/h @ 60 tok/s" in text and "pricing file gpt-4o-mini" in text
     assert "demo-chat: priced by machine time 0.10 USD/h at 60 tokens/s" in text
     assert "recorded spend by purpose" in text and "graph_extraction" in text
@@ -181,7 +198,9 @@ def test_cli_costs_by_model_text_and_json(setup, tmp_path):
     mini = next(r for r in data["rows"] if r["model"] == "gpt-4o-mini")
     assert mini["cost_per_query"] == "0.0004225" and mini["cost_per_hour"] == "0.04225"
     demo = next(r for r in data["rows"] if r["model"] == "demo-chat")
-    assert Decimal(demo["cost_per_query"]) > 0 and demo["priced_by"].startswith("machine ")
+    assert Decimal(demo["cost_per_query"]) > 0 and demo["priced_by"].startswith("fixture machine ")
+    assert demo["tokens_estimated"] is True and demo["fact_stated_rate"] == 0.75
+    assert demo["answered_as"] == ["fixture-grounded-demo-answerer"]
     assert data["spend_totals"]["extraction"] == "0.002"
     res = rag("--config", str(cfg_path), "costs", "--by-model", "--run-id", "x", "--json", env=env)
     assert res.exit_code == 2
@@ -212,12 +231,13 @@ def test_a_model_without_answer_calls_is_priced_on_the_default_models_tokens(set
 
 def test_render_has_the_extractive_row_when_a_report_has_no_model(setup, tmp_path):
     cfg_path, reports = setup
-    _report(reports / "extractive.json", "none", "extractive", 0.7, 0.5, datetime.now(UTC))
+    _report(reports / "extractive.json", "none", "extractive", 0.7, datetime.now(UTC))
     url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
     _fill(url)
     table = by_model(load_config(cfg_path), ROOT, url)
     row = next(r for r in table.rows if r.model == "extractive (no model)")
     assert row.generation_cost_per_query == 0 and row.cost_per_query == Decimal("0.00001")
+    assert row.fact_stated_rate == 0.7 and row.answered_as == ()
     assert len(render(table)) == 4
 
 
@@ -291,7 +311,7 @@ def test_swap_dry_run_shows_both_rows_when_both_have_reports(variant, tmp_path):
 
     reports = tmp_path / "reports"
     reports.mkdir()
-    _report(reports / "demo.json", *DEMO, 0.75, 0.6, datetime.now(UTC))
+    _report(reports / "demo.json", *DEMO, 0.75, datetime.now(UTC))
     _fill(f"sqlite:///{tmp_path / 'ledger.sqlite'}")  # the ledger _engine uses
 
     def edit(fake_url: str):
@@ -309,7 +329,7 @@ def test_swap_dry_run_shows_both_rows_when_both_have_reports(variant, tmp_path):
         assert current.quality_per_dollar is not None and candidate.quality_per_dollar is None
         assert candidate.cost_per_query == Decimal("0.0004225")  # its price and measured tokens are known
         assert any("no eval report answered by gpt-4o-mini" in n for n in only_current.notes)
-        _report(reports / "mini.json", *OPENAI, 0.8, 0.7, datetime.now(UTC))
+        _report(reports / "mini.json", *OPENAI, 0.8, datetime.now(UTC))
         report = dry_run(eng, role="generation", candidate="gpt-4o-mini", config_path=path)
         eng.close()
     current, candidate = report.quality_per_dollar
@@ -328,8 +348,8 @@ def test_a_report_with_failed_model_calls_does_not_set_the_quality(tmp_path):
 
     reports = tmp_path / "reports"
     reports.mkdir()
-    _report(reports / "clean.json", *DEMO, ndcg=0.8, cited=0.8, at=datetime(2026, 11, 1, tzinfo=UTC))
-    _report(reports / "fallbacks.json", *DEMO, ndcg=0.7, cited=0.6, at=datetime(2026, 11, 2, tzinfo=UTC))
+    _report(reports / "clean.json", *DEMO, stated=0.8, at=datetime(2026, 11, 1, tzinfo=UTC))
+    _report(reports / "fallbacks.json", *DEMO, stated=0.7, at=datetime(2026, 11, 2, tzinfo=UTC))
     data = json.loads((reports / "fallbacks.json").read_text())
     data["generation"].update(failed=41, failures={"ReplayMiss": 41})
     (reports / "fallbacks.json").write_text(json.dumps(data), encoding="utf-8")
@@ -337,4 +357,35 @@ def test_a_report_with_failed_model_calls_does_not_set_the_quality(tmp_path):
     cfg = cfg.model_copy(update={"costs": cfg.costs.model_copy(update={"report_dirs": (str(reports),)})})
     cfg = cfg.model_copy(update={"evals": cfg.evals.model_copy(update={"reports_dir": str(reports)})})
     newest = latest_reports(cfg, ROOT)
-    assert newest[DEMO].path.endswith("clean.json") and newest[DEMO].ndcg_at_10 == 0.8
+    assert newest[DEMO].path.endswith("clean.json") and newest[DEMO].fact_stated_rate == 0.8
+
+
+def test_quality_pairs_each_answer_with_the_model_that_wrote_it(tmp_path):
+    """One report, two answerers: the questions the model answered rate the model, the ones the
+    engine answered extractively (no recording, no model) rate the extractive answer; answers decided
+    before any call and failed calls rate nobody."""
+    from rag_engine.ops.quality_per_dollar import EXTRACTIVE, latest_reports
+
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    queries = [
+        *({"id": f"m{i}", "answer_method": "model", "fact_stated": i < 3} for i in range(4)),
+        *({"id": f"x{i}", "answer_method": "extractive", "fact_stated": i < 1} for i in range(5)),
+        {"id": "failed", "answer_method": "extractive", "answer_error": "ProviderTimeout", "fact_stated": True},
+        {"id": "none", "answer_method": "none", "fact_stated": False},
+    ]
+    report = {
+        "schema": "rag-eval-report/2",
+        "created_at": "2026-12-01T00:00:00+00:00",
+        "generation": {"provider": DEMO[0], "model": DEMO[1], "reported_models": ["fixture-grounded-demo-answerer"]},
+        "queries": queries,
+    }
+    (reports / "mixed.json").write_text(json.dumps(report), encoding="utf-8")
+    cfg = load_config(ROOT / "config" / "engine.yaml")
+    cfg = cfg.model_copy(update={"costs": cfg.costs.model_copy(update={"report_dirs": (str(reports),)})})
+    cfg = cfg.model_copy(update={"evals": cfg.evals.model_copy(update={"reports_dir": str(reports)})})
+    newest = latest_reports(cfg, ROOT)
+    model, extractive = newest[DEMO], newest[EXTRACTIVE]
+    assert (model.answers, model.fact_questions, model.fact_stated_rate) == (4, 4, 0.75)
+    assert model.answered_as == ("fixture-grounded-demo-answerer",)
+    assert (extractive.answers, extractive.fact_questions, extractive.fact_stated_rate) == (5, 5, 0.2)

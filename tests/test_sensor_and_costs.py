@@ -5,9 +5,18 @@ from __future__ import annotations
 from decimal import Decimal
 
 import dagster as dg
+import pytest
 
 from rag_assets.definitions import build_definitions
-from rag_assets.run_costs import CALLS_TAG, COST_TAG, TOKENS_TAG, tag_run_costs
+from rag_assets.run_costs import (
+    CALLS_TAG,
+    COST_TAG,
+    ESTIMATED_TAG,
+    TOKENS_TAG,
+    run_cost_tags,
+    run_costs_tagged,
+    tag_run_costs,
+)
 from rag_assets.sensors import plan_partitions
 from rag_engine.usage import UsageRecord
 from tests.support.packs import POLICY
@@ -152,3 +161,112 @@ def test_tag_run_costs_puts_the_ledger_sum_of_the_run_on_its_tags():
     result = dg.materialize_to_memory([_spending_asset(unpriced)], instance=instance, resources={"rag": rag})
     tags = instance.get_run_by_id(result.run_id).tags
     assert (tags[COST_TAG], tags[TOKENS_TAG], tags[CALLS_TAG]) == ("unknown", "1395", "4")  # never a partial sum
+
+
+def _ending_asset(records: list[dict], end: BaseException) -> dg.AssetsDefinition:
+    """An asset that spends like a model-calling step inside ``run_costs_tagged``, then ends with
+    ``end``: a failure, or the interrupt a cancelled run's step gets."""
+
+    @dg.asset(required_resource_keys={"rag"})
+    def ends(context) -> None:  # unannotated: this module's annotations are strings
+        engine = context.resources.rag.engine()
+        with run_costs_tagged(context, engine):
+            for fields in records:
+                engine.ledger.record(UsageRecord(run_id=context.run.run_id, purpose="answer", provider="p", **fields))
+            raise end
+
+    return ends
+
+
+@pytest.mark.parametrize(
+    "end",
+    [
+        dg.Failure(description="2 partition(s) failed"),
+        RuntimeError("engine error"),
+        dg.DagsterExecutionInterruptedError(),  # what a step of a cancelled run is interrupted with
+    ],
+    ids=["failure", "error", "cancelled"],
+)
+def test_failed_and_cancelled_runs_are_tagged_with_their_ledger_sum(end):
+    """A run that ends in a failure or a cancel still spent its calls: its tags are the ledger's sum
+    for the run, exactly, like a finished run's (they were written only at a step's end before)."""
+    rag = build_definitions().resources["rag"]
+    instance = dg.DagsterInstance.ephemeral()
+    spent = [
+        {"requested_model": "m", "input_tokens": 1000, "output_tokens": 100, "cost": Decimal("0.0015")},
+        {
+            "requested_model": "f",
+            "input_tokens": 400,
+            "output_tokens": 40,
+            "cost": Decimal("0.0002"),
+            "estimated": True,
+        },
+    ]
+    try:
+        result = dg.materialize_to_memory(
+            [_ending_asset(spent, end)], instance=instance, resources={"rag": rag}, raise_on_error=False
+        )
+        run_id = result.run_id
+    except dg.DagsterExecutionInterruptedError:  # an interrupt stops the in-process run itself
+        (run,) = instance.get_runs(limit=1)
+        run_id = run.run_id
+    tags = instance.get_run_by_id(run_id).tags
+    ledger = rag.engine().ledger.records(run_id=run_id)
+    assert len(ledger) == 2
+    assert {k: tags[k] for k in (COST_TAG, TOKENS_TAG, CALLS_TAG, ESTIMATED_TAG)} == run_cost_tags(ledger)
+    assert (tags[COST_TAG], tags[TOKENS_TAG], tags[CALLS_TAG], tags[ESTIMATED_TAG]) == ("0.0017", "1540", "2", "1")
+
+
+def test_a_running_step_shows_what_it_has_spent_so_far(monkeypatch):
+    """Tags are refreshed while a step runs, not only at its end: a long embedding run shows its
+    ledger sum so far in the Runs list."""
+    import time
+
+    from rag_assets import run_costs
+
+    monkeypatch.setattr(run_costs, "REFRESH_SECONDS", 0.05)
+    seen: list[str | None] = []
+
+    @dg.asset(required_resource_keys={"rag"})
+    def slow(context) -> None:  # unannotated: this module's annotations are strings
+        engine = context.resources.rag.engine()
+        with run_costs_tagged(context, engine):
+            engine.ledger.record(
+                UsageRecord(
+                    run_id=context.run.run_id, purpose="index", provider="p", requested_model="e", cost=Decimal(1)
+                )
+            )
+            deadline = time.monotonic() + 10
+            while (
+                time.monotonic() < deadline
+                and context.instance.get_run_by_id(context.run.run_id).tags.get(CALLS_TAG) != "1"
+            ):
+                time.sleep(0.02)
+            seen.append(context.instance.get_run_by_id(context.run.run_id).tags.get(COST_TAG))
+
+    rag = build_definitions().resources["rag"]
+    instance = dg.DagsterInstance.ephemeral()
+    result = dg.materialize_to_memory([slow], instance=instance, resources={"rag": rag})
+    assert seen == ["1"]  # tagged while the step was still running
+    assert instance.get_run_by_id(result.run_id).tags[COST_TAG] == "1"
+
+
+def test_every_ingestion_run_is_tagged_with_its_ledger_sum(variant, unique):
+    """A run of steps that call no model (as a backfill's runs of chunks and references) carries
+    its tags too, 0 calls; a whole ingestion run's tags are its ledger sum."""
+    defs = build_definitions(variant("tags"))
+    instance = dg.DagsterInstance.ephemeral()
+    result = _evaluate(defs, instance, unique)
+    (add,) = result.dynamic_partitions_requests
+    instance.add_dynamic_partitions(f"{unique}__document_versions", list(add.partition_keys))
+    (request,) = result.run_requests
+    ledger = defs.resources["rag"].engine().ledger
+    graph = defs.resolve_asset_graph()
+    pack = {k for k in graph.get_all_asset_keys() if k.path[0] == unique}
+    for selection in ({k for k in pack if k.path[-1] in ("source_documents", "chunks")}, pack):
+        job = defs.resolve_implicit_global_asset_job_def().get_subset(asset_selection=selection)
+        run = job.execute_in_process(instance=instance, raise_on_error=False, tags=request.tags)
+        tags = instance.get_run_by_id(run.run_id).tags
+        expected = run_cost_tags(ledger.records(run_id=run.run_id))
+        assert {k: tags.get(k) for k in expected} == expected, selection
+    assert expected[CALLS_TAG] == str(len(ledger.records(run_id=run.run_id)))

@@ -63,3 +63,29 @@ def test_every_model_call_of_a_query_carries_its_actor(variant, unique, tmp_path
     assert sum(row["calls"] for row in data["rows"] if row["actor"] == "analyst") == len(mine)
     text = rag("--config", config, "costs", "--by-actor", env={"RAG_LEDGER_URL": env["RAG_LEDGER_URL"]})
     assert text.exit_code == 0 and "actor" in text.stdout and "analyst" in text.stdout
+
+
+def test_a_run_context_meters_calls_that_name_no_run_and_a_tally_collects_them(variant, unique, tmp_path):
+    """``in_run``: a query's calls that name no run id (the question's embedding, deep in retrieval,
+    on its worker thread) carry the block's; a call's own run id wins. ``tallying``: the records
+    written inside a block, each once, however deep or on which thread."""
+    from rag_engine.usage import in_run, tallying
+
+    env = {**os.environ, "RAG_LEDGER_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}"}
+    engine = Engine(load_config(variant("run")), ROOT, env)
+    try:
+        ingest_pack(engine, engine.pack(unique), extract=False)
+        before = {r.id for r in engine.ledger.records()}
+        with in_run("outer-run"), tallying() as tallied:
+            run_query(engine, "How quickly must a lost laptop be reported?", "employee", generate=False)
+            engine.embed_texts(["own run"], purpose="query", run_id="own-run")
+        outside = run_query(engine, "Who approves a laptop replacement?", "employee", generate=False)
+        new = [r for r in engine.ledger.records() if r.id not in before]
+    finally:
+        engine.close()
+    assert outside.retrieval.candidates
+    in_block = [r for r in new if r.id in {t.id for t in tallied}]
+    assert [r.id for r in tallied] == [r.id for r in in_block]  # each record once, in order
+    assert {r.run_id for r in in_block} == {"outer-run", "own-run"}
+    assert [r.purpose for r in in_block if r.run_id == "outer-run"] == ["query"]  # the question's embedding
+    assert {r.run_id for r in new if r not in in_block} == {None}  # nothing leaks out of the block

@@ -88,13 +88,10 @@ def missing_chunks(engine: Engine, cassette: Cassette) -> list[str]:
 
 def _usage(messages: list[dict[str, Any]], answer: str, *, first_of_pack: bool) -> TokenUsage:
     """Token counts at ~4 characters a token; the shared system prompt counts as cached after the
-    first call of a pack, mimicking provider prompt caching. Deterministic, not measured."""
+    first call of a pack, mimicking provider prompt caching. Deterministic, not measured: recorded
+    as estimated (``reported: false``), so the cost priced from them is marked estimated."""
     system, user = messages[0]["content"], messages[1]["content"]
-    return TokenUsage(
-        input_tokens=(len(system) + len(user)) // 4,
-        output_tokens=len(answer) // 4,
-        cached_input_tokens=0 if first_of_pack else len(system) // 4,
-    )
+    return TokenUsage.from_characters(len(system) + len(user), len(answer), 0 if first_of_pack else len(system))
 
 
 def is_answer_entry(entry: dict[str, Any]) -> bool:

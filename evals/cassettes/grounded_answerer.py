@@ -10,7 +10,8 @@ of the answer prompt (``rag_engine.retrieval.answer.build_messages``) and answer
   ``insufficient_evidence: true`` and no citations.
 
 The usage is made up like the extraction fixture's (characters / 4), so the eval's token path
-runs on realistic-looking numbers that were never measured.
+runs on realistic-looking numbers that were never measured: it says so (``reported: false``, an
+``estimate``), and every cost priced from it is marked estimated.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ class GroundedFixtureBackend:
         return Completion(
             text=text,
             reported_model=REPORTED_MODEL,
-            usage=TokenUsage(input_tokens=prompt_chars // 4, output_tokens=len(text) // 4, cached_input_tokens=0),
+            usage=TokenUsage.from_characters(prompt_chars, len(text), 0),
             provider=self.name,
         )
 

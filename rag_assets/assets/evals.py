@@ -37,7 +37,7 @@ from rag_assets.automation import (
 )
 from rag_assets.failures import engine_errors
 from rag_assets.resources import EngineResource
-from rag_assets.run_costs import tag_run_costs
+from rag_assets.run_costs import run_costs_tagged
 from rag_engine.config import config_hash, under_root
 from rag_engine.engine import Engine
 from rag_engine.errors import EvalInputError
@@ -175,7 +175,7 @@ def resource_rows(result: GateResult) -> list[dg.TableRecord]:
                 delta=r.candidate - r.baseline if r.candidate is not None and r.baseline is not None else None,
                 limit=None if r.baseline is None else r.baseline * (1 + r.tolerance),
                 regressed=r.regressed if r.judged else None,
-                note=r.note or f"at most {r.tolerance:.0%} above the baseline",
+                note="; ".join(n for n in (r.note, f"at most {r.tolerance:.0%} above the baseline") if n),
             )
         )
     return rows
@@ -267,46 +267,51 @@ def build_eval_assets(pack_keys: list[dg.AssetKey], engine: Engine, config_path:
         context: dg.AssetExecutionContext, rag: EngineResource, config: EvalReportConfig
     ) -> dg.MaterializeResult:
         engine = rag.engine()
-        if not config.from_report:  # recording a finished report calls no model
-            estimate = eval_estimate(engine)
-            with engine_errors("eval_report", {f"estimate_{k}": v for k, v in estimate.items()}):
-                require_paid_approval(context, engine, estimate, config)
-        paths = [engine.root / p for p in engine.cfg.evals.golden]
-        reports = under_root(engine.root, engine.cfg.evals.reports_dir)
-        target = reports / f"{context.run.run_id}.json"
-        if config.from_report:
-            source = Path(config.from_report)
-            report = recorded_report(engine, source, paths)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, target)
-            context.log.info("eval: recorded %s (%d queries) without running it again", source, len(report.queries))
-        else:
-            report = run_eval(engine, paths, generate=EVAL_REPORT_GENERATES, progress=context.log.info)
-            dump_report(report, target)
-        shutil.copyfile(target, reports / "latest.json")
-        gen, emb = engine.registry.generation, engine.registry.embedding
-        metrics = {k: v for k, v in report.metrics.model_dump(by_alias=True).items() if v is not None}
-        context.log.info(
-            "eval: %s",
-            ", ".join(
-                f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
-            ),
-        )
-        tag_run_costs(context, engine)
-        return dg.MaterializeResult(
-            metadata={
-                **{k: (float(v) if isinstance(v, (int, float)) else str(v)) for k, v in metrics.items()},
-                "dagster/row_count": len(report.queries),
-                "report_path": str(target),
-                "recorded_from": config.from_report or "",
-                "default_generation": f"{gen.provider.name}/{gen.model.served_model}",
-                "answers_by": f"{report.generation.provider}/{report.generation.model}",
-                "embedder": f"{emb.provider.name}/{emb.model.served_model} dim {emb.model.dimension}",
-                "golden": dg.MetadataValue.json({"paths": list(report.golden.paths), "hash": report.golden.hash}),
-                "config_hash": config_hash(engine.cfg),
-                "reindex": dg.MetadataValue.json(report.reindex.model_dump() if report.reindex else {}),
-            }
-        )
+        # the eval's model calls (its queries' embeddings) carry this run's id: its tags are their sum
+        with run_costs_tagged(context, engine):
+            if not config.from_report:  # recording a finished report calls no model
+                estimate = eval_estimate(engine)
+                with engine_errors("eval_report", {f"estimate_{k}": v for k, v in estimate.items()}):
+                    require_paid_approval(context, engine, estimate, config)
+            paths = [engine.root / p for p in engine.cfg.evals.golden]
+            reports = under_root(engine.root, engine.cfg.evals.reports_dir)
+            target = reports / f"{context.run.run_id}.json"
+            if config.from_report:
+                source = Path(config.from_report)
+                report = recorded_report(engine, source, paths)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, target)
+                context.log.info("eval: recorded %s (%d queries) without running it again", source, len(report.queries))
+            else:
+                report = run_eval(
+                    engine, paths, generate=EVAL_REPORT_GENERATES, progress=context.log.info, run_id=context.run.run_id
+                )
+                dump_report(report, target)
+            shutil.copyfile(target, reports / "latest.json")
+            gen, emb = engine.registry.generation, engine.registry.embedding
+            metrics = {k: v for k, v in report.metrics.model_dump(by_alias=True).items() if v is not None}
+            context.log.info(
+                "eval: %s",
+                ", ".join(
+                    f"{k} {v:.4f}"
+                    for k, v in metrics.items()
+                    if isinstance(v, (int, float)) and not isinstance(v, bool)
+                ),
+            )
+            return dg.MaterializeResult(
+                metadata={
+                    **{k: (float(v) if isinstance(v, (int, float)) else str(v)) for k, v in metrics.items()},
+                    "dagster/row_count": len(report.queries),
+                    "report_path": str(target),
+                    "recorded_from": config.from_report or "",
+                    "default_generation": f"{gen.provider.name}/{gen.model.served_model}",
+                    "answers_by": f"{report.generation.provider}/{report.generation.model}",
+                    "embedder": f"{emb.provider.name}/{emb.model.served_model} dim {emb.model.dimension}",
+                    "golden": dg.MetadataValue.json({"paths": list(report.golden.paths), "hash": report.golden.hash}),
+                    "config_hash": config_hash(engine.cfg),
+                    "reindex": dg.MetadataValue.json(report.reindex.model_dump() if report.reindex else {}),
+                }
+            )
 
     @dg.asset_check(
         asset=eval_report,

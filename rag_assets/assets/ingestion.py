@@ -17,7 +17,7 @@ from rag_assets.code_versions import code_versions
 from rag_assets.failures import engine_errors, failure_context
 from rag_assets.partitions import document_versions, partial_reason
 from rag_assets.resources import EngineResource
-from rag_assets.run_costs import tag_run_costs
+from rag_assets.run_costs import run_costs_tagged
 from rag_engine.engine import Engine
 from rag_engine.errors import EmbedderMismatch, RagError
 from rag_engine.ingest import pipeline, runner, steps
@@ -115,9 +115,11 @@ def _run(
     (done by `rag ingest` or an earlier run at this code version) is materialized without work,
     every partition the step completes is stamped (its downstream stamps dropped), and one it left
     partial (an extraction the budget stopped) loses its stamp, so the next run of either path
-    finishes it. The store is checked first: a stopped Neo4j fails the step at once, in one line."""
+    finishes it. The store is checked first: a stopped Neo4j fails the step at once, in one line.
+    Every step tags its run with the run's ledger sum (``run_costs_tagged``), so every run of a
+    backfill carries its cost tags, 0 calls for a step that calls no model."""
     engine = engine_res.engine()
-    with engine_errors(step, failure_context(context, engine)):
+    with engine_errors(step, failure_context(context, engine)), run_costs_tagged(context, engine):
         check_reachable(engine.driver, engine.neo4j_target)
         return _run_step(context, engine, pack_name, step, fn, totals, check, extra)
 
@@ -364,8 +366,9 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
             total = _chunks_to_embed(context, rag.engine(), name)
         # the lines reach the run's event log through the managed ``rag_engine`` logger
         # (config/dagster.yaml), once: an ``emit`` here would log each of them twice
-        with EmbedTracker(f"{name}/chunk_index", total) as tracker:
-            result = _run(
+        # the run's embedding calls and their cost in the Runs list, a failed or cancelled run's too
+        with run_costs_tagged(context, rag.engine()), EmbedTracker(f"{name}/chunk_index", total) as tracker:
+            return _run(
                 context,
                 rag,
                 name,
@@ -373,8 +376,6 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
                 lambda e, p, k: _reindex_then_index(context, e, p, k, progress=tracker.callback(k)),
                 ("embedded",),
             )
-        tag_run_costs(context, rag.engine())  # the run's embedding calls and their cost, in the Runs list
-        return result
 
     @dg.asset(
         key=key("llm_extraction"),
@@ -403,76 +404,79 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
         context: dg.AssetExecutionContext, rag: EngineResource, config: automation.PaidApproval
     ) -> dg.MaterializeResult:
         engine = rag.engine()
-        estimate = automation.extraction_estimate(engine, name, list(context.partition_keys))
-        failed_with = {**failure_context(context, engine), **{f"estimate_{k}": v for k, v in estimate.items()}}
-        with engine_errors("llm_extraction", failed_with):
-            automation.require_paid_approval(context, engine, estimate, config)
-        cleared = dg.AssetCheckResult(
-            check_name=approval_status.CHECK,
-            passed=True,
-            severity=dg.AssetCheckSeverity.WARN,
-            description=(
-                "Within automation.max_auto_cost_usd: no approval needed."
-                if automation.within_limit(engine, estimate)
-                else f"Approved by {config.approved_by}: {config.reason}"
-            ),
-        )
-        budget = new_budget(engine, name)
+        # the run's extraction calls and their cost in the Runs list, a failed or cancelled run's too
+        with run_costs_tagged(context, engine):
+            estimate = automation.extraction_estimate(engine, name, list(context.partition_keys))
+            failed_with = {**failure_context(context, engine), **{f"estimate_{k}": v for k, v in estimate.items()}}
+            with engine_errors("llm_extraction", failed_with):
+                automation.require_paid_approval(context, engine, estimate, config)
+            cleared = dg.AssetCheckResult(
+                check_name=approval_status.CHECK,
+                passed=True,
+                severity=dg.AssetCheckSeverity.WARN,
+                description=(
+                    "Within automation.max_auto_cost_usd: no approval needed."
+                    if automation.within_limit(engine, estimate)
+                    else f"Approved by {config.approved_by}: {config.reason}"
+                ),
+            )
+            budget = new_budget(engine, name)
 
-        def step(e: Engine, p: DomainPack, k: str) -> dict[str, Any]:
-            tokens, cost, calls, hits = budget.tokens, budget.cost, budget.chunks, budget.cache_hits
-            out = extraction_step(e, p, k, run_id=context.run.run_id, budget=budget)
-            figures: dict[str, Any] = {
-                "tokens": budget.tokens - tokens,
-                "llm_calls": budget.chunks - calls,
-                "cache_hits": budget.cache_hits - hits,
-            }
-            if cost is not None and budget.cost is not None:
-                figures["cost_usd"] = format(budget.cost - cost, "f")  # exact; shown rounded
-            else:
-                figures["cost_known"] = "no (unpriced model)"
-            return {**out, **figures}
+            def step(e: Engine, p: DomainPack, k: str) -> dict[str, Any]:
+                tokens, cost, calls, hits = budget.tokens, budget.cost, budget.chunks, budget.cache_hits
+                out = extraction_step(e, p, k, run_id=context.run.run_id, budget=budget)
+                figures: dict[str, Any] = {
+                    "tokens": budget.tokens - tokens,
+                    "llm_calls": budget.chunks - calls,
+                    "cache_hits": budget.cache_hits - hits,
+                }
+                if cost is not None and budget.cost is not None:
+                    figures["cost_usd"] = format(budget.cost - cost, "f")  # exact; shown rounded
+                else:
+                    figures["cost_known"] = "no (unpriced model)"
+                return {**out, **figures}
 
-        totals = ("extracted", "entities", "relationships", "skipped", "failed", "rejected")
-        result = _run(context, rag, name, "llm_extraction", step, totals)
-        with engine_errors("llm_extraction"):
-            summary = finish_run(engine, engine.pack(name), context.run.run_id, budget)
-        if budget.skipped:
-            context.log.warning("budget exhausted: %s chunks skipped; the document sensor continues", budget.skipped)
-        context.log.info(
-            "extraction run: %s, %s calls, %s cache hits, %s tokens, cost %s (%s)",
-            summary["status"],
-            summary["chunks"],
-            summary["cache_hits"],
-            summary["tokens"],
-            summary["cost"] if summary["cost"] is not None else "unknown",
-            summary["model"],
-        )
-        failures = _extraction_failures(engine, name, list(context.partition_keys))
-        ok = not failures and not budget.skipped
-        detail = ", ".join(f"{n} x {r}" for r, n in failures.items())
-        check = dg.AssetCheckResult(
-            check_name="extraction_calls_ok",
-            passed=ok,
-            severity=dg.AssetCheckSeverity.WARN,
-            metadata={
-                "failed_calls": sum(failures.values()),
-                "budget_skipped": budget.skipped,
-                "failed_by_reason": dg.MetadataValue.json(failures),
-                "rejected_by_reason": dg.MetadataValue.json(summary["rejected"]),
-            },
-            description=(
-                "All extraction calls answered."
-                if ok
-                else f"{sum(failures.values())} failed call(s): {detail or 'none'}; "
-                f"{budget.skipped} chunk(s) skipped by the run budget (the document sensor continues them). "
-                "Failed calls are not retried by themselves: materialize the partitions again to retry."
-            ),
-        )
-        if failures:
-            context.log.warning("extraction calls failed: %s", detail)
-        tag_run_costs(context, engine)  # the run's extraction calls and their cost, in the Runs list
-        return dg.MaterializeResult(check_results=[*result.check_results, check, cleared])
+            totals = ("extracted", "entities", "relationships", "skipped", "failed", "rejected")
+            result = _run(context, rag, name, "llm_extraction", step, totals)
+            with engine_errors("llm_extraction"):
+                summary = finish_run(engine, engine.pack(name), context.run.run_id, budget)
+            if budget.skipped:
+                context.log.warning(
+                    "budget exhausted: %s chunks skipped; the document sensor continues", budget.skipped
+                )
+            context.log.info(
+                "extraction run: %s, %s calls, %s cache hits, %s tokens, cost %s (%s)",
+                summary["status"],
+                summary["chunks"],
+                summary["cache_hits"],
+                summary["tokens"],
+                summary["cost"] if summary["cost"] is not None else "unknown",
+                summary["model"],
+            )
+            failures = _extraction_failures(engine, name, list(context.partition_keys))
+            ok = not failures and not budget.skipped
+            detail = ", ".join(f"{n} x {r}" for r, n in failures.items())
+            check = dg.AssetCheckResult(
+                check_name="extraction_calls_ok",
+                passed=ok,
+                severity=dg.AssetCheckSeverity.WARN,
+                metadata={
+                    "failed_calls": sum(failures.values()),
+                    "budget_skipped": budget.skipped,
+                    "failed_by_reason": dg.MetadataValue.json(failures),
+                    "rejected_by_reason": dg.MetadataValue.json(summary["rejected"]),
+                },
+                description=(
+                    "All extraction calls answered."
+                    if ok
+                    else f"{sum(failures.values())} failed call(s): {detail or 'none'}; "
+                    f"{budget.skipped} chunk(s) skipped by the run budget (the document sensor continues them). "
+                    "Failed calls are not retried by themselves: materialize the partitions again to retry."
+                ),
+            )
+            if failures:
+                context.log.warning("extraction calls failed: %s", detail)
+            return dg.MaterializeResult(check_results=[*result.check_results, check, cleared])
 
     # graph_writes waits for chunk_index: a version is live (its chunks active) once indexed
     @dg.asset(

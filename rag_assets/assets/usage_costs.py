@@ -27,8 +27,9 @@ from rag_engine.usage import rounded_cost
     automation_condition=on_cron_or_first("0 * * * *"),
     description="Model usage and cost per purpose/provider/model from the append-only ledger "
     "(summary table); unknown costs are null plus a count of unpriced calls, never zero. by_model: "
-    "quality per dollar by generation model (eval reports x measured tokens per query x current "
-    "prices); extraction and index spend apart. A run's own cost is on its tags (rag/cost_usd).",
+    "quality per dollar by generation model (the fact-stated rate of the answers each model wrote "
+    "in the eval reports x measured tokens per query x current prices; estimated costs marked); "
+    "extraction and index spend apart. A run's own cost is on its tags (rag/cost_usd).",
 )
 def usage_costs(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.MaterializeResult:
     engine = rag.engine()
@@ -37,6 +38,7 @@ def usage_costs(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.Ma
     meta: dict[str, Any] = {
         "calls": sum(s.calls for s in table.spend),
         "unknown_cost_calls": sum(s.unknown_cost_calls for s in table.spend),
+        "estimated_cost_calls": sum(s.estimated_calls for s in table.spend),
         "known_cost_usd": rounded_cost(sum(known, Decimal(0))),  # shown rounded; exact: `rag costs --json`
         "summary": spend_table(table.spend),
         "by_model": dg.MetadataValue.table(
@@ -49,7 +51,7 @@ def usage_costs(context: dg.AssetExecutionContext, rag: EngineResource) -> dg.Ma
     if default is not None:  # the default model's figures as numbers, so they plot across materializations
         meta["default_cost_per_query_usd"] = _float(default.cost_per_query)
         meta["default_quality_per_dollar"] = default.quality_per_dollar
-    tag_run_costs(context, engine)
+    tag_run_costs(context, engine)  # it calls no model: 0, like its ledger records
     return dg.MaterializeResult(metadata=meta)
 
 
@@ -66,6 +68,12 @@ SPEND_SCHEMA = dg.TableSchema(
             "cost_usd", "float", description="sum of the calls with a known cost; null when no call's cost is known"
         ),
         dg.TableColumn("unknown_cost_calls", "int", description="calls without a known cost, not in cost_usd"),
+        dg.TableColumn(
+            "estimated_calls",
+            "int",
+            description="calls priced from estimated token counts (no provider reported them): "
+            "their cost is an estimate",
+        ),
     ]
 )
 
@@ -85,6 +93,7 @@ def spend_table(spend: tuple[SpendRow, ...]) -> dg.TableMetadataValue:
                 "output_tokens": s.output_tokens,
                 "cost_usd": _float(s.cost),
                 "unknown_cost_calls": s.unknown_cost_calls,
+                "estimated_calls": s.estimated_calls,
             }
         )
         for s in sorted(spend, key=lambda s: (s.kind, s.purpose, s.provider, s.model))
@@ -94,10 +103,12 @@ def spend_table(spend: tuple[SpendRow, ...]) -> dg.TableMetadataValue:
 
 BY_MODEL = (
     ("model", "string"),
-    ("ndcg_at_10", "float"),
-    ("citation_hit_rate", "float"),
+    ("answered_as", "string"),
+    ("fact_stated_rate", "float"),
+    ("fact_questions", "int"),
     ("answer_calls", "int"),
     ("cost_per_query_usd", "float"),
+    ("cost_estimated", "bool"),
     ("quality_per_dollar", "float"),
     ("cost_per_hour_usd", "float"),
     ("priced_by", "string"),
@@ -115,10 +126,12 @@ def _record(r: ModelRow) -> dg.TableRecord:
     return dg.TableRecord(
         {
             "model": r.model + (" (default)" if r.default else ""),
-            "ndcg_at_10": r.ndcg_at_10,
-            "citation_hit_rate": r.citation_hit_rate,
+            "answered_as": ", ".join(r.answered_as),
+            "fact_stated_rate": r.fact_stated_rate,
+            "fact_questions": r.fact_questions,
             "answer_calls": r.answer_calls,
             "cost_per_query_usd": _float(r.cost_per_query),
+            "cost_estimated": r.tokens_estimated,
             "quality_per_dollar": r.quality_per_dollar,
             "cost_per_hour_usd": _float(r.cost_per_hour),
             "priced_by": r.priced_by or "unknown",

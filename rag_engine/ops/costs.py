@@ -1,8 +1,9 @@
 """``rag costs``: the usage ledger summarised by provider, model and run (or principal: ``by_actor``).
 
-Unknown costs are shown as unknown, never as 0, and the ledger URL (which may hold a database
-password) is never printed. Each row names the pricing versions its calls were priced under: a
-pricing file's, or a local provider's machine-time rate (``local_cost``).
+Unknown costs are shown as unknown, never as 0, a cost priced from estimated token counts (a
+fixture's characters / 4, no provider reported them) is marked "estimated", and the ledger URL
+(which may hold a database password) is never printed. Each row names the pricing versions its
+calls were priced under: a pricing file's, or a local provider's machine-time rate (``local_cost``).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ def costs_summary(
         "errors": int(frame["errors"].sum()) if len(frame) else 0,
         "cost": format(sum(known, Decimal(0)), "f") if known else None,
         "unknown_cost_calls": int(frame["unknown_cost_calls"].sum()) if len(frame) else 0,
+        "estimated_calls": int(frame["estimated_calls"].sum()) if len(frame) else 0,
     }
     try:
         currency: str | None = pricing_for(cfg, root).currency
@@ -83,6 +85,7 @@ _COLUMNS = (
     ("reasoning_tokens", "reasoning tok"),
     ("cost", "cost"),
     ("unknown_cost_calls", "unknown cost"),
+    ("estimated_calls", "estimated"),
     ("pricing_versions", "pricing"),
 )
 
@@ -101,7 +104,7 @@ def costs_table(summary: dict[str, Any]) -> Table:
         for key, _ in columns:
             value = row.get(key)
             if key == "cost":
-                cells.append(_money(value))
+                cells.append(_money(value) + estimated_mark(row.get("estimated_calls"), row.get("calls")))
             elif value is None or value == "":
                 cells.append("n/a")
             else:
@@ -118,7 +121,21 @@ def costs_totals(summary: dict[str, Any]) -> list[str]:
     lines = [f"total: {totals['calls']} calls, {totals['errors']} errors, cost {total_cost}{currency}"]
     if totals["unknown_cost_calls"]:
         lines.append(f"       {totals['unknown_cost_calls']} call(s) with unknown cost are not included in the total")
+    if totals.get("estimated_calls"):
+        lines[0] += estimated_mark(totals["estimated_calls"], totals["calls"])
+        lines.append(
+            f"       {totals['estimated_calls']} call(s) priced from estimated token counts (no provider reported "
+            "them, e.g. a replay fixture's characters / 4): their cost is an estimate"
+        )
     return lines
+
+
+def estimated_mark(estimated: Any, calls: Any) -> str:
+    """`` (estimated)`` when every call's token counts were estimated, `` (partly estimated)`` when
+    some were, else nothing: what a cost figure rests on."""
+    if not estimated:
+        return ""
+    return " (estimated)" if estimated == calls else " (partly estimated)"
 
 
 def costs_report(

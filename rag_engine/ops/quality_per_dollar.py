@@ -2,21 +2,27 @@
 
     by_model(cfg, root, ledger_url) -> CostTable        (``rag costs --by-model``, usage_costs)
 
-Quality comes from eval reports (``costs.report_dirs`` and ``evals.reports_dir``): per generation
-model the newest report it answered, its nDCG@10 and citation hit rate. Cost comes from the usage
+Quality is what the answers are worth, paired with what wrote them: from eval reports
+(``costs.report_dirs`` and ``evals.reports_dir``), per answerer (the generation model for the
+questions it answered, the engine's extractive answer for the ones answered without a model) the
+newest report it answered in, and there the share of its answers to questions with a known fact
+that state the fact (``evals.answer_metrics``: "fact stated"). A retrieval figure (nDCG) is not
+quality per dollar: no generation model changes it. Cost comes from the usage
 ledger: the model's measured tokens per answer call (purpose ``answer``; one call per generated
 answer) priced with the *current* pricing file, or, for a model on our own machine (its provider's
 ``local_cost``), the current machine-time rate: per token at a derived rate, or the measured
 seconds per answer call; plus the shared query-side calls (query embedding, expansion, rerank) at
 their recorded mean cost per call. Then
 
-    quality per dollar = nDCG@10 / cost per query        (nDCG points one dollar buys per query)
+    quality per dollar = fact-stated rate / cost per query   (facts stated one dollar buys per query)
     cost per hour      = cost per query x costs.query_rate_per_hour
 
-A model without a price is "unknown", never free. A model with no answer calls in the ledger
-takes its tokens per query from the default generation model's answers to the same prompts (the
-swap dry run: from the current model's), marked as a projection, and priced at its own rate; a
-model priced by the second cannot be projected (its speed is unknown) and stays unknown, said so.
+A model without a price is "unknown", never free; a cost priced from estimated token counts (no
+provider reported them: a replay fixture's characters / 4) is marked estimated. A model with no
+answer calls in the ledger takes its tokens per query from the default generation model's answers
+to the same prompts (the swap dry run: from the current model's), marked as a projection, and
+priced at its own rate; a model priced by the second cannot be projected (its speed is unknown)
+and stays unknown, said so.
 Extraction and indexing spend are one-off costs of building the graph and the index: they are
 listed apart and never folded into the per-query cost.
 
@@ -57,7 +63,8 @@ class _Frozen(BaseModel):
 
 
 class ModelRow(_Frozen):
-    """One generation model: its quality, measured tokens and cost per query."""
+    """One answerer (a generation model, or the extractive answer): its answers' quality, its measured
+    tokens and its cost per query."""
 
     model: str
     """The configured model name, else ``provider/served_model`` (a report of an unconfigured model)."""
@@ -68,13 +75,20 @@ class ModelRow(_Frozen):
     report: str | None = None
     report_created_at: datetime | None = None
     golden_hash: str | None = None
-    eval_queries: int | None = None
-    ndcg_at_10: float | None = None
-    citation_hit_rate: float | None = None
+    answered_as: tuple[str, ...] = ()
+    """The models the provider said wrote the answers (a fixture's label for a replay cassette)."""
+    answers: int | None = None
+    """Questions of the report this answerer answered."""
+    fact_questions: int | None = None
+    """Of those, the questions with a fact the answer must state."""
+    fact_stated_rate: float | None = None
+    """The share of ``fact_questions`` whose answer states the fact: the quality of the answers."""
     answer_calls: int = 0
     tokens_projected_from: str | None = None
     """Without answer calls of its own: the model whose answer calls on the same prompts gave the
     tokens per query (a projection: the answers' length may differ), priced at this model's rate."""
+    tokens_estimated: bool = False
+    """The answer calls' token counts were estimated (no provider reported them), so the cost is an estimate."""
     input_tokens_per_query: float | None = None
     output_tokens_per_query: float | None = None
     price_key: str | None = None
@@ -102,6 +116,8 @@ class SpendRow(_Frozen):
     cost: Decimal | None
     """Sum of the known costs; None when no call has a known cost."""
     unknown_cost_calls: int
+    estimated_calls: int = 0
+    """Calls whose token counts (so their cost) were estimated, not reported by the provider."""
 
 
 class CostTable(_Frozen):
@@ -120,59 +136,86 @@ class CostTable(_Frozen):
 
 
 class ReportSummary(_Frozen):
+    """One answerer's answers in one eval report."""
+
     path: str
     provider: str
+    """Who answered: the generation provider, or ``none`` for the engine's extractive answers."""
     model: str
+    answered_as: tuple[str, ...] = ()
     created_at: datetime
     golden_hash: str | None
-    queries: int | None
-    ndcg_at_10: float | None
-    citation_hit_rate: float | None
+    answers: int
+    fact_questions: int
+    fact_stated_rate: float | None
 
 
-def _report(path: Path, root: Path) -> ReportSummary | None:
+def _answerer(query: dict[str, Any], generation: dict[str, Any]) -> tuple[str, str] | None:
+    """Who wrote a report query's answer: the generation model, the extractive answer, or nobody
+    (decided before any call, a failed call, or a report that does not say)."""
+    method = query.get("answer_method")
+    if method == "model":
+        return str(generation["provider"]), str(generation["model"])
+    if method == "extractive" and not query.get("answer_error"):
+        return EXTRACTIVE
+    return None
+
+
+def _report(path: Path, root: Path) -> list[ReportSummary]:
+    """The report's answerers, each with the fact-stated rate of the answers it wrote."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
+        return []
     if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("rag-eval-report/"):
-        return None  # a gate result, an acceptance, anything else
-    gen, metrics = data.get("generation") or {}, data.get("metrics") or {}
-    if gen.get("failed"):  # fallback answers do not measure the model (the gate's generation_failed)
-        log.info("eval report %s skipped: %s answers were not the model's", path, gen.get("failed"))
-        return None
+        return []  # a gate result, an acceptance, anything else
+    gen = data.get("generation") or {}
+    if gen.get("failed") or gen.get("failures"):  # fallback answers do not measure the model (generation_failed)
+        log.info("eval report %s skipped: some answers were not the model's", path)
+        return []
     try:
         created = datetime.fromisoformat(str(data["created_at"]).replace("Z", "+00:00"))
         shown = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
-        return ReportSummary(
-            path=shown,
-            provider=str(gen["provider"]),
-            model=str(gen["model"]),
-            created_at=created,
-            golden_hash=(data.get("golden") or {}).get("hash"),
-            queries=metrics.get("queries"),
-            ndcg_at_10=metrics.get("ndcg@10"),
-            citation_hit_rate=metrics.get("citation_hit_rate"),
-        )
+        by: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for q in data.get("queries") or []:
+            who = _answerer(q, gen)
+            if who is not None:
+                by.setdefault(who, []).append(q)
+        out = []
+        for (provider, model), answered in sorted(by.items()):
+            facts = [bool(q["fact_stated"]) for q in answered if q.get("fact_stated") is not None]
+            out.append(
+                ReportSummary(
+                    path=shown,
+                    provider=provider,
+                    model=model,
+                    answered_as=tuple(gen.get("reported_models") or ()) if (provider, model) != EXTRACTIVE else (),
+                    created_at=created,
+                    golden_hash=(data.get("golden") or {}).get("hash"),
+                    answers=len(answered),
+                    fact_questions=len(facts),
+                    fact_stated_rate=round(sum(facts) / len(facts), 4) if facts else None,
+                )
+            )
+        return out
     except (KeyError, TypeError, ValueError) as exc:
         log.warning("eval report %s skipped: %s", path, type(exc).__name__)
-        return None
+        return []
 
 
 def latest_reports(cfg: EngineConfig, root: str | Path) -> dict[tuple[str, str], ReportSummary]:
-    """The newest eval report per (generation provider, model) in the configured report dirs; a
-    report where some model calls failed (answered by the extractive fallback) does not count."""
+    """The newest eval report per answerer (generation provider and model, or the extractive answer)
+    in the configured report dirs, with that answerer's answers in it; a report where some model
+    calls failed (answered by the extractive fallback) does not count."""
     root = Path(root)
     dirs = dict.fromkeys(under_root(root, d) for d in (*cfg.costs.report_dirs, cfg.evals.reports_dir))
     newest: dict[tuple[str, str], ReportSummary] = {}
     for d in dirs:
         for path in sorted(d.glob("*.json")) if d.is_dir() else ():
-            rep = _report(path, root)
-            if rep is None:
-                continue
-            key = (rep.provider, rep.model)
-            if key not in newest or rep.created_at > newest[key].created_at:
-                newest[key] = rep
+            for rep in _report(path, root):
+                key = (rep.provider, rep.model)
+                if key not in newest or rep.created_at > newest[key].created_at:
+                    newest[key] = rep
     return newest
 
 
@@ -185,6 +228,7 @@ class _Usage:
     output_tokens: int = 0
     cost: Decimal | None = None
     unknown_cost_calls: int = 0
+    estimated_calls: int = 0
     ok_cost: Decimal = field(default_factory=Decimal)
     ok_latency_ms: int = 0
     """Measured milliseconds of the ok calls: machine time, for a model priced by the second."""
@@ -194,8 +238,8 @@ def ledger_usage(ledger: UsageLedger) -> dict[tuple[str, str, str], _Usage]:
     """(purpose, provider, requested model) -> measured tokens and recorded cost, streamed."""
     out: dict[tuple[str, str, str], _Usage] = {}
     columns = ("purpose", "provider", "requested_model", "status", "input_tokens", "cached_input_tokens")
-    for purpose, provider, model, status, n_in, n_cached, n_out, cost, latency_ms in ledger.stream(
-        *columns, "output_tokens", "cost", "latency_ms"
+    for purpose, provider, model, status, n_in, n_cached, n_out, cost, latency_ms, estimated in ledger.stream(
+        *columns, "output_tokens", "cost", "latency_ms", "estimated"
     ):
         u = out.setdefault((purpose, provider, model), _Usage())
         u.calls += 1
@@ -204,6 +248,7 @@ def ledger_usage(ledger: UsageLedger) -> dict[tuple[str, str, str], _Usage]:
         u.cached_input_tokens += n_cached or 0
         u.output_tokens += n_out
         u.ok_latency_ms += latency_ms if status == "ok" else 0
+        u.estimated_calls += bool(estimated)
         if cost is None:
             u.unknown_cost_calls += 1
         else:
@@ -300,14 +345,25 @@ def model_row(
                 None if prices is None else prices.price(key, u.input_tokens, u.cached_input_tokens, u.output_tokens)
             )
         gen_cost = None if total is None else _plain(total / measured)
+    estimated = bool(measured and u is not None and u.estimated_calls)
+    if estimated and u is not None:
+        notes.append(
+            f"cost estimated: {u.estimated_calls} of its answer calls' token counts were computed, not reported "
+            "by a provider (a replay fixture's characters / 4)"
+        )
     if report is None:
-        notes.append(f"no eval report answered by {provider}/{served_model}: quality unknown")
+        notes.append(f"no eval report with answers by {provider}/{served_model}: quality unknown")
+    elif report.fact_stated_rate is None:
+        notes.append(
+            f"none of its {report.answers} answers in {report.path} is to a question with a fact to state: "
+            "quality unknown"
+        )
     cost = None if gen_cost is None or shared is None else _plain(gen_cost + shared)
     qpd = None
-    ndcg = report.ndcg_at_10 if report else None
-    if cost is not None and ndcg is not None:
+    quality = report.fact_stated_rate if report else None
+    if cost is not None and quality is not None:
         if cost > 0:
-            qpd = round(ndcg / float(cost), 2)
+            qpd = round(quality / float(cost), 2)
         else:
             notes.append("no spend per query: quality per dollar is unbounded (free)")
     return ModelRow(
@@ -318,11 +374,13 @@ def model_row(
         report=report.path if report else None,
         report_created_at=report.created_at if report else None,
         golden_hash=report.golden_hash if report else None,
-        eval_queries=report.queries if report else None,
-        ndcg_at_10=ndcg,
-        citation_hit_rate=report.citation_hit_rate if report else None,
+        answered_as=report.answered_as if report else (),
+        answers=report.answers if report else None,
+        fact_questions=report.fact_questions if report else None,
+        fact_stated_rate=quality,
         answer_calls=ok_calls,
         tokens_projected_from=projected_from,
+        tokens_estimated=estimated,
         input_tokens_per_query=None if tokens_in is None else round(tokens_in, 1),
         output_tokens_per_query=None if tokens_out is None else round(tokens_out, 1),
         price_key=key,
@@ -365,6 +423,7 @@ def _spend(usage: dict[tuple[str, str, str], _Usage]) -> list[SpendRow]:
                 output_tokens=u.output_tokens,
                 cost=u.cost,
                 unknown_cost_calls=u.unknown_cost_calls,
+                estimated_calls=u.estimated_calls,
             )
         )
     return rows
@@ -484,21 +543,23 @@ def as_json(table: CostTable) -> dict[str, Any]:
 
 
 def row_cells(r: ModelRow) -> list[str]:
-    """One row as shown: unknown said plainly, a zero cost as free."""
-    if r.cost_per_query is not None and r.cost_per_query == 0 and r.ndcg_at_10 is not None:
+    """One row as shown: unknown said plainly, a zero cost as free, an estimated cost marked."""
+    if r.cost_per_query is not None and r.cost_per_query == 0 and r.fact_stated_rate is not None:
         qpd = "free"
     else:
         qpd = _num(r.quality_per_dollar, ",.0f") if r.quality_per_dollar is not None else "unknown"
     guess = "~" if r.tokens_projected_from else ""  # projected from another model's answer calls
+    est = " est." if r.tokens_estimated else ""  # priced from token counts no provider reported
+    stated = "-" if r.fact_stated_rate is None else f"{r.fact_stated_rate:.3f} of {r.fact_questions}"
     return [
         r.model + (" *" if r.default else ""),
-        _num(r.ndcg_at_10),
-        _num(r.citation_hit_rate),
+        ", ".join(r.answered_as) or ("-" if r.answers is None else "(not named)"),
+        stated,
         str(r.answer_calls),
         "-"
         if r.input_tokens_per_query is None
-        else f"{guess}{r.input_tokens_per_query:.0f}/{r.output_tokens_per_query:.0f}",
-        guess + money(r.cost_per_query),
+        else f"{guess}{r.input_tokens_per_query:.0f}/{r.output_tokens_per_query:.0f}{est}",
+        guess + money(r.cost_per_query) + (est if r.cost_per_query is not None else ""),
         qpd,
         (guess if r.cost_per_hour is not None else "") + money(r.cost_per_hour, 4),
         r.priced_by or "unknown",
@@ -507,12 +568,12 @@ def row_cells(r: ModelRow) -> list[str]:
 
 ROW_HEADERS = (
     "model",
-    "nDCG@10",
-    "citation hit",
+    "answered as",
+    "fact stated",
     "answer calls",
     "tokens/query in/out",
     "cost/query",
-    "nDCG@10 per $",
+    "facts stated per $",
     "cost/hour",
     "priced by",
 )
@@ -547,7 +608,9 @@ def render(table: CostTable) -> list[Any]:
         f"* the default generation model. cost/query = the model's answer calls at current prices (the pricing "
         f"file, or its provider's machine-time rate: priced by) + shared query-side calls "
         f"({money(table.rows[0].shared_cost_per_query) if table.rows else '-'} {cur}). "
-        "~ projected: tokens of another model's answers to the same prompts."
+        "~ projected: tokens of another model's answers to the same prompts. est.: priced from token counts "
+        "no provider reported (a replay fixture's characters / 4). fact stated: the share of the answers it "
+        "wrote, to questions with a known fact, that state it (the eval report's answers)."
     ]
     for r in table.rows:
         lines += [f"{r.model}: {n}" for n in r.notes]
@@ -556,8 +619,9 @@ def render(table: CostTable) -> list[Any]:
     spend = Table(
         title="recorded spend by purpose (extraction and indexing are not per-query cost)", title_justify="left"
     )
-    for h in ("kind", "purpose", "provider", "model", "calls", "tokens in/out", f"cost {cur}", "unknown-cost calls"):
-        spend.add_column(h, justify="right" if h.startswith(("calls", "tokens", "cost", "unknown")) else "left")
+    heads = ("kind", "purpose", "provider", "model", "calls", "tokens in/out", f"cost {cur}", "unknown-cost calls")
+    for h in (*heads, "est."):  # calls priced from estimated token counts
+        spend.add_column(h, justify="right" if h.startswith(("calls", "tokens", "cost", "unknown", "est")) else "left")
     for s in sorted(table.spend, key=lambda s: (s.kind, s.purpose, s.provider, s.model)):
         spend.add_row(
             s.kind,
@@ -566,8 +630,9 @@ def render(table: CostTable) -> list[Any]:
             s.model,
             str(s.calls),
             f"{s.input_tokens}/{s.output_tokens}",
-            money(s.cost),
+            money(s.cost) + (" est." if s.estimated_calls else ""),
             str(s.unknown_cost_calls),
+            str(s.estimated_calls),
         )
     if not table.spend:
         out.append("no usage recorded in the ledger")

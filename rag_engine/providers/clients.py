@@ -46,7 +46,7 @@ from rag_engine.providers.results import (
     TokenUsage,
 )
 from rag_engine.providers.vectors import check_vectors
-from rag_engine.usage import UsageRecord, current_actor
+from rag_engine.usage import UsageRecord, current_actor, current_run, tally
 from rag_engine.usage import notify as usage_listeners
 
 log = logging.getLogger(__name__)
@@ -207,14 +207,14 @@ class ModelClient:
         local: LocalCostConfig | None,
     ) -> Decimal | None:
         if local is not None:  # machine time: the call's seconds, or its tokens at a derived rate
-            if local.basis == "tokens" and not usage.reported:
+            if local.basis == "tokens" and not usage.known:
                 return None
             return local.cost(latency_ms=latency_ms, tokens=usage.input_tokens + usage.output_tokens)
         if isinstance(answer, Embeddings) and not answer.priced:
             return Decimal(0)  # local compute: known to be free
         if answer is None and local_compute(self.spec.provider, self.spec.model):
             return Decimal(0)  # a failed call to a local embedder is as free as an answered one
-        if self._pricing is None or not usage.reported:
+        if self._pricing is None or not usage.known:
             return None
         from rag_engine.providers.pricing import price_key
 
@@ -251,7 +251,7 @@ class ModelClient:
         local = self._local_cost(answer)
         version = local.version if local is not None else self._pricing.version if self._pricing is not None else None
         record = UsageRecord(
-            run_id=run_id,
+            run_id=run_id or current_run(),
             actor=current_actor(),
             purpose=purpose,
             provider=answer.provider if answer is not None else self.spec.provider.name,
@@ -261,6 +261,7 @@ class ModelClient:
             cached_input_tokens=usage.cached_input_tokens,
             output_tokens=usage.output_tokens,
             reasoning_tokens=usage.reasoning_tokens,
+            estimated=usage.estimate is not None,
             latency_ms=latency_ms,
             status="ok" if error is None else "error",
             error_type=type(error).__name__ if error is not None else None,
@@ -278,6 +279,7 @@ class ModelClient:
                     record.model_dump_json(),
                 )
         usage_listeners(record)
+        tally(record)
         log.debug(
             "model call %s purpose=%s status=%s latency_ms=%d tokens=%d/%d",
             self.spec.identity,

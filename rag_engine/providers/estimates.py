@@ -15,7 +15,8 @@ from typing import Any
 
 import neo4j
 
-CHARS_PER_TOKEN = 4
+from rag_engine.providers.results import CHARS_PER_TOKEN
+
 PROMPT_OVERHEAD_TOKENS = 600
 """A chunk's prompt besides its text, in tokens; a coarse allowance used only without history."""
 

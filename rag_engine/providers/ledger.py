@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
+    Boolean,
     Column,
     DateTime,
     Engine,
@@ -81,6 +82,7 @@ usage_records = Table(
     Column("cached_input_tokens", Integer, nullable=True),
     Column("output_tokens", Integer, nullable=False),
     Column("reasoning_tokens", Integer, nullable=True),
+    Column("estimated", Boolean, nullable=True),
     Column("latency_ms", Integer, nullable=False),
     Column("status", String(16), nullable=False),
     Column("error_type", String(200), nullable=True),
@@ -91,7 +93,7 @@ usage_records = Table(
 
 _COLUMNS = [c.name for c in usage_records.columns]
 
-ADDED_COLUMNS = ("actor",)
+ADDED_COLUMNS = ("actor", "estimated")
 """Columns newer than the first ledgers, added (nullable) to a ledger that lacks them when opened."""
 
 
@@ -252,6 +254,7 @@ SUMMARY_COLUMNS = [
     "reasoning_tokens",
     "cost",
     "unknown_cost_calls",
+    "estimated_calls",
     "reported_models",
     "pricing_versions",
 ]
@@ -278,7 +281,8 @@ def summarize(records: list[UsageRecord], by: str = "run_id") -> pd.DataFrame:
     """Totals per provider / requested model / run (``by="actor"``: per principal instead).
 
     ``cost`` sums the calls whose cost is known (Decimal, exact) and is None when none is;
-    ``unknown_cost_calls`` keeps the unpriced calls visible instead of counting them as free.
+    ``unknown_cost_calls`` keeps the unpriced calls visible instead of counting them as free;
+    ``estimated_calls`` counts the calls whose token counts (so their cost) were estimated, not reported.
     A missing run id or actor is grouped as ``(none)``.
     """
     import pandas as pd
@@ -292,6 +296,7 @@ def summarize(records: list[UsageRecord], by: str = "run_id") -> pd.DataFrame:
     frame[by] = frame[by].astype(object).where(frame[by].notna(), "(none)")
     frame["is_error"] = frame["status"] == "error"
     frame["unknown_cost"] = frame["cost"].isna()
+    frame["is_estimated"] = frame["estimated"].eq(True)
     for col in ("cached_input_tokens", "reasoning_tokens"):
         frame[col] = pd.array(frame[col], dtype="Int64")
     grouped = frame.groupby(["provider", "requested_model", by], sort=True, dropna=False)
@@ -304,10 +309,11 @@ def summarize(records: list[UsageRecord], by: str = "run_id") -> pd.DataFrame:
         reasoning_tokens=("reasoning_tokens", lambda s: s.sum(min_count=1)),
         cost=("cost", _known_sum),
         unknown_cost_calls=("unknown_cost", "sum"),
+        estimated_calls=("is_estimated", "sum"),
         reported_models=("reported_model", _distinct),
         pricing_versions=("pricing_version", _distinct),
     ).reset_index()
-    for col in ("calls", "errors", "input_tokens", "output_tokens", "unknown_cost_calls"):
+    for col in ("calls", "errors", "input_tokens", "output_tokens", "unknown_cost_calls", "estimated_calls"):
         out[col] = out[col].astype(int)
     return out[columns]
 

@@ -310,7 +310,7 @@ class OpenAIBackend:
 def _usage(usage: Any) -> TokenUsage:
     """Provider usage -> TokenUsage; absent details stay None (not reported), never 0."""
     if usage is None:
-        return TokenUsage(reported=False)
+        return TokenUsage()  # no usage block: neither reported nor estimated, the cost is unknown
     prompt_details = getattr(usage, "prompt_tokens_details", None)
     completion_details = getattr(usage, "completion_tokens_details", None)
     return TokenUsage(
@@ -320,6 +320,7 @@ def _usage(usage: Any) -> TokenUsage:
         reasoning_tokens=(
             getattr(completion_details, "reasoning_tokens", None) if completion_details is not None else None
         ),
+        reported=True,
     )
 
 

@@ -142,7 +142,7 @@ def _entry(
         "operation": operation,
         "served_model": served_model,
         "reported_model": reported_model,
-        "usage": (usage or TokenUsage(reported=False)).model_dump(),
+        "usage": (usage or TokenUsage()).model_dump(),  # none given: neither reported nor estimated
         "response": response,
         "fixture": True,  # a recorded or hand-written answer, not a live one
         "source": source,

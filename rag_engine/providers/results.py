@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rag_engine.usage import UsageRecord
 
@@ -19,14 +19,48 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
 
+CHARS_PER_TOKEN = 4
+CHARACTER_ESTIMATE = f"characters / {CHARS_PER_TOKEN}"
+"""How a fixture counts tokens it never measured (``TokenUsage.from_characters``)."""
+
+
 class TokenUsage(_Frozen):
-    """Token counts as the provider reported them; ``None`` = not reported (distinct from 0)."""
+    """A call's token counts and where they come from; ``None`` = not reported (distinct from 0).
+
+    Three cases, never confused: ``reported`` (a provider's response said so), ``estimate`` (the
+    counts were computed, e.g. a fixture's characters / 4: a cost priced from them is an estimate),
+    or neither (no usage at all: the cost is unknown). Nothing is "reported" unless a backend says so.
+    """
 
     input_tokens: int = Field(0, ge=0)
     cached_input_tokens: int | None = Field(None, ge=0)
     output_tokens: int = Field(0, ge=0)
     reasoning_tokens: int | None = Field(None, ge=0)
-    reported: bool = True  # False when the response had no usage block at all: cost is unknown
+    reported: bool = False
+    """True only when the provider's response reported these counts."""
+    estimate: str | None = None
+    """How the counts were computed when no provider reported them (``CHARACTER_ESTIMATE``)."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TokenUsage:
+        if self.reported and self.estimate is not None:
+            raise ValueError("token counts are either reported by the provider or estimated, not both")
+        return self
+
+    @property
+    def known(self) -> bool:
+        """Counts a cost can be priced from: reported, or estimated (the cost then is an estimate)."""
+        return self.reported or self.estimate is not None
+
+    @classmethod
+    def from_characters(cls, input_chars: int, output_chars: int, cached_input_chars: int | None = None) -> TokenUsage:
+        """Counts a fixture makes up at ``CHARS_PER_TOKEN`` characters a token: estimated, never reported."""
+        return cls(
+            input_tokens=input_chars // CHARS_PER_TOKEN,
+            output_tokens=output_chars // CHARS_PER_TOKEN,
+            cached_input_tokens=None if cached_input_chars is None else cached_input_chars // CHARS_PER_TOKEN,
+            estimate=CHARACTER_ESTIMATE,
+        )
 
 
 class Completion(_Frozen):

@@ -63,10 +63,37 @@ def test_costs_report_text_and_json(tmp_path: Path) -> None:
     assert "1 call(s) with unknown cost" in text
 
     data = json.loads(costs_report(_cfg(), tmp_path, run_id="r1", as_json=True, env=env))
-    assert data["totals"] == {"calls": 3, "errors": 0, "cost": "0.0125075", "unknown_cost_calls": 1}
+    assert data["totals"] == {
+        "calls": 3,
+        "errors": 0,
+        "cost": "0.0125075",
+        "unknown_cost_calls": 1,
+        "estimated_calls": 0,
+    }
     by_provider = {row["provider"]: row for row in data["rows"]}
     assert by_provider["openai"]["cost"] == "0.0125075" and by_provider["openai"]["calls"] == 2
     assert by_provider["local_llm"]["cost"] is None and by_provider["local_llm"]["unknown_cost_calls"] == 1
+
+
+def test_costs_priced_from_estimated_counts_say_estimated(tmp_path: Path) -> None:
+    """A fixture's made-up counts (``estimated``): its row's cost and the total are marked, and a
+    line says what the estimate is; a row of reported counts is not marked."""
+    env = {"RAG_TEST_LEDGER_URL": f"sqlite:///{tmp_path / 'l.sqlite'}"}
+    led = UsageLedger(env["RAG_TEST_LEDGER_URL"])
+    led.record(
+        _rec(provider="demo_replay", requested_model="fixture-demo-replay", cost=Decimal("0.001"), estimated=True)
+    )
+    led.record(_rec(cost=Decimal("0.002"), estimated=False))
+    led.dispose()
+    text = costs_report(_cfg(), tmp_path, env=env)
+    fixture = next(line for line in text.splitlines() if "fixture-demo-replay" in line)
+    reported = next(line for line in text.splitlines() if "│ openai" in line)
+    assert "0.001000 (estimated)" in fixture and "(estimated)" not in reported
+    assert "total: 2 calls, 0 errors, cost 0.003000 (partly estimated)" in text
+    assert "1 call(s) priced from estimated token counts" in text
+    data = json.loads(costs_report(_cfg(), tmp_path, as_json=True, env=env))
+    assert data["totals"]["estimated_calls"] == 1
+    assert {r["provider"]: r["estimated_calls"] for r in data["rows"]} == {"demo_replay": 1, "openai": 0}
 
 
 def test_costs_report_on_an_empty_ledger(tmp_path: Path) -> None:

@@ -158,8 +158,13 @@ def test_the_replay_provider_is_priced_as_machine_time_per_recorded_token(tmp_pa
     replay = cfg.provider("demo_replay")
     assert replay is not None and replay.local_cost is not None
     cassette = tmp_path / "c.jsonl"
+    demo = cfg.model("demo-chat")
+    assert demo is not None and demo.served_model == "fixture-demo-replay"  # a fixture's name, not a hosted model's
     Cassette(cassette).put_generation(
-        "gpt-4o-mini-2024-07-18", Q, "recorded", usage=TokenUsage(input_tokens=3000, output_tokens=100)
+        demo.served_model,
+        Q,
+        "recorded",
+        usage=TokenUsage.from_characters(12000, 400),  # a fixture's characters / 4
     )
     providers = tuple(p.model_copy(update={"cassette": str(cassette)}) if p is replay else p for p in cfg.providers)
     cfg = cfg.model_copy(update={"providers": providers})
@@ -170,3 +175,5 @@ def test_the_replay_provider_is_priced_as_machine_time_per_recorded_token(tmp_pa
         ledger.dispose()
     assert rec.pricing_version == replay.local_cost.version
     assert rec.cost == replay.local_cost.cost(latency_ms=0, tokens=3100)  # never the lookup's milliseconds
+    assert rec.estimated is True  # priced from counts no provider reported: an estimate, and said so
+    assert replay.local_cost.fixture and replay.local_cost.label.startswith("fixture machine")

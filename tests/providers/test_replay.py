@@ -74,7 +74,7 @@ def test_replay_hit_answers_without_network_and_writes_usage(
         '{"answer": "no fees"}',
         schema=Answer,
         reported_model="served-model-1-2026",
-        usage=TokenUsage(input_tokens=1000, cached_input_tokens=0, output_tokens=100),
+        usage=TokenUsage(input_tokens=1000, cached_input_tokens=0, output_tokens=100, reported=True),
     )
     client = build_client(_replay_spec("c.jsonl"), ledger=ledger, pricing=pricing, env={}, root=tmp_path)
     result = client.generate(Q, schema=Answer, purpose="answer", run_id="r1")
@@ -84,6 +84,27 @@ def test_replay_hit_answers_without_network_and_writes_usage(
     assert (rec.input_tokens, rec.cached_input_tokens, rec.output_tokens) == (1000, 0, 100)
     assert rec.reported_model == "served-model-1-2026"
     assert rec.cost == Decimal("0.0035")  # what the call would cost live
+
+
+def test_estimated_counts_are_priced_and_marked_estimated_never_reported(
+    tmp_path: Path, ledger: UsageLedger, pricing: PriceTable
+) -> None:
+    """A fixture's made-up counts (characters / 4) say so in the cassette (``reported: false``) and the
+    ledger (``estimated``); the cost priced from them is kept, as an estimate."""
+    assert TokenUsage().reported is False  # nothing is "reported" unless a provider said so
+    with pytest.raises(ValueError, match="either reported"):
+        TokenUsage(input_tokens=1, reported=True, estimate="characters / 4")
+    cassette = Cassette(tmp_path / "c.jsonl")
+    usage = TokenUsage.from_characters(4000, 400, 0)
+    cassette.put_generation("served-model-1", Q, '{"answer": "no fees"}', schema=Answer, usage=usage)
+    [line] = (tmp_path / "c.jsonl").read_text().splitlines()
+    entry = json.loads(line)["usage"]
+    assert entry["reported"] is False and entry["estimate"] == "characters / 4"
+    assert (entry["input_tokens"], entry["output_tokens"]) == (1000, 100)
+    client = build_client(_replay_spec("c.jsonl"), ledger=ledger, pricing=pricing, env={}, root=tmp_path)
+    client.generate(Q, schema=Answer, purpose="answer", run_id="r1")
+    [rec] = ledger.records()
+    assert rec.estimated is True and rec.cost == Decimal("0.0035")  # the same price, marked estimated
 
 
 def test_replay_miss_names_the_hash_not_the_prompt(tmp_path: Path, ledger: UsageLedger) -> None:

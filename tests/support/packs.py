@@ -71,7 +71,7 @@ def extraction_cassette(engine: Engine, pack: DomainPack, path: Path) -> None:
     from rag_engine.graph.models import RawExtraction
     from rag_engine.ingest.documents import discover, load_document
     from rag_engine.providers.replay import Cassette
-    from rag_engine.providers.results import TokenUsage
+    from rag_engine.providers.results import CHARACTER_ESTIMATE, TokenUsage
 
     served = engine.registry.extraction.model.served_model
     cassette = Cassette(path)
@@ -79,5 +79,5 @@ def extraction_cassette(engine: Engine, pack: DomainPack, path: Path) -> None:
         for chunk in pack.chunk(load_document(pack, ref.partition_key, max_bytes=engine.cfg.max_document_bytes)):
             answer = json.dumps({"entities": [], "relationships": []})
             messages = build_messages(pack.manifest, chunk)
-            usage = TokenUsage(input_tokens=400 + len(chunk.text) // 4, output_tokens=20)
+            usage = TokenUsage(input_tokens=400 + len(chunk.text) // 4, output_tokens=20, estimate=CHARACTER_ESTIMATE)
             cassette.put_generation(served, messages, answer, schema=RawExtraction, usage=usage)
