@@ -441,9 +441,7 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
             with engine_errors("llm_extraction"):
                 summary = finish_run(engine, engine.pack(name), context.run.run_id, budget)
             if budget.skipped:
-                context.log.warning(
-                    "budget exhausted: %s chunks skipped; the document sensor continues", budget.skipped
-                )
+                context.log.warning("budget exhausted: %s chunks skipped; the sensor continues", budget.skipped)
             context.log.info(
                 "extraction run: %s, %s calls, %s cache hits, %s tokens, cost %s (%s)",
                 summary["status"],
