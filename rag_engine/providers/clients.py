@@ -30,6 +30,7 @@ from rag_engine.errors import (
     MissingCredential,
     ProviderError,
     ProviderResponseInvalid,
+    ReplayMiss,
 )
 from rag_engine.providers.ledger import UsageLedger
 from rag_engine.providers.pricing import PriceTable, local_compute, local_cost_for
@@ -266,7 +267,8 @@ class ModelClient:
             status="ok" if error is None else "error",
             error_type=type(error).__name__ if error is not None else None,
             pricing_version=version,
-            cost=self._cost(answer, usage, latency_ms, local),
+            # a replay miss ran nothing (the cassette holds no answer): it costs nothing, known
+            cost=Decimal(0) if isinstance(error, ReplayMiss) else self._cost(answer, usage, latency_ms, local),
         )
         if self._ledger is not None:
             try:

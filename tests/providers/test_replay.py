@@ -115,6 +115,7 @@ def test_replay_miss_names_the_hash_not_the_prompt(tmp_path: Path, ledger: Usage
     assert key in str(info.value)
     assert "4711" not in str(info.value) and "fees" not in str(info.value)
     assert ledger.records()[0].error_type == "ReplayMiss"
+    assert ledger.records()[0].cost == 0  # nothing ran: known to cost nothing, not unknown
 
 
 def test_key_depends_on_messages_model_and_schema() -> None:
