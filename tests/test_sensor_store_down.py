@@ -17,8 +17,7 @@ import dagster as dg
 import pytest
 
 from rag_assets.definitions import build_definitions
-
-PROBE_TIMEOUT_S = 2.0
+from rag_engine.store.connection import PROBE_TIMEOUT_S
 
 
 def _closed_port() -> int:
