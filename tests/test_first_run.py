@@ -162,4 +162,4 @@ def test_costs_is_a_table_whose_rows_stay_whole_in_a_pipe(tmp_path: Path):
     assert model in row and "0.025000" in row and "246912" in row  # one line: nothing wrapped
     assert "usage and cost" in res.stdout and "total: 2 calls, 0 errors, cost 0.025000 USD" in res.stdout
     data = json.loads(rag("costs", "--json", env={"RAG_LEDGER_URL": url}).stdout)
-    assert data["totals"] == {"calls": 2, "errors": 0, "cost": "0.0250", "unknown_cost_calls": 0}
+    assert data["totals"] == {"calls": 2, "errors": 0, "cost": "0.0250", "unknown_cost_calls": 0, "estimated_calls": 0}

@@ -116,8 +116,7 @@ def _run(
     every partition the step completes is stamped (its downstream stamps dropped), and one it left
     partial (an extraction the budget stopped) loses its stamp, so the next run of either path
     finishes it. The store is checked first: a stopped Neo4j fails the step at once, in one line.
-    Every step tags its run with the run's ledger sum (``run_costs_tagged``), so every run of a
-    backfill carries its cost tags, 0 calls for a step that calls no model."""
+    Every step tags its run with its ledger sum (``run_costs_tagged``: 0 calls if it calls no model)."""
     engine = engine_res.engine()
     with engine_errors(step, failure_context(context, engine)), run_costs_tagged(context, engine):
         check_reachable(engine.driver, engine.neo4j_target)
@@ -366,8 +365,7 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
             total = _chunks_to_embed(context, rag.engine(), name)
         # the lines reach the run's event log through the managed ``rag_engine`` logger
         # (config/dagster.yaml), once: an ``emit`` here would log each of them twice
-        # the run's embedding calls and their cost in the Runs list, a failed or cancelled run's too
-        with run_costs_tagged(context, rag.engine()), EmbedTracker(f"{name}/chunk_index", total) as tracker:
+        with EmbedTracker(f"{name}/chunk_index", total) as tracker:  # _run tags the run with its embedding calls
             return _run(
                 context,
                 rag,
@@ -404,8 +402,7 @@ def _build(engine: Engine, pack: DomainPack, config_path: str) -> list[dg.Assets
         context: dg.AssetExecutionContext, rag: EngineResource, config: automation.PaidApproval
     ) -> dg.MaterializeResult:
         engine = rag.engine()
-        # the run's extraction calls and their cost in the Runs list, a failed or cancelled run's too
-        with run_costs_tagged(context, engine):
+        with run_costs_tagged(context, engine):  # the run's calls on its tags, a refused run's too
             estimate = automation.extraction_estimate(engine, name, list(context.partition_keys))
             failed_with = {**failure_context(context, engine), **{f"estimate_{k}": v for k, v in estimate.items()}}
             with engine_errors("llm_extraction", failed_with):
