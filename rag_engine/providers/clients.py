@@ -129,7 +129,8 @@ class ModelClient:
 
         ``tolerant`` lets a model without structured output answer a schema request in plain
         text, from which the JSON is extracted; without it such a request is refused up front.
-        ``timeout_s`` caps this call's time (None: the provider's ``timeout_s``). A request whose
+        ``timeout_s`` caps this call's time, never beyond the provider's ``timeout_s`` (None: the
+        provider's). A request whose
         prompt (estimated) plus ``max_tokens`` exceeds the model's ``context_limit`` is refused
         before any I/O (``ContextLimitExceeded``).
         """
@@ -140,11 +141,16 @@ class ModelClient:
         structured = schema is not None and self.spec.supports("structured_output")
         with self._metered(purpose, run_id) as call:
             completion = call.answer = self._backend.complete(
-                messages, schema=schema, structured=structured, max_tokens=max_tokens, timeout_s=timeout_s
+                messages, schema=schema, structured=structured, max_tokens=max_tokens, timeout_s=self._cap(timeout_s)
             )
             # a completion that fails to parse was still paid for: its record keeps the tokens
             parsed = parse_output(completion.text, schema, tolerant=tolerant) if schema is not None else None
         return GenerationResult(text=completion.text, parsed=parsed, usage=call.usage)
+
+    def _cap(self, timeout_s: float | None) -> float | None:
+        """A call's time cap, never longer than the provider's own timeout: a question's budget
+        shortens a call, it never lengthens one the operator configured shorter."""
+        return None if timeout_s is None else min(timeout_s, self.spec.provider.timeout_s)
 
     def _check_context(self, messages: list[dict[str, Any]], max_tokens: int | None) -> None:
         limit = self.spec.model.context_limit
@@ -174,7 +180,7 @@ class ModelClient:
                 "use provider kind llama_cpp, or the chat-prompt rerank"
             )
         with self._metered(purpose, run_id) as call:
-            answer = call.answer = scorer(query, documents, timeout_s=timeout_s)
+            answer = call.answer = scorer(query, documents, timeout_s=self._cap(timeout_s))
             if len(answer.scores) != len(documents):
                 raise ProviderResponseInvalid(f"rerank scored {len(answer.scores)} of {len(documents)} documents")
         return RerankResult(scores=answer.scores, usage=call.usage)

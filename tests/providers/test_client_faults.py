@@ -240,6 +240,16 @@ def test_timeout_raises_provider_timeout_after_retries(make_client, server: Fake
     assert ledger.records()[0].error_type == "ProviderTimeout"
 
 
+def test_a_call_cap_never_lengthens_the_providers_timeout(make_client, server: FakeOpenAI) -> None:
+    """A question's budget (timeout_s=5) shortens a call; it must not stretch a provider configured
+    at 0.3 s (local expansion asked for 3 s and a 0.05 s provider waited for the answer)."""
+    server.enqueue(fake.slow(5))
+    start = time.monotonic()
+    with pytest.raises(ProviderTimeout):
+        make_client(timeout_s=0.3, max_retries=0).generate(Q, purpose="t", timeout_s=5)
+    assert time.monotonic() - start < 2
+
+
 def test_timeout_then_success(make_client, server: FakeOpenAI) -> None:
     server.enqueue(fake.slow(5), fake.ok("late but fine"))
     assert make_client(timeout_s=0.3, max_retries=1).generate(Q, purpose="t").text == "late but fine"

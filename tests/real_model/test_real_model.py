@@ -275,7 +275,10 @@ def test_timeouts_are_bounded_and_free_the_server(engine: Engine) -> None:
 
 def test_expansion_degrades_to_the_original_query_on_a_timeout(engine: Engine) -> None:
     events: list[dict[str, Any]] = []
-    question = "What must a controller do after a personal data breach?"
+    # a question no earlier test asked, long enough that the server cannot answer from its prompt
+    # cache within the 0.05 s the client allows (on an idle machine a cached prompt answered in time)
+    nonce = uuid.uuid4().hex
+    question = f"Case {nonce}: " + " ".join(["What must a controller do after a personal data breach?"] * 12)
     assert expand_query(_client(engine, timeout_s=0.05, max_retries=0), question, events=events) == question
     assert events[0]["event"] == "local_inference_degraded" and events[0]["error_type"] == "ProviderTimeout"
 
