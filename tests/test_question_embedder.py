@@ -56,6 +56,7 @@ def test_after_one_matched_answer_questions_are_embedded_here_even_with_the_serv
     assert len(live) == 384  # rows a question waits for are embedded here too, on the index side
     records = [r for r in eng.ledger.records() if r.purpose == "query"]
     assert [r.status for r in records] == ["ok", "ok"] and all(r.input_tokens > 0 for r in records)
+    assert all(r.cost is not None for r in records)  # machine time priced like the server's answers
 
 
 def test_a_server_whose_vectors_differ_keeps_every_question(tmp_path):

@@ -69,7 +69,8 @@ class InProcessEmbedBackend:
         return Embeddings(
             vectors=[[float(x) for x in row] for row in rows],
             reported_model=self._spec.model.served_model,
-            usage=TokenUsage(input_tokens=tokens, output_tokens=0),
+            # the model's own tokenizer counted them: the count its server reports for the same text
+            usage=TokenUsage(input_tokens=tokens, output_tokens=0, reported=True),
             provider=self.name,
         )
 
