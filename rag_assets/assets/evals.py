@@ -24,7 +24,7 @@ import dagster as dg
 
 from evals.code_version import eval_code_version
 from evals.gate_acceptance import bind_acceptance, load_acceptance
-from evals.gate_models import BM25_FLOOR, EXIT_CODES, PACK_REGRESSION, GateResult
+from evals.gate_models import BM25_FLOOR, EXIT_CODES, PACK_REGRESSION, GateResult, MetricGate
 from evals.gates import evaluate_gate
 from evals.report import EvalReport, dump_report, golden_sha256, load_report, report_sha256
 from evals.runner import run_eval
@@ -121,23 +121,25 @@ def _row(figure: str, kind: str, **values: Any) -> dg.TableRecord:
     return dg.TableRecord(row)
 
 
+def _paired_row(figure: str, kind: str, m: MetricGate, max_drop: float | None, **extra: Any) -> dg.TableRecord:
+    """A row of one paired comparison (pooled, a pack's or a split's): means, delta, bound, interval."""
+    return _row(
+        figure,
+        kind,
+        candidate=m.candidate_mean,
+        baseline=m.baseline_mean,
+        delta=m.mean_delta,
+        limit=None if max_drop is None else m.baseline_mean - max_drop,
+        ci_low=m.ci_low,
+        ci_high=m.ci_high,
+        n=m.n,
+        **{"regressed": m.regressed, **extra},
+    )
+
+
 def metric_rows(result: GateResult) -> list[dg.TableRecord]:
     max_drop = result.policy.max_drop if result.policy is not None else None
-    return [
-        _row(
-            name,
-            "metric",
-            candidate=m.candidate_mean,
-            baseline=m.baseline_mean,
-            delta=m.mean_delta,
-            limit=None if max_drop is None else m.baseline_mean - max_drop,
-            ci_low=m.ci_low,
-            ci_high=m.ci_high,
-            n=m.n,
-            regressed=m.regressed,
-        )
-        for name, m in result.metrics.items()
-    ]
+    return [_paired_row(name, "metric", m, max_drop) for name, m in result.metrics.items()]
 
 
 def group_rows(result: GateResult) -> list[dg.TableRecord]:
@@ -145,18 +147,10 @@ def group_rows(result: GateResult) -> list[dg.TableRecord]:
     comparison on that group's queries alone, so the page says which pack moved."""
     max_drop = result.policy.max_drop if result.policy is not None else None
     return [
-        _row(
-            f"{name}: {metric}",
-            "pack" if group.judged else "split",
-            candidate=m.candidate_mean,
-            baseline=m.baseline_mean,
-            delta=m.mean_delta,
-            limit=None if max_drop is None else m.baseline_mean - max_drop,
-            ci_low=m.ci_low,
-            ci_high=m.ci_high,
-            n=m.n,
-            regressed=m.regressed if group.judged else None,
-            note=None if group.judged else "shown, not judged: a slice of its pack",
+        _paired_row(f"{name}: {metric}", "pack", m, max_drop)
+        if group.judged
+        else _paired_row(
+            f"{name}: {metric}", "split", m, max_drop, regressed=None, note="shown, not judged: a slice of its pack"
         )
         for name, group in result.groups.items()
         for metric, m in group.metrics.items()
