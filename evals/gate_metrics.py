@@ -131,9 +131,10 @@ def group_gates(candidate: EvalReport, baseline: EvalReport, cfg: EvalsConfig) -
         judged = "@" not in name
         metrics: dict[str, MetricGate] = {}
         for metric in gated:
-            if paired_values(candidate, baseline, metric, ids)[0].size == 0:
+            try:
+                gate = compare_metric(candidate, baseline, metric, cfg, ids)
+            except IncomparableReports:  # no query of the group has the metric in both reports
                 continue
-            gate = compare_metric(candidate, baseline, metric, cfg, ids)
             if not judged or gate.n < cfg.pack_min_queries:
                 gate = gate.model_copy(update={"regressed": False})
             metrics[metric] = gate
