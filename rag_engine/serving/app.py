@@ -197,6 +197,8 @@ def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> Fas
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         logging.getLogger("uvicorn.access").addFilter(PATH_ONLY)
+        # questions embedded in process from the first one (if configured), checked aside: startup never waits
+        asyncio.get_running_loop().run_in_executor(None, engine.prepare_question_embedder)
         async with mcp.session_manager.run():
             yield
         pool.shutdown()

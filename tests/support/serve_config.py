@@ -45,9 +45,13 @@ def digest_env() -> dict[str, str]:
     return {env: hashlib.sha256(key.encode()).hexdigest() for _, env, key in PRINCIPALS.values()}
 
 
-def write(out: Path, limits: dict[str, Any] | None = None) -> Path:
-    """The config at ``out``; ``limits``: settings over the test ones (``serving.limits``)."""
+def write(out: Path, limits: dict[str, Any] | None = None, *, by_server: bool = False) -> Path:
+    """The config at ``out``; ``limits``: settings over the test ones (``serving.limits``);
+    ``by_server``: every question embedded by the embedding server (no model's ``in_process``)."""
     cfg = yaml.safe_load((ROOT / "config" / "engine.yaml").read_text(encoding="utf-8"))
+    if by_server:
+        for model in cfg["models"]:
+            model.pop("in_process", None)
     cfg["storage"]["artifacts_dir"] = str(out.parent / "artifacts")
     cfg["storage"]["embedding_cache"] = str(out.parent / "embedding_cache.sqlite")
     kb = next(p for p in cfg["packs"] if p["name"] == "company_x_kb")
