@@ -5,7 +5,8 @@
     python -m evals.doc_tables --check   # exit 1 when a doc differs (a test runs it in CI)
 
 Blocks: ``retrieval`` in docs/retrieval.md from evals/reports/BASELINE.json, ``xref`` in
-docs/packs.md from evals/reports/XREF_BASELINE.json (the reference-resolution eval per link type).
+docs/packs.md from evals/reports/XREF_BASELINE.json (the reference-resolution eval per link type,
+dev and test).
 
 Two tables: every golden set with each system's nDCG@10 / MAP@10 / Recall@10 (the tuned sets'
 questions shaped the code: development figures), and the test split per pack (and per question
@@ -84,25 +85,29 @@ def test_tables(report: EvalReport) -> str:
 
 
 def xref_table(report: dict[str, Any]) -> str:
-    """The reference-resolution eval per link type (an ``evals.xref`` report)."""
+    """The reference-resolution eval per link type (an ``evals.xref`` report): dev, test and all."""
     lines = [
-        "| type | gold pairs | resolved | precision | precision (annotated) | precision (audit est.) | recall | F1 |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| type | split | gold pairs | resolved | precision | precision (annotated) | precision (audit est.) "
+        "| recall | F1 |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
+    splits = report.get("splits", {})
     for kind, label in (("Internal", "Internal"), ("External", "External"), ("Outsource", "Outsource (detection)")):
-        m = report["metrics"].get(kind)
-        if not m:
-            continue
-        cells = (
-            f"{m['gold']:,}",
-            f"{m['predicted']:,}",
-            _f(m["precision"]),
-            _f(m.get("precision_annotated")),
-            _f(m.get("precision_estimate")),
-            _f(m["recall"]),
-            _f(m["f1"]),
-        )
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        for split, m in [(s, splits[s]["metrics"].get(kind)) for s in ("dev", "test") if s in splits] + [
+            ("all", report["metrics"].get(kind))
+        ]:
+            if not m:
+                continue
+            cells = (
+                f"{m['gold']:,}",
+                f"{m['predicted']:,}",
+                _f(m["precision"]),
+                _f(m.get("precision_annotated")),
+                _f(m.get("precision_estimate")),
+                _f(m["recall"]),
+                _f(m["f1"]),
+            )
+            lines.append(f"| {label} | {split} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
