@@ -192,6 +192,7 @@ eval-gate-dagster: setup postgres-start
 baseline: eval
 	cp $(EVAL_DIR)/report.json evals/reports/BASELINE.json
 	cp $(EVAL_DIR)/xref.json evals/reports/XREF_BASELINE.json
+	$(PY) -m evals.xref_ablation --output evals/reports/XREF_ABLATION.json
 
 clean: serve-stop neo4j-stop postgres-stop embed-stop llm-stop
 	rm -rf var tools/neo4j-local/.state tools/postgres-local/.state tools/embed-local/.state tools/serve-local/.state tools/llm-local/.state

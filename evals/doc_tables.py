@@ -1,11 +1,13 @@
 """The figure tables the docs quote, printed as Markdown from the committed eval reports.
 
-    python -m evals.doc_tables [--block retrieval|xref] [--report R]   # print
+    python -m evals.doc_tables [--block retrieval|xref|xref_ablation] [--report R]   # print
     python -m evals.doc_tables --write   # replace every block in its doc
     python -m evals.doc_tables --check   # exit 1 when a doc differs (a test runs it in CI)
 
 Blocks: ``retrieval`` in docs/retrieval.md from evals/reports/BASELINE.json, ``xref`` in
-docs/packs.md from evals/reports/XREF_BASELINE.json (the reference-resolution eval per link type).
+docs/packs.md from evals/reports/XREF_BASELINE.json (the reference-resolution eval per link type,
+dev and test), ``xref_ablation`` in docs/packs.md from evals/reports/XREF_ABLATION.json (what each
+rule written for a quirk of the gold buys on dev and test).
 
 Two tables: every golden set with each system's nDCG@10 / MAP@10 / Recall@10 (the tuned sets'
 questions shaped the code: development figures), and the test split per pack (and per question
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evals import xref_ablation
 from evals.report import EvalReport
 
 SYSTEMS = ("engine", "engine_no_sentences", "rrf", "fulltext", "dense", "bm25", "bm25_stemmed")
@@ -84,25 +87,29 @@ def test_tables(report: EvalReport) -> str:
 
 
 def xref_table(report: dict[str, Any]) -> str:
-    """The reference-resolution eval per link type (an ``evals.xref`` report)."""
+    """The reference-resolution eval per link type (an ``evals.xref`` report): dev, test and all."""
     lines = [
-        "| type | gold pairs | resolved | precision | precision (annotated) | precision (audit est.) | recall | F1 |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| type | split | gold pairs | resolved | precision | precision (annotated) | precision (audit est.) "
+        "| recall | F1 |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
+    splits = report.get("splits", {})
     for kind, label in (("Internal", "Internal"), ("External", "External"), ("Outsource", "Outsource (detection)")):
-        m = report["metrics"].get(kind)
-        if not m:
-            continue
-        cells = (
-            f"{m['gold']:,}",
-            f"{m['predicted']:,}",
-            _f(m["precision"]),
-            _f(m.get("precision_annotated")),
-            _f(m.get("precision_estimate")),
-            _f(m["recall"]),
-            _f(m["f1"]),
-        )
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        for split, m in [(s, splits[s]["metrics"].get(kind)) for s in ("dev", "test") if s in splits] + [
+            ("all", report["metrics"].get(kind))
+        ]:
+            if not m:
+                continue
+            cells = (
+                f"{m['gold']:,}",
+                f"{m['predicted']:,}",
+                _f(m["precision"]),
+                _f(m.get("precision_annotated")),
+                _f(m.get("precision_estimate")),
+                _f(m["recall"]),
+                _f(m["f1"]),
+            )
+            lines.append(f"| {label} | {split} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -147,9 +154,14 @@ def _xref(report_path: str) -> str:
     return xref_table(json.loads((ROOT / report_path).read_text(encoding="utf-8")))
 
 
+def _xref_ablation(report_path: str) -> str:
+    return xref_ablation.table(json.loads((ROOT / report_path).read_text(encoding="utf-8")))
+
+
 BLOCKS = (
     Block("retrieval", "docs/retrieval.md", "evals/reports/BASELINE.json", _retrieval),
     Block("xref", "docs/packs.md", "evals/reports/XREF_BASELINE.json", _xref),
+    Block("xref_ablation", "docs/packs.md", "evals/reports/XREF_ABLATION.json", _xref_ablation),
 )
 DOC = BLOCKS[0].doc
 END = BLOCKS[0].end

@@ -21,9 +21,12 @@ import pytest
 from evals.bench.extraction_models import with_model
 from rag_engine.config import EngineConfig
 from rag_engine.engine import Engine
+from rag_engine.retrieval.answer import Answer
 from tests.conftest import ROOT, _embed_env, _neo4j_uri, with_artifacts
 
 MODEL = "smollm2-135m"
+PRE_CALL_REFUSALS = {"low_evidence", "low_evidence_coverage", "empty_context"}
+"""Refusals decided before any model call (rag_engine/retrieval/answer.py, ``Reason``)."""
 ENDPOINT_ENV = "RAG_LLM_ENDPOINT"
 
 
@@ -74,3 +77,25 @@ def lane_engine(llm_endpoint: str, base_config: EngineConfig, tmp_path: Path, ne
     eng = Engine(with_artifacts(lane_config(base_config, max_chunks_per_run=3), tmp_path / "artifacts"), ROOT, env)
     yield eng
     eng.close()
+
+
+def assert_handled(answer: Answer, context_ids: set[str] | frozenset[str], identity: str) -> None:
+    """A grounded question that reached the model: the engine's handling of the branch SmolLM2's
+    answer took, each asserted for itself (the model is too weak to be held to one branch)."""
+    assert answer.reason not in PRE_CALL_REFUSALS
+    branch = (answer.method, answer.insufficient_evidence)
+    if branch == ("model", False):  # a cited answer: only ids of the context, never empty
+        assert answer.citations and set(answer.citations) <= context_ids and answer.text.strip()
+        assert answer.model == identity
+    elif branch == ("model", True):  # the model's verdict, or its citations all outside the context
+        assert answer.reason in {"model_insufficient", "no_valid_citations", "empty_answer"}
+        assert answer.citations == () and answer.text == "insufficient evidence"
+        assert not set(answer.dropped_citation_ids) & context_ids
+        assert answer.dropped_citations == len(answer.dropped_citation_ids)
+        if answer.reason == "no_valid_citations":  # every id it cited was outside: each counted
+            assert answer.dropped_citation_ids
+    else:  # the model's answer was unusable: the engine's own extractive answer, saying why
+        assert branch == ("extractive", False), branch
+        assert answer.fallback == "generation_failed"
+        assert answer.error_type in {"ProviderResponseInvalid", "ProviderTimeout"}
+        assert answer.citations and set(answer.citations) <= context_ids

@@ -337,14 +337,32 @@ def test_xref_eval_meets_its_thresholds(report):
 
 def test_xref_gate_passes_against_the_committed_baseline(report, config):
     baseline = json.loads((ROOT / xref.DEFAULT_BASELINE).read_text(encoding="utf-8"))
-    assert baseline["gold"]["sha256"] == report["gold"]["sha256"]
+    assert baseline["gold"]["sha256"] == report["gold"]["sha256"] and baseline["split"] == report["split"]
     assert xref.gate(report, baseline, config.evals.max_drop) == []
+    # the gate judges dev: a drop on test alone is reported, never a failure
+    worse_test = json.loads(json.dumps(report))
+    worse_test["splits"]["test"]["metrics"]["External"]["recall"] -= 0.05
+    assert xref.gate(worse_test, baseline, config.evals.max_drop) == []
     worse = json.loads(json.dumps(report))
-    worse["metrics"]["External"]["recall"] -= 0.05
+    worse["splits"]["dev"]["metrics"]["External"]["recall"] -= 0.05
     assert xref.gate(worse, baseline, config.evals.max_drop) == [
-        f"External recall: {worse['metrics']['External']['recall']} < baseline "
-        f"{baseline['metrics']['External']['recall']} - {config.evals.max_drop}"
+        f"dev External recall: {worse['splits']['dev']['metrics']['External']['recall']} < baseline "
+        f"{baseline['splits']['dev']['metrics']['External']['recall']} - {config.evals.max_drop}"
     ]
+
+
+def test_xref_splits_partition_the_gold_by_citing_document(report):
+    dev, test = set(report["split"]["dev"]), set(report["split"]["test"])
+    assert dev and test and not dev & test and len(dev | test) == report["corpus"]["documents"]
+    rows = [report["splits"][s]["gold"]["rows"] for s in ("dev", "test")]
+    assert sum(rows) == report["gold"]["rows"] and min(rows) > 300  # a test part large enough to measure
+    for t in ("Internal", "External", "Outsource", "overall"):
+        assert sum(report["splits"][s]["metrics"][t]["gold"] for s in ("dev", "test")) == report["metrics"][t]["gold"]
+        assert sum(report["splits"][s]["metrics"][t]["tp"] for s in ("dev", "test")) == report["metrics"][t]["tp"]
+    for group in ("misses", "extras"):
+        for items in report[group].values():
+            for item in items:
+                assert item["source"].split("#", 1)[0] in report["split"][item["split"]]
 
 
 def test_python_resolution_is_the_engine_rule(pack, config):
