@@ -74,6 +74,14 @@ lint: setup
 	$(VENV)/bin/rag packs lint || rc=1; \
 	exit $$rc
 
+# The Kubernetes manifests (deploy/k8s/manifests) against the Kubernetes JSON schemas that kubernetes-validate
+# bundles (offline, strict: an unknown field fails), plus the house rules (no Secret values, resources on every
+# container, the query service's readiness, PDB and HPA): deploy/check.py. The Dagster instance file
+# deploy/k8s/dagster.yaml is not a Kubernetes object: tests/test_dagster_k8s.py checks it.
+K8S_VERSION ?= 1.33.0
+deploy-check: setup
+	$(PY) deploy/check.py --kubernetes-version $(K8S_VERSION)
+
 demo: setup neo4j-start embed-start
 	$(PY) -m rag_assets.demo
 
