@@ -1,11 +1,11 @@
 """OpenTelemetry spans of the query path, exported over OTLP (HTTP/protobuf) when configured.
 
 Off by default (``tracing.enabled: false`` in config/engine.yaml): no tracer provider, no exporter,
-no thread, and ``span`` is a no-op context manager that yields None, so the query path pays one
-function call per stage. On, this module holds its own ``TracerProvider`` (not the process-global
-one, so a process can switch it when its engine's config changes) whose batch processor sends the
-spans to ``tracing.endpoint`` in the background; a collector that is down costs the exporter's
-timeout on its own thread, never a query.
+no thread, and ``span`` returns one shared no-op context manager that yields None, so the query
+path pays one function call per stage. On, this module holds its own ``TracerProvider`` (not the
+process-global one, so a process can switch it when its engine's config changes) whose batch
+processor sends the spans to ``tracing.endpoint`` in the background; a collector that is down
+costs the exporter's timeout on its own thread, never a query.
 
 The spans nest through OpenTelemetry's context (a context variable), so a stage run in another
 thread nests under the query only if that thread runs in a copy of the caller's context (the
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from opentelemetry import trace
@@ -68,18 +68,27 @@ def flush(timeout_millis: int = 5000) -> bool:
     return True if provider is None else bool(provider.force_flush(timeout_millis))
 
 
-@contextmanager
+_OFF: AbstractContextManager[None] = nullcontext(None)  # reusable: what every span is when tracing is off
+
+
 def span(
     name: str, facts: Mapping[str, Any] | None = None, **attributes: str | int | float | bool
-) -> Iterator[trace.Span | None]:
-    """A span named ``name``, current for the block (a child of the current one); None when off.
-    ``facts``: a step's trace entry, read when the block ends: its numbers and booleans (hits,
-    weights, counts) become attributes; its text does not (it may quote the question). An exception
-    leaving the block is recorded on the span and its status set to error."""
+) -> AbstractContextManager[trace.Span | None]:
+    """A span named ``name``, current for the block (a child of the current one); None when off
+    (one shared no-op context, nothing allocated). ``facts``: a step's trace entry, read when the
+    block ends: its numbers and booleans (hits, weights, counts) become attributes; its text does
+    not (it may quote the question). An exception leaving the block is recorded on the span and
+    its status set to error."""
     tracer = _state["tracer"]
     if tracer is None:
-        yield None
-        return
+        return _OFF
+    return _recording(tracer, name, facts, attributes)
+
+
+@contextmanager
+def _recording(
+    tracer: trace.Tracer, name: str, facts: Mapping[str, Any] | None, attributes: dict[str, str | int | float | bool]
+) -> Iterator[trace.Span]:
     with tracer.start_as_current_span(name, attributes=attributes) as current:
         try:
             yield current
