@@ -2,12 +2,14 @@
 
 ``run_query`` (no generation, no local inference: policy gate, legs, fusion, rerank, sentence
 evidence, the extractive answer, the audit record) over the golden questions, in alternating
-slices: off (the default: no provider, ``tracing.span`` a no-op) and on (a real SDK provider whose
-batch processor exports over OTLP/HTTP to a loopback receiver started here, which answers 200 and
-counts what it got). The hash embedder is pinned (``evals.bench.ingest.bench_engine``), so the
-store must be the hash embedder's: ``make bench-sizing`` runs it on the store it just grew.
+slices (off-on, then on-off, after a warm-up pass in each mode): off (the default: no provider,
+``tracing.span`` a no-op) and on (a real SDK provider whose batch processor exports over OTLP/HTTP
+to a loopback receiver in a process of its own, as a collector is, which answers 200 and counts
+what it got). The hash embedder
+is pinned (``evals.bench.ingest.bench_engine``), so the store must be the hash embedder's:
+``make bench-sizing`` runs it on the store it just grew.
 
-    python -m evals.bench.tracing [--rounds 5] [--questions 120] [--json PATH]
+    python -m evals.bench.tracing [--rounds 6] [--questions 120] [--json PATH]
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import multiprocessing
 import os
 import statistics
 import tempfile
-import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -33,13 +35,13 @@ ROLE = "legal_analyst"
 
 
 class _Receiver(BaseHTTPRequestHandler):
-    received = 0
-    bytes = 0
+    counts: Any = None  # (requests, bytes): shared with the benchmark's process
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        type(self).received += 1
-        type(self).bytes += len(body)
+        with self.counts.get_lock():
+            self.counts[0] += 1
+            self.counts[1] += len(body)
         self.send_response(200)
         self.send_header("Content-Type", "application/x-protobuf")
         self.send_header("Content-Length", "0")
@@ -47,6 +49,14 @@ class _Receiver(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         return
+
+
+def _receive(counts: Any, ports: Any) -> None:
+    """The receiver's own process (as a collector is): answer every export on a free loopback port."""
+    _Receiver.counts = counts
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
+    ports.put(server.server_address[1])
+    server.serve_forever()
 
 
 def _slice(engine: Any, qs: list[str]) -> list[float]:
@@ -59,9 +69,11 @@ def _slice(engine: Any, qs: list[str]) -> list[float]:
 
 
 def run(rounds: int, limit: int) -> dict[str, Any]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    endpoint = f"http://127.0.0.1:{server.server_address[1]}/v1/traces"
+    ctx = multiprocessing.get_context("spawn")
+    counts, ports = ctx.Array("q", 2), ctx.Queue()
+    receiver = ctx.Process(target=_receive, args=(counts, ports), daemon=True)
+    receiver.start()
+    endpoint = f"http://127.0.0.1:{ports.get(timeout=60)}/v1/traces"
     off: list[float] = []
     on: list[float] = []
     pairs: list[float] = []
@@ -69,20 +81,23 @@ def run(rounds: int, limit: int) -> dict[str, Any]:
         engine = bench_engine(Path(tmp) / "artifacts")
         try:
             qs = questions(engine)[:limit]
-            _slice(engine, qs[:5])  # warm the driver, caches and the rerank model
-            for _ in range(rounds):
-                tracing.configure(enabled=False)
-                a = _slice(engine, qs)
-                tracing.configure(enabled=True, endpoint=endpoint)
-                b = _slice(engine, qs)
-                off += a
-                on += b
-                pairs.append(statistics.median(b) / statistics.median(a))
+            # warm the driver, the store's caches and the rerank model in both modes first
+            for enabled in (False, True):
+                tracing.configure(enabled=enabled, endpoint=endpoint)
+                _slice(engine, qs)
+            for i in range(rounds):  # off-on, then on-off: a drift in load weighs on both alike
+                times: dict[bool, list[float]] = {}
+                for enabled in (False, True) if i % 2 == 0 else (True, False):
+                    tracing.configure(enabled=enabled, endpoint=endpoint)
+                    times[enabled] = _slice(engine, qs)
+                off += times[False]
+                on += times[True]
+                pairs.append(statistics.median(times[True]) / statistics.median(times[False]))
             tracing.flush()
             tracing.configure(enabled=False)
         finally:
             engine.close()
-            server.shutdown()
+            receiver.terminate()
     return {
         "questions": len(qs),
         "rounds": rounds,
@@ -91,15 +106,15 @@ def run(rounds: int, limit: int) -> dict[str, Any]:
         "on_vs_off_p50": round(statistics.median(on) / statistics.median(off), 3),
         "on_vs_off_mean": round(statistics.fmean(on) / statistics.fmean(off), 3),
         "per_round_p50_ratio": [round(r, 3) for r in pairs],
-        "otlp_requests": _Receiver.received,
-        "otlp_bytes": _Receiver.bytes,
+        "otlp_requests": counts[0],
+        "otlp_bytes": counts[1],
         "load": [round(x, 2) for x in os.getloadavg()],
     }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=5, help="alternating off/on slices over all questions")
+    ap.add_argument("--rounds", type=int, default=6, help="alternating off/on slices over all questions")
     ap.add_argument("--questions", type=int, default=120, help="the first N golden questions per slice")
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
