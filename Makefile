@@ -13,7 +13,7 @@ EMBED_LOCAL_PORT ?= 8765
 export RAG_EMBED_ENDPOINT ?= http://127.0.0.1:$(EMBED_LOCAL_PORT)/v1
 LLM_LOCAL_PORT ?= 8767
 
-.PHONY: setup lint demo test test-routing dev neo4j-start neo4j-stop postgres-start postgres-stop embed-start embed-stop serve-stop bench bench-serving eval eval-gate eval-gate-dagster baseline clean llm-install llm-start llm-stop test-real-model
+.PHONY: setup lint demo test test-routing dev neo4j-start neo4j-stop postgres-start postgres-stop embed-start embed-stop serve-stop bench bench-serving bench-sizing deploy-check eval eval-gate eval-gate-dagster baseline clean llm-install llm-start llm-stop test-real-model
 
 # PYTHONWARNINGS=ignore: setuptools' editable-install warning block is not for a newcomer
 $(VENV)/.installed: pyproject.toml
@@ -73,6 +73,14 @@ lint: setup
 	$(VENV)/bin/mypy || rc=1; \
 	$(VENV)/bin/rag packs lint || rc=1; \
 	exit $$rc
+
+# The Kubernetes manifests (deploy/k8s/manifests) against the Kubernetes JSON schemas that kubernetes-validate
+# bundles (offline, strict: an unknown field fails), plus the house rules (no Secret values, resources on every
+# container, the query service's readiness, PDB and HPA): deploy/check.py. The Dagster instance file
+# deploy/k8s/dagster.yaml is not a Kubernetes object: tests/test_dagster_k8s.py checks it.
+K8S_VERSION ?= 1.33.0
+deploy-check: setup
+	$(PY) deploy/check.py --kubernetes-version $(K8S_VERSION)
 
 demo: setup neo4j-start embed-start
 	$(PY) -m rag_assets.demo
@@ -154,6 +162,23 @@ bench-serving: setup
 	export NEO4J_URI=bolt://127.0.0.1:$(BENCH_NEO4J_PORT) RAG_LEDGER_URL=sqlite:///$(BENCH_SERVING_DIR)/ledger.sqlite; \
 	$(PY) -m evals.bench.serving --chunks $(BENCH_SERVING_CHUNKS) --clients $(BENCH_CLIENTS) --seconds $(BENCH_SECONDS) \
 		--out-dir $(BENCH_SERVING_DIR) --json $(BENCH_DIR)/serving.json
+
+# Neo4j sizing per chunk (docs/deployment.md): BENCH_SIZING_COPIES GDPR copies (605 chunks each, 165 is
+# ~100k) into a fresh Neo4j of its own with the hash embedder; store files on disk by part and the heap
+# after a full GC, per quarter: var/bench/sizing.json. Then the query path's tracing overhead on that
+# store (tracing off vs on, exporting to a loopback OTLP receiver): var/bench/tracing.json.
+BENCH_SIZING_COPIES ?= 165
+BENCH_SIZING_DIR := $(BENCH_DIR)/sizing
+bench-sizing: setup
+	rm -rf $(BENCH_SIZING_DIR) && mkdir -p $(BENCH_SIZING_DIR)
+	NEO4J_LOCAL_PORT=$(BENCH_NEO4J_PORT) NEO4J_LOCAL_DIR=$(BENCH_SIZING_DIR)/neo4j tools/neo4j-local/start.sh
+	@set -e; trap 'NEO4J_LOCAL_DIR=$(BENCH_SIZING_DIR)/neo4j tools/neo4j-local/stop.sh >/dev/null' EXIT; \
+	export NEO4J_URI=bolt://127.0.0.1:$(BENCH_NEO4J_PORT) RAG_LEDGER_URL=sqlite:///$(BENCH_SIZING_DIR)/ledger.sqlite; \
+	$(PY) -m evals.bench.sizing --copies $(BENCH_SIZING_COPIES) --store-dir $(BENCH_SIZING_DIR)/neo4j \
+		--json $(BENCH_DIR)/sizing.json; \
+	$(PY) -m evals.bench.tracing --json $(BENCH_DIR)/tracing.json; \
+	NEO4J_LOCAL_DIR=$(BENCH_SIZING_DIR)/neo4j tools/neo4j-local/stop.sh; \
+	$(PY) -m evals.bench.sizing --finish --store-dir $(BENCH_SIZING_DIR)/neo4j --json $(BENCH_DIR)/sizing.json
 
 # Evals run on their own, freshly created Neo4j so test data never leaks into the numbers.
 EVAL_NEO4J_PORT ?= 7697

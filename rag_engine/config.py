@@ -723,6 +723,22 @@ class ServingConfig(Frozen):
     limits: ServingLimitsConfig = ServingLimitsConfig()
 
 
+class TracingConfig(Frozen):
+    """OpenTelemetry spans of the query path (``rag_engine/tracing.py``), exported over OTLP/HTTP
+    (protobuf) to ``endpoint``; off by default (no exporter, no thread)."""
+
+    enabled: bool = False
+    endpoint: str = "http://127.0.0.1:4318/v1/traces"
+    """The collector's OTLP/HTTP traces URL (an OpenTelemetry Collector, Jaeger, Tempo)."""
+    service_name: str = "rag-engine"
+    sample_ratio: float = Field(1.0, ge=0, le=1)
+    """Share of queries traced (by trace id; a traced caller's decision is kept)."""
+    headers_env: str | None = Field(None, pattern=r"^[A-Z_][A-Z0-9_]*$")
+    """The NAME of an environment variable holding the exporter's headers (``key=value,...``, e.g.
+    a collector's API key): never the value in this file."""
+    timeout_seconds: float = Field(5.0, gt=0)
+
+
 class EngineConfig(Frozen):
     version: Literal[1] = 1
     storage: StorageConfig = StorageConfig()
@@ -743,6 +759,7 @@ class EngineConfig(Frozen):
     audit: AuditConfig = AuditConfig()
     costs: CostsConfig = CostsConfig()
     serving: ServingConfig = ServingConfig()
+    tracing: TracingConfig = TracingConfig()
     pricing_file: str = "config/pricing.yaml"
     max_document_bytes: int = Field(5_000_000, ge=1)
 

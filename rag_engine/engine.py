@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import neo4j
 
-from rag_engine import DEFAULT_CONFIG
+from rag_engine import DEFAULT_CONFIG, tracing
 from rag_engine.config import LEGS, EngineConfig, load_config, under_root
 from rag_engine.errors import ConfigError, PackError
 from rag_engine.packs import DomainPack, load_packs
@@ -44,6 +44,7 @@ class Engine:
         self.root = root
         self.env = os.environ if env is None else env
         self.registry = ProviderRegistry(cfg, self.env)
+        self._configure_tracing()
         if packs is not None:  # an explicit pack set (fixtures, evals) instead of the configured ones
             self.__dict__["_pack_load"] = ({p.name: p for p in packs}, {})
 
@@ -53,6 +54,21 @@ class Engine:
     ) -> Engine:
         root = root or project_root()
         return cls(load_config(under_root(root, config_path)), root, env)
+
+    def _configure_tracing(self) -> None:
+        """The process's query-path spans per ``tracing`` (off: no exporter); the headers (a
+        collector's key) come from the variable ``tracing.headers_env`` names."""
+        t = self.cfg.tracing
+        raw = self.env.get(t.headers_env, "") if t.headers_env else ""
+        headers = dict(h.split("=", 1) for h in raw.split(",") if "=" in h)
+        tracing.configure(
+            enabled=t.enabled,
+            endpoint=t.endpoint,
+            service_name=t.service_name,
+            sample_ratio=t.sample_ratio,
+            headers={k.strip(): v.strip() for k, v in headers.items()},
+            timeout_seconds=t.timeout_seconds,
+        )
 
     # -- packs -------------------------------------------------------------------------
     @cached_property

@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PKG = "rag_engine"
 
 FLOORS: tuple[frozenset[str], ...] = (
-    frozenset({PKG, "usage", "text", "yaml_safe"}),  # the package's own constants, plain types and text helpers
+    # the package's own constants, plain types, text helpers and spans
+    frozenset({PKG, "usage", "text", "yaml_safe", "tracing"}),
     frozenset({"errors"}),
     frozenset({"config"}),
     frozenset({"packs", "store", "providers"}),

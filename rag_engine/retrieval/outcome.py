@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy.exc import SQLAlchemyError
 
+from rag_engine import tracing
 from rag_engine.errors import AuditError, RagError
 
 if TYPE_CHECKING:
@@ -71,6 +72,8 @@ class QueryAudit:
         self.generate = generate
         self.actor = actor
         """The authenticated principal the query ran for (the query service), else None."""
+        self.trace_id = tracing.trace_id()
+        """The OpenTelemetry trace the query's spans belong to (``rag_engine.tracing``), else None."""
 
     def _model_calls(self) -> list[int] | None:
         """Ledger ids of the calls made under this query's run id since it started (None: the
@@ -134,6 +137,7 @@ class QueryAudit:
             "model_calls": self._model_calls(),
             "events": [e.get("event") for e in outcome.events],
             "latency_ms": outcome.latency_ms,
+            "trace_id": self.trace_id,
         }
         common: dict[str, Any] = {
             "created_at": now,

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from rag_engine import tracing
 from rag_engine.engine import Engine
 from rag_engine.errors import RagError
 from rag_engine.providers.clients import ModelClient
@@ -132,7 +133,9 @@ def run_query(
     anything runs, a QueryInputError if malformed or too long), budgeted by ``context.conversation``
     for the answer model."""
     history = turns(conversation, engine.cfg.context)
-    with acting_as(actor):  # the actor of every model call below: expansion, embedding, rerank, generation
+    # the actor of every model call below (expansion, embedding, rerank, generation); the root span
+    # of the query's trace (tracing.enabled), whose id the audit record carries
+    with acting_as(actor), tracing.span("rag.query", generate=generate, local_inference=local_inference):
         return _run_query(
             engine,
             question,
@@ -171,36 +174,40 @@ def _run_query(
     events: list[dict[str, Any]] = []
     local = _client(engine, engine.cfg.defaults.local_inference_model) if local_inference else None
     limits = engine.cfg.local_inference  # every local inference call is capped out of the question's budget
-    expanded = (
-        expand_query(local, question, events=events, run_id=run_id, limits=limits, started=started)
-        if local_inference
-        else question
-    )
-    result = retrieve(engine, expanded, role, k=k, weights=weights, collections=collections, rerank=rerank)
+    with tracing.span("rag.query_expansion", applied=local_inference):
+        expanded = (
+            expand_query(local, question, events=events, run_id=run_id, limits=limits, started=started)
+            if local_inference
+            else question
+        )
+    with tracing.span("rag.retrieve"):  # its steps (policy gate, legs, fusion, rerank) are its children
+        result = retrieve(engine, expanded, role, k=k, weights=weights, collections=collections, rerank=rerank)
     if session_id is not None:
         result = stamped(result, session_id=session_id)
-    candidates = (
-        model_rerank(
-            local,
-            question,
-            result.candidates,
-            events=events,
-            run_id=run_id,
-            limits=limits,
-            started=started,
-            scorer=_client(engine, engine.cfg.defaults.local_rerank_model),
+    with tracing.span("rag.model_rerank", applied=local_inference):
+        candidates = (
+            model_rerank(
+                local,
+                question,
+                result.candidates,
+                events=events,
+                run_id=run_id,
+                limits=limits,
+                started=started,
+                scorer=_client(engine, engine.cfg.defaults.local_rerank_model),
+            )
+            if local_inference
+            else result.candidates
         )
-        if local_inference
-        else result.candidates
-    )
     if on_retrieved is not None:
         on_retrieved(result.model_copy(update={"candidates": candidates}))
-    context = assemble_context(
-        [*candidates, *result.expansions],
-        budgets=engine.cfg.context,
-        system_prompt=SYSTEM_PROMPT,
-        conversation=[t.model_dump() for t in conversation],
-    )
+    with tracing.span("rag.context"):
+        context = assemble_context(
+            [*candidates, *result.expansions],
+            budgets=engine.cfg.context,
+            system_prompt=SYSTEM_PROMPT,
+            conversation=[t.model_dump() for t in conversation],
+        )
     aliases = alias_groups(engine, result.collections)
     coverage = evidence_coverage(question, context.documents, aliases)
     evidence_cfg = engine.cfg.retrieval.evidence
@@ -208,20 +215,23 @@ def _run_query(
         "max_units": evidence_cfg.answer_max_units,
         "max_chars": evidence_cfg.answer_max_chars,
     }
-    refusal = _refusal(engine, question, candidates, context, coverage, aliases, result.collections, events)
-    if refusal is not None:
-        answer = insufficient(refusal)
-    elif generate:
-        answer = answer_question(
-            _client(engine, engine.cfg.defaults.generation_model),
-            question,
-            context,
-            run_id=run_id,
-            max_tokens=engine.cfg.context.answer,
-            extractive=extractive,
-        )
-    else:
-        answer = extractive_answer(context, question, **extractive, fallback="no_generation_model")
+    with tracing.span("rag.answer", generate=generate) as span:  # answer-or-refuse, then the cited answer
+        refusal = _refusal(engine, question, candidates, context, coverage, aliases, result.collections, events)
+        if refusal is not None:
+            answer = insufficient(refusal)
+        elif generate:
+            answer = answer_question(
+                _client(engine, engine.cfg.defaults.generation_model),
+                question,
+                context,
+                run_id=run_id,
+                max_tokens=engine.cfg.context.answer,
+                extractive=extractive,
+            )
+        else:
+            answer = extractive_answer(context, question, **extractive, fallback="no_generation_model")
+        if span is not None:
+            span.set_attribute("rag.answer_method", answer.method)
     outcome = QueryOutcome(
         question=question,
         expanded_query=expanded,
@@ -231,5 +241,6 @@ def _run_query(
         events=tuple(result.events + events),
         latency_ms=round((time.perf_counter() - started) * 1000, 2),
     )
-    audit.record(outcome)  # audit trail: end (raises AuditError per audit.on_write_error)
+    with tracing.span("rag.audit"):
+        audit.record(outcome)  # audit trail: end (raises AuditError per audit.on_write_error)
     return outcome

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+from rag_engine import tracing
 from rag_engine.config import RetrievalConfig
 from rag_engine.engine import Engine
 from rag_engine.errors import ProviderTimeout, QueryInputError, RagError
@@ -53,7 +54,8 @@ class Trace:
         entry: dict[str, Any] = {"step": name, **info}
         started = time.perf_counter()
         try:
-            yield entry
+            with tracing.span(f"rag.{name}", facts=entry):  # one OpenTelemetry span per step (when on)
+                yield entry
         finally:
             entry["ms"] = round((time.perf_counter() - started) * 1000, 2)
             self.steps.append(entry)
@@ -444,7 +446,8 @@ def _reranked(
     try:
         _read_titles(rx, titles, top, collections)
         if rerank[2]:
-            evidence = sentence_evidence(engine, rx, query, top, query_vec, collections, titles, t, live_evidence)
+            with tracing.span("rag.sentence_evidence", candidates=len(top)):
+                evidence = sentence_evidence(engine, rx, query, top, query_vec, collections, titles, t, live_evidence)
             cos = {cid: ev.cosine for cid, ev in evidence.items() if ev.cosine is not None}
         else:
             evidence = {}
