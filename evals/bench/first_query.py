@@ -7,7 +7,7 @@ The ratio first/warm is what ``rag serve``'s first request pays over a warm one 
 path. Runs against the configured store with the hash embedder pinned, like ``evals.bench.query``
 (a store that benchmark left with ``--keep``):
 
-    python -m evals.bench.first_query [--runs 3]
+    python -m evals.bench.first_query --pack NAME [--runs 3]
 """
 
 from __future__ import annotations
@@ -20,14 +20,15 @@ import subprocess
 import sys
 import time
 
-from evals.bench.query import ROLE, WEIGHTS, bench_engine, questions
+from evals.bench.query import ROLE, WEIGHTS, bench_engine, questions, serve_synthetic
 
 
-def one_run(warmed: bool) -> dict[str, float]:
+def one_run(warmed: bool, pack: str) -> dict[str, float]:
     from rag_engine.retrieval.retriever import retrieve
     from rag_engine.retrieval.warm import warm
 
     engine = bench_engine()
+    serve_synthetic(engine, pack)
     qs = questions(engine)[:6]
     warm_ms = 0.0
     if warmed:
@@ -47,17 +48,20 @@ def one_run(warmed: bool) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--pack", required=True, help="the synthetic pack evals.bench.query kept (--pack NAME --keep)")
     ap.add_argument("--one", choices=["cold", "warmed"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(one_run(args.one == "warmed")))
+        print(json.dumps(one_run(args.one == "warmed", args.pack)))
         return
     print(f"load average {os.getloadavg()[0]:.2f}")
     rows: dict[str, list[dict[str, float]]] = {"cold": [], "warmed": []}
     for _ in range(args.runs):
         for mode in rows:  # interleaved: the load moves both alike
             out = subprocess.run(
-                [sys.executable, "-m", "evals.bench.first_query", "--one", mode], capture_output=True, check=True
+                [sys.executable, "-m", "evals.bench.first_query", "--one", mode, "--pack", args.pack],
+                capture_output=True,
+                check=True,
             )
             rows[mode].append(json.loads(out.stdout.decode().strip().splitlines()[-1]))
     print("mode | warm-up ms | first ms | later ms (median of 5) | first/later")
