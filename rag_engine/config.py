@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from rag_engine import yaml_safe
 from rag_engine.errors import ConfigError, UnknownRoleCollection
@@ -434,6 +434,10 @@ class EvidenceConfig(Frozen):
 class RetrievalConfig(Frozen):
     lexical_k: int = Field(20, ge=1, le=1000)
     dense_k: int = Field(20, ge=1, le=1000)
+    legs: tuple[str, ...] = LEGS
+    """The retrieval legs a question runs, in order, by registered name (``retrieval/leg.py``): a
+    new leg is a class registered by name plus its name here. The live leg reads the dense leg's
+    rows, so it comes after it; fusion ranks ties in this order."""
     weights: dict[str, float] = {}
     """Per-leg weight in the weighted RRF (score = sum weight / (rrf_k + rank)); 0 turns a leg off.
     Legs left out keep 1.0, except the dense leg, whose default comes from the active embedding
@@ -482,10 +486,11 @@ class RetrievalConfig(Frozen):
 
     @field_validator("weights")
     @classmethod
-    def _known_legs(cls, value: dict[str, float]) -> dict[str, float]:
-        unknown = sorted(set(value) - set(LEGS))
+    def _known_legs(cls, value: dict[str, float], info: ValidationInfo) -> dict[str, float]:
+        known = [*LEGS, *(leg for leg in info.data.get("legs", ()) if leg not in LEGS)]
+        unknown = sorted(set(value) - set(known))
         if unknown:
-            raise ValueError(f"unknown retrieval legs {unknown}; known: {list(LEGS)}")
+            raise ValueError(f"unknown retrieval legs {unknown}; known: {known}")
         if any(w < 0 for w in value.values()):
             raise ValueError("leg weights must be >= 0")
         return {leg: float(w) for leg, w in value.items()}

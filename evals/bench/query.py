@@ -88,6 +88,15 @@ def bench_engine() -> Engine:
     return Engine(pinned, base.root, base.env)
 
 
+def serve_synthetic(engine: Engine, pack: str) -> None:
+    """The query path reads only enabled packs' chunks (``reads.SERVED``): the synthetic pack is
+    served as the pack owning its collection, so the engine and the raw query search the same
+    chunks (without it every synthetic hit is filtered out and the engine's fetches grow to their
+    caps on each question, which measures a store of forbidden matches instead of the query path)."""
+    owner = next(p for p in engine.packs.values() if "legal_public" in p.manifest.collections)
+    engine.packs.setdefault(pack, owner)
+
+
 def sentence_pool(engine: Engine) -> list[str]:
     pool: list[str] = []
     for pack in engine.packs.values():
@@ -196,8 +205,11 @@ def _pct(times: list[float], p: float) -> float:
     return float(np.percentile(times, p))
 
 
-def measure(engine: Engine, qs: list[str], repeat: int) -> list[dict[str, float]]:
-    """Per repeat: engine and raw p50/p95 over all questions, run interleaved (same load)."""
+def measure(
+    engine: Engine, qs: list[str], repeat: int, stages: dict[str, list[float]] | None = None
+) -> list[dict[str, float]]:
+    """Per repeat: engine and raw p50/p95 over all questions, run interleaved (same load); each
+    trace step's ms of every engine question added to ``stages`` (where the engine's time goes)."""
     collections = list(gate(engine.cfg, ROLE, None).collections)
     meta = schema.current_embedder(engine.driver, engine.database)
     assert meta is not None
@@ -210,8 +222,11 @@ def measure(engine: Engine, qs: list[str], repeat: int) -> list[dict[str, float]
         raw_ms: list[float] = []
         for q in qs:
             t0 = time.perf_counter()
-            retrieve(engine, q, ROLE, weights=WEIGHTS)
+            result = retrieve(engine, q, ROLE, weights=WEIGHTS)
             t1 = time.perf_counter()
+            for step in result.trace:
+                if stages is not None:
+                    stages.setdefault(step["step"], []).append(step["ms"])
             raw_hybrid(engine, q, collections, meta["index"])
             t2 = time.perf_counter()
             eng_ms.append((t1 - t0) * 1000)
@@ -225,6 +240,8 @@ def measure(engine: Engine, qs: list[str], repeat: int) -> list[dict[str, float]
                 "raw_p95": r95,
                 "ratio_p50": e50 / r50,
                 "ratio_p95": e95 / r95,
+                "engine_mean": statistics.mean(eng_ms),
+                "raw_mean": statistics.mean(raw_ms),
             }
         )
     return out
@@ -236,6 +253,17 @@ def _spread(values: list[float]) -> str:
 
 def _ratio_spread(values: list[float]) -> str:
     return f"{min(values):5.2f} {statistics.median(values):5.2f} {max(values):5.2f}"
+
+
+def render_stages(result: dict[str, Any]) -> str:
+    """Each trace step's mean ms per question, and its share of the engine's mean time over the
+    raw hybrid query's (the lexical and dense legs are the part the raw query also does)."""
+    reps = result["repeats"]
+    over = statistics.mean(r["engine_mean"] - r["raw_mean"] for r in reps)
+    lines = [f"{result['size']} chunks: engine - raw = {over:.1f} ms mean per question", "step | mean ms | share"]
+    for name, ms in result["stages"].items():
+        lines.append(f"{name} | {statistics.mean(ms):.2f} | {statistics.mean(ms) / over:.0%}" if over > 0 else name)
+    return "\n".join(lines)
 
 
 def render(results: list[dict[str, Any]]) -> str:
@@ -276,6 +304,7 @@ def main() -> None:
     prepare_store(engine)
     pool, qs = sentence_pool(engine), questions(engine)
     pack = args.pack or f"benchq_{uuid.uuid4().hex[:8]}"
+    serve_synthetic(engine, pack)
     results: list[dict[str, Any]] = []
     records, _, _ = engine.driver.execute_query(
         "MATCH (c:Chunk {pack: $p}) RETURN count(c) AS n", p=pack, database_=engine.database
@@ -288,10 +317,13 @@ def main() -> None:
         for size in sorted(args.sizes):
             seconds = grow(engine, pack, pool, have, size, rng) if size > have else 0.0
             have = max(have, size)
-            reps = measure(engine, qs, args.repeat)
-            results.append({"size": have, "build_s": round(seconds, 1), "repeats": reps, "load": os.getloadavg()[0]})
+            stages: dict[str, list[float]] = {}
+            reps = measure(engine, qs, args.repeat, stages)
+            result = {"size": have, "build_s": round(seconds, 1), "repeats": reps, "load": os.getloadavg()[0]}
+            results.append({**result, "stages": stages})
             print(f"{have:>7} synthetic chunks (built in {seconds:.1f}s); load {os.getloadavg()[0]:.2f}", flush=True)
             print(render(results), flush=True)
+            print(render_stages(results[-1]), flush=True)
     finally:
         if not args.keep:
             cleanup(engine, pack)

@@ -417,6 +417,9 @@ def serve(engine: Engine, host: str, port: int, **uvicorn_args: Any) -> None:
     requests in flight within ``serving.limits.shutdown_grace_seconds``."""
     import uvicorn
 
+    from rag_engine.retrieval.warm import warm
+
+    warm(engine)  # the first request within reach of a warm one (retrieval/warm.py)
     uvicorn.run(create_app(engine), host=host, port=port, log_level="info", **uvicorn_settings(engine), **uvicorn_args)
 
 

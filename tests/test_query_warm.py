@@ -1,0 +1,35 @@
+"""``rag serve`` warms the query path before it listens (rag_engine/retrieval/warm.py): one
+retrieval with no model call, so it records no usage, and a store that is down is left to the
+first request instead of failing the start."""
+
+from __future__ import annotations
+
+import socket
+
+from rag_engine.engine import Engine
+from rag_engine.retrieval.retriever import retrieve
+from rag_engine.retrieval.warm import warm
+
+
+def test_warm_up_runs_the_query_path_and_records_no_usage(ingested_engine):
+    before = len(ingested_engine.ledger.records())
+    out = warm(ingested_engine)
+    assert out["warmed"] is True and out["ms"] > 0
+    assert len(ingested_engine.ledger.records()) == before  # no model call
+    # the checked active index is cached: a question's vector leg can ride in the fulltext statement
+    result = retrieve(ingested_engine, "right to erasure", "legal_analyst", weights={"dense": 1.0})
+    assert next(s for s in result.trace if s["step"] == "dense")["index_cached"] is True
+
+
+def test_a_store_that_is_down_leaves_the_warm_up_to_the_first_request(ingested_engine):
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    down = Engine(
+        ingested_engine.cfg, ingested_engine.root, {**ingested_engine.env, "NEO4J_URI": f"bolt://127.0.0.1:{port}"}
+    )
+    try:
+        out = warm(down)
+    finally:
+        down.close()
+    assert out["warmed"] is False and out["reason"]
