@@ -293,6 +293,9 @@ def run_eval(
     tokens and cost are those of its own answer's model calls (``tallying``), never another query's."""
     run_id = run_id or f"eval-{uuid.uuid4().hex[:12]}"
     with acting_as(EVAL_ACTOR), in_run(run_id):
+        # questions embedded in process from the first (with in_process): a loaded machine then
+        # cannot make a question's embedding miss its deadline and change a ranking
+        engine.prepare_question_embedder()
         return _run_eval(
             engine, golden_paths, generate=generate, progress=progress, weights=weights, k=k, run_id=run_id
         )

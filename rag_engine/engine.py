@@ -199,11 +199,13 @@ class Engine:
         return QuestionEmbedder(spec, server, lambda b: ModelClient(spec, b, ledger=self.ledger, pricing=self.pricing))
 
     def prepare_question_embedder(self) -> bool:
-        """For a long-running process, at start: checks the in-process question embedder against
-        one server answer now, so users' questions skip the server from the first one; whether
-        questions are embedded in this process (False for a model without ``in_process``)."""
+        """For a long-running process or an eval, at start: checks the in-process question embedder
+        against one server answer now (asked with the indexing client's deadline: no user waits on
+        it), so questions skip the server from the first one, and no question's embedding can miss
+        its deadline on a loaded machine; whether questions are embedded in this process (False for
+        a model without ``in_process``)."""
         prepare = getattr(self.query_embedder, "prepare", None)
-        return bool(prepare()) if prepare is not None else False
+        return bool(prepare(self.embedder)) if prepare is not None else False
 
     @cached_property
     def embedding_cache(self) -> EmbeddingCache | None:

@@ -148,14 +148,16 @@ class QuestionEmbedder:
             self._check(list(texts), purpose, result.vectors)
         return result
 
-    def prepare(self, run_id: str | None = None) -> bool:
+    def prepare(self, via: Any = None, run_id: str | None = None) -> bool:
         """Asks the server one probe question now and checks the in-process model against it (a
-        long-running process, at start); whether questions are embedded here from now on. A server
-        that does not answer leaves the check to the next questions (raises nothing)."""
+        long-running process or an eval, at start); whether questions are embedded here from now
+        on. ``via``: the client to ask (the indexing one, whose deadline is not a question's: no
+        user waits for the probe); the question's by default. A server that does not answer leaves
+        the check to the next questions (raises nothing)."""
         if self._local is not None or self._refused:
             return self.in_process
         try:
-            result = self._server.embed([self.PROBE], purpose="query", run_id=run_id)
+            result = (via or self._server).embed([self.PROBE], purpose="query", run_id=run_id)
         except Exception as exc:  # noqa: BLE001 - the server may start after us: the questions check later
             log.info("embedder %s: in-process check deferred (%s)", self.spec.name, type(exc).__name__)
             return False
