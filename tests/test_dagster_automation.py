@@ -114,11 +114,18 @@ def _limit(usd: int):
     return lambda text: text.replace("  max_auto_cost_usd: 0 ", f"  max_auto_cost_usd: {usd} ")
 
 
+def first_tick(auto: Automation, defs: dg.Definitions) -> None:
+    """A fresh instance's first tick: nothing of the pack (no partition yet), and eval_report, never
+    materialized, once (its gate evaluates without waiting for a change); the next tick nothing."""
+    assert auto.tick(defs) == ([], True)
+    assert auto.tick(defs) == ([], False)
+
+
 def _ingest_new_documents(auto: Automation, defs: dg.Definitions) -> list[str]:
     """New document versions flow through: the first tick knows no partition; the document sensor
     adds them and runs the whole chain; automation requests nothing of the pack after it, and the
     eval once."""
-    assert auto.tick(defs) == ([], False)
+    first_tick(auto, defs)
     steps = auto.document_tick(defs)
     _, wants_eval = auto.tick(defs)
     assert auto.settle(defs, wants_eval)
@@ -192,7 +199,7 @@ def test_paid_work_waits_for_approval_above_the_cost_limit(variant, unique, capl
 
 
 def _ingest_new_documents_paid(auto: Automation, defs: dg.Definitions) -> list[str]:
-    assert auto.tick(defs) == ([], False)
+    first_tick(auto, defs)
     steps = auto.document_tick(defs)  # the sensor's run leaves the priced extraction out
     steps_after, wants_eval = auto.tick(defs)
     assert steps_after == [] and not wants_eval  # extraction awaits approval, the graph and eval wait for it
@@ -372,7 +379,7 @@ def test_a_cancelled_new_version_run_is_not_picked_up_by_automation(variant, uni
     free steps on the never-written partitions; the operator decides."""
     base = build_definitions(variant("base"))
     auto = Automation(unique)
-    assert auto.tick(base) == ([], False)  # automation was running before the new versions came
+    first_tick(auto, base)  # automation was running before the new versions came
     sensor = base.resolve_sensor_def(f"{unique}__new_document_versions")
     result = sensor(dg.build_sensor_context(instance=auto.instance, resources={"rag": base.resources["rag"]}))
     assert isinstance(result, dg.SensorResult), result
