@@ -72,10 +72,15 @@ class Automation:
         for req in result.dynamic_partitions_requests or []:
             self.instance.add_dynamic_partitions(self.parts, list(req.partition_keys))
         (run_request,) = result.run_requests
-        pack_keys = {k for k in defs.resolve_asset_graph().get_all_asset_keys() if k.path[0] == self.pack}
-        keys = set(run_request.asset_selection or pack_keys)
-        job = defs.resolve_implicit_global_asset_job_def().get_subset(asset_selection=keys)
-        run = job.execute_in_process(instance=self.instance, raise_on_error=False, tags=run_request.tags)
+        # as the daemon runs it: the sensor's job with the request's own asset selection (None: the
+        # whole job, and a run record without an asset selection)
+        job = defs.resolve_job_def(f"{self.pack}__ingest")
+        run = job.execute_in_process(
+            instance=self.instance,
+            raise_on_error=False,
+            tags=run_request.tags,
+            asset_selection=run_request.asset_selection,
+        )
         assert run.success, [e.message for e in run.all_events if e.is_failure]
         steps: list[str] = []
         for event in run.get_asset_materialization_events():
@@ -406,3 +411,19 @@ def test_only_the_demo_packs_document_sensors_run_by_default(monkeypatch):
         "company_x_kb__new_document_versions": "RUNNING",
         "legal_regulatory__new_document_versions": "RUNNING",
     }
+
+
+def test_the_new_version_run_names_every_step_it_writes(variant, unique):
+    """The document sensor's run names its assets: automation's ``executed_with_root_target``
+    reads the run's asset selection, so a run without one (the whole job) made the steps it wrote
+    look like updated deps of the steps after them, and automation ran ``graph_writes`` of the new
+    version again after the sensor's run had written it (seen in the UI walk: a second run on the
+    new partition). Before the fix the request had no asset selection."""
+    base = build_definitions(variant("base"))
+    auto = Automation(unique)
+    sensor = base.resolve_sensor_def(f"{unique}__new_document_versions")
+    result = sensor(dg.build_sensor_context(instance=auto.instance, resources={"rag": base.resources["rag"]}))
+    assert isinstance(result, dg.SensorResult), result
+    (run_request,) = result.run_requests
+    pack_keys = {k for k in base.resolve_asset_graph().get_all_asset_keys() if k.path[0] == unique}
+    assert set(run_request.asset_selection or ()) == pack_keys
