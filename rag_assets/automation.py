@@ -340,11 +340,16 @@ def missing_until_requested() -> dg.AutomationCondition:
 
 
 def _eval_triggered() -> dg.AutomationCondition:
-    """eval_report (one partition-less asset): never evaluated (a fresh instance too), updated
-    deps, or its code version."""
+    """eval_report (one partition-less asset): never evaluated (a fresh instance too), or updated
+    deps or its code version since it was last requested. Not since it was last *updated*
+    (``since_last_handled``): a change written while an eval runs would be reset by that eval's
+    own materialization, and the gate would never judge it."""
+    requested = dg.AutomationCondition.newly_requested() | dg.AutomationCondition.initial_evaluation()
     return (
         missing_until_requested()
-        | since_last_handled(dg.AutomationCondition.any_deps_updated() | dg.AutomationCondition.code_version_changed())
+        | (dg.AutomationCondition.any_deps_updated() | dg.AutomationCondition.code_version_changed()).since(
+            requested.with_label("requested")
+        )
     ).with_label("missing, updated deps or changed code version")
 
 

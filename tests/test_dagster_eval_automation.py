@@ -122,3 +122,24 @@ def test_eval_report_is_not_requested_beside_the_graph_writes_it_gates(variant, 
     assert _tick(auto, traversal) == {"eval_report": True}
     assert _tick(auto, traversal) == {}
     assert EVAL.to_user_string() == "eval_report"
+
+
+def test_a_change_written_while_the_eval_runs_gets_its_own_eval(variant, unique):
+    """eval_report is running when a new version is written: no eval beside it; when it ends
+    (its materialization recorded, as its run records it) the change it may have missed is
+    evaluated once. Before the fix the eval's own materialization reset the trigger (since last
+    *handled*): the change was never evaluated (seen in the UI walk)."""
+    defs = build_definitions(variant("base"))
+    auto = Automation(unique)
+    assert _tick(auto, defs) == {"eval_report": True}
+    job = defs.resolve_implicit_global_asset_job_def().get_subset(asset_selection={EVAL})
+    eval_run = auto.instance.create_run_for_job(
+        job_def=job, asset_selection=frozenset({EVAL}), run_config=IN_PROCESS, status=dg.DagsterRunStatus.STARTED
+    )
+    assert _tick(auto, defs) == {}  # the eval runs (for many ticks)
+    _execute(auto, defs, _created_document_run(auto, defs))  # written while the eval runs
+    assert _tick(auto, defs) == {}  # eval_report in progress: not beside itself
+    auto.instance.report_runless_asset_event(dg.AssetMaterialization(EVAL))  # the eval writes its report ...
+    auto.instance.report_run_canceled(eval_run)  # ... and its run ends
+    assert _tick(auto, defs) == {"eval_report": True}
+    assert _tick(auto, defs) == {}
