@@ -127,8 +127,10 @@ test-real-model: setup embed-start llm-install
 	RAG_REAL_MODEL_REQUIRED=1 $(PY) -m pytest tests/real_model $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test-real-model: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
+# the Dagster UI's port (dg dev --port): another one when 3000 is taken
+DAGSTER_WEBSERVER_PORT ?= 3000
 dev: setup neo4j-start embed-start
-	$(VENV)/bin/dg dev
+	$(VENV)/bin/dg dev --port $(DAGSTER_WEBSERVER_PORT)
 
 # Ingest: pipeline vs raw writes per pack, then BENCH_SCALE GDPR copies (own pack names) into one
 # store, ~100k chunks at 165, to show the rate holds as the store grows (0 skips it): var/bench/ingest.json.

@@ -8,6 +8,9 @@
 - A code-version change (a config slice, see code_versions.py) re-materializes the stale asset
   for all its partitions, then its dependents follow through ``eager``, in dependency order,
   ending with ``eval_report`` and its blocking ``eval_gate`` check.
+- ``eval_report`` runs once on a fresh instance (``missing_until_requested``), and after a change
+  only once every upstream partition of it is written: never while a dependency is in progress or
+  requested on the same tick (``upstream_settled``), so one change costs one eval.
 - Free work (chunking, references, re-indexing on a local embedder, graph rebuilds) always runs.
 - Paid work (LLM extraction, generation evals) calls a model; it runs by itself only when its
   estimated cost is at most ``automation.max_auto_cost_usd`` (default 0). A model that is local
@@ -323,15 +326,45 @@ def _triggered() -> dg.AutomationCondition:
     ).with_label("updated deps or changed code version")
 
 
-def _eval_triggered() -> dg.AutomationCondition:
-    """eval_report (one partition-less asset): never evaluated, updated deps, or its code version."""
+def missing_until_requested() -> dg.AutomationCondition:
+    """Missing since the tick it became missing (a fresh instance's first tick included), until it is
+    requested or materialized: ``on_missing``'s trigger without ``since_last_handled``'s
+    ``initial_evaluation`` reset, which on a fresh instance fires on the very tick ``newly_missing``
+    does and so cancels it (the asset stayed "Not evaluated" until something changed). Requested
+    once: a failed run leaves it missing, but not newly missing, so it is not requested again."""
     return (
-        since_last_handled(
-            dg.AutomationCondition.newly_missing()
-            | dg.AutomationCondition.any_deps_updated()
-            | dg.AutomationCondition.code_version_changed()
+        dg.AutomationCondition.missing()
+        .newly_true()
+        .since(dg.AutomationCondition.newly_requested() | dg.AutomationCondition.newly_updated())
+    ).with_label("missing since last requested")
+
+
+def _eval_triggered() -> dg.AutomationCondition:
+    """eval_report (one partition-less asset): never evaluated (a fresh instance too), or updated
+    deps or its code version since it was last requested. Not since it was last *updated*
+    (``since_last_handled``): a change written while an eval runs would be reset by that eval's
+    own materialization, and the gate would never judge it."""
+    requested = dg.AutomationCondition.newly_requested() | dg.AutomationCondition.initial_evaluation()
+    return (
+        missing_until_requested()
+        | (dg.AutomationCondition.any_deps_updated() | dg.AutomationCondition.code_version_changed()).since(
+            requested.with_label("requested")
         )
-    ).with_label("new data, updated deps or changed code version")
+    ).with_label("missing, updated deps or changed code version")
+
+
+def upstream_settled() -> dg.AutomationCondition:
+    """No dependency in progress (a run or backfill that has not written it yet) or requested on
+    this tick: eval_report waits for every partition of a change. Its trigger survives the wait
+    (it is reset only when eval_report itself is requested), so a change of many partitions, or a
+    chain of ingestion steps, costs one eval, after the last of them."""
+    return (
+        ~dg.AutomationCondition.any_deps_in_progress()
+        & ~dg.AutomationCondition.any_deps_match(dg.AutomationCondition.will_be_requested()).with_label(
+            "any_deps_requested"
+        )
+        & ~dg.AutomationCondition.in_progress()
+    ).with_label("upstream settled")
 
 
 def _not_busy() -> dg.AutomationCondition:
@@ -391,9 +424,9 @@ def eval_step(config_path: str, graph_keys: list[dg.AssetKey]) -> dg.AutomationC
     upstream_waiting = dg.AutomationCondition.any_deps_match(_extraction_waiting(config_path)).allow(
         dg.AssetSelection.assets(*graph_keys)
     )
-    return (_eval_triggered() & _not_busy() & ~upstream_waiting & CostWithinLimit(config_path, "eval")).with_label(
-        "paid: after index/graph changes, under cost limit"
-    )
+    return (
+        _eval_triggered() & upstream_settled() & ~upstream_waiting & CostWithinLimit(config_path, "eval")
+    ).with_label("paid: after index/graph changes have settled, under cost limit")
 
 
 def never_materialized() -> dg.AutomationCondition:

@@ -24,6 +24,7 @@ from rag_assets.assets.ingestion import build_ingestion_assets
 from rag_assets.assets.packs_summary import build_domain_packs
 from rag_assets.assets.usage_costs import usage_costs
 from rag_assets.automation import automation_sensor
+from rag_assets.backfill_costs import backfill_costs_sensor
 from rag_assets.cleanup import graph_cleanup
 from rag_assets.jobs import ingestion_job
 from rag_assets.resources import EngineResource, broken_packs, engine_for
@@ -60,6 +61,7 @@ def build_definitions(config_path: str | None = None) -> dg.Definitions:
         jobs.append(job)
         sensors.append(build_document_sensor(pack.name, job))
     sensors.append(build_approval_sensor(list(engine.packs)))
+    sensors.append(backfill_costs_sensor())
     graph_keys = [dg.AssetKey([p, step]) for p in engine.packs for step in ("chunk_index", "graph_writes")]
     eval_report, eval_gate = build_eval_assets(graph_keys, engine, config_path)
     assets.append(eval_report)

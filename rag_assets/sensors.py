@@ -27,6 +27,7 @@ from rag_engine.ingest.steps import withdraw_missing_documents
 from rag_engine.store.connection import probe_store
 
 FREE_STEPS = ("source_documents", "chunks", "references", "chunk_index")
+ALL_STEPS = (*FREE_STEPS, "llm_extraction", "graph_writes")
 """What a new version's run does when its extraction awaits approval."""
 
 if TYPE_CHECKING:  # define_asset_job's return type, which dagster does not export
@@ -106,7 +107,10 @@ def build_document_sensor(
             requests.append(parts.build_delete_request(superseded))
         runs: list[dg.RunRequest] = []
         if add:
-            selection = None  # the whole pack job
+            # the whole pack, named: a run without an asset selection is not seen by automation's
+            # executed_with_root_target, so the steps it wrote would look like updated deps of the
+            # steps after them, and automation would run graph_writes again for the new version
+            selection = [dg.AssetKey([pack_name, s]) for s in ALL_STEPS]
             if pack.entry.extraction:
                 estimate = extraction_estimate(engine, pack_name, add)
                 if not within_limit(engine, estimate):

@@ -72,10 +72,15 @@ class Automation:
         for req in result.dynamic_partitions_requests or []:
             self.instance.add_dynamic_partitions(self.parts, list(req.partition_keys))
         (run_request,) = result.run_requests
-        pack_keys = {k for k in defs.resolve_asset_graph().get_all_asset_keys() if k.path[0] == self.pack}
-        keys = set(run_request.asset_selection or pack_keys)
-        job = defs.resolve_implicit_global_asset_job_def().get_subset(asset_selection=keys)
-        run = job.execute_in_process(instance=self.instance, raise_on_error=False, tags=run_request.tags)
+        # as the daemon runs it: the sensor's job with the request's own asset selection (None: the
+        # whole job, and a run record without an asset selection)
+        job = defs.resolve_job_def(f"{self.pack}__ingest")
+        run = job.execute_in_process(
+            instance=self.instance,
+            raise_on_error=False,
+            tags=run_request.tags,
+            asset_selection=run_request.asset_selection,
+        )
         assert run.success, [e.message for e in run.all_events if e.is_failure]
         steps: list[str] = []
         for event in run.get_asset_materialization_events():
@@ -114,11 +119,18 @@ def _limit(usd: int):
     return lambda text: text.replace("  max_auto_cost_usd: 0 ", f"  max_auto_cost_usd: {usd} ")
 
 
+def first_tick(auto: Automation, defs: dg.Definitions) -> None:
+    """A fresh instance's first tick: nothing of the pack (no partition yet), and eval_report, never
+    materialized, once (its gate evaluates without waiting for a change); the next tick nothing."""
+    assert auto.tick(defs) == ([], True)
+    assert auto.tick(defs) == ([], False)
+
+
 def _ingest_new_documents(auto: Automation, defs: dg.Definitions) -> list[str]:
     """New document versions flow through: the first tick knows no partition; the document sensor
     adds them and runs the whole chain; automation requests nothing of the pack after it, and the
     eval once."""
-    assert auto.tick(defs) == ([], False)
+    first_tick(auto, defs)
     steps = auto.document_tick(defs)
     _, wants_eval = auto.tick(defs)
     assert auto.settle(defs, wants_eval)
@@ -192,7 +204,7 @@ def test_paid_work_waits_for_approval_above_the_cost_limit(variant, unique, capl
 
 
 def _ingest_new_documents_paid(auto: Automation, defs: dg.Definitions) -> list[str]:
-    assert auto.tick(defs) == ([], False)
+    first_tick(auto, defs)
     steps = auto.document_tick(defs)  # the sensor's run leaves the priced extraction out
     steps_after, wants_eval = auto.tick(defs)
     assert steps_after == [] and not wants_eval  # extraction awaits approval, the graph and eval wait for it
@@ -372,7 +384,7 @@ def test_a_cancelled_new_version_run_is_not_picked_up_by_automation(variant, uni
     free steps on the never-written partitions; the operator decides."""
     base = build_definitions(variant("base"))
     auto = Automation(unique)
-    assert auto.tick(base) == ([], False)  # automation was running before the new versions came
+    first_tick(auto, base)  # automation was running before the new versions came
     sensor = base.resolve_sensor_def(f"{unique}__new_document_versions")
     result = sensor(dg.build_sensor_context(instance=auto.instance, resources={"rag": base.resources["rag"]}))
     assert isinstance(result, dg.SensorResult), result
@@ -399,3 +411,19 @@ def test_only_the_demo_packs_document_sensors_run_by_default(monkeypatch):
         "company_x_kb__new_document_versions": "RUNNING",
         "legal_regulatory__new_document_versions": "RUNNING",
     }
+
+
+def test_the_new_version_run_names_every_step_it_writes(variant, unique):
+    """The document sensor's run names its assets: automation's ``executed_with_root_target``
+    reads the run's asset selection, so a run without one (the whole job) made the steps it wrote
+    look like updated deps of the steps after them, and automation ran ``graph_writes`` of the new
+    version again after the sensor's run had written it (seen in the UI walk: a second run on the
+    new partition). Before the fix the request had no asset selection."""
+    base = build_definitions(variant("base"))
+    auto = Automation(unique)
+    sensor = base.resolve_sensor_def(f"{unique}__new_document_versions")
+    result = sensor(dg.build_sensor_context(instance=auto.instance, resources={"rag": base.resources["rag"]}))
+    assert isinstance(result, dg.SensorResult), result
+    (run_request,) = result.run_requests
+    pack_keys = {k for k in base.resolve_asset_graph().get_all_asset_keys() if k.path[0] == unique}
+    assert set(run_request.asset_selection or ()) == pack_keys

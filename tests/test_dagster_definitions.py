@@ -197,7 +197,7 @@ def test_snapshot_of_specs_jobs_schedules_and_sensors():
             ],
             ("team:rag-platform",),
             "free",
-            "paid: after index/graph changes, under cost limit",
+            "paid: after index/graph changes have settled, under cost limit",
         ),
         "graph_quality": ("platform", [], ("team:rag-platform",), "free", "nightly 03:00 UTC or never materialized"),
         "usage_costs": (
@@ -226,6 +226,7 @@ def test_snapshot_of_specs_jobs_schedules_and_sensors():
     assert [(s.name, s.cron_schedule) for s in defs.schedules] == [("nightly_graph_quality", "0 3 * * *")]
     assert sorted((s.name, s.default_status.value) for s in defs.sensors) == [
         ("adgm_rulebooks__new_document_versions", "STOPPED"),
+        ("backfill_costs", "RUNNING"),
         ("company_x_kb__new_document_versions", "RUNNING"),
         ("legal_regulatory__new_document_versions", "RUNNING"),
         ("paid_work_approval_status", "RUNNING"),
