@@ -214,7 +214,9 @@ def test_failed_and_cancelled_runs_are_tagged_with_their_ledger_sum(end):
     tags = instance.get_run_by_id(run_id).tags
     ledger = rag.engine().ledger.records(run_id=run_id)
     assert len(ledger) == 2
-    assert {k: tags.get(k) for k in (COST_TAG, EXACT_COST_TAG, TOKENS_TAG, CALLS_TAG, ESTIMATED_TAG)} == run_cost_tags(ledger)
+    assert {k: tags.get(k) for k in (COST_TAG, EXACT_COST_TAG, TOKENS_TAG, CALLS_TAG, ESTIMATED_TAG)} == run_cost_tags(
+        ledger
+    )
     assert (tags[COST_TAG], tags[TOKENS_TAG], tags[CALLS_TAG], tags[ESTIMATED_TAG]) == ("0.0017", "1540", "2", "1")
 
 
