@@ -14,7 +14,10 @@ anchors (``<doc_id>#<local>``, what golden gold lists name). Ties in score are b
 and chunks scoring 0 (no query term at all) are not ranked: an arbitrary order of non-matches
 would only add noise to recall@10.
 
-Tokenization (the same for documents and queries), bm25s's own tokenizer:
+Tokenization (the same for documents and queries): the engine's analyzer
+(``rag_engine.text.analyzer``), profiles ``BM25`` and ``BM25_STEMMED``, which split, drop and stem
+exactly as bm25s's own tokenizer did with these settings (``tests/test_text_analyzer.py`` compares
+the two on every shipped corpus document):
 
 - **lowercase**, then the scikit-learn ``CountVectorizer`` pattern ``(?u)\\b\\w\\w+\\b``: runs of
   two or more Unicode word characters. Punctuation splits tokens, so ``Article 17(1)`` becomes
@@ -45,31 +48,19 @@ from dataclasses import dataclass, field
 import bm25s
 import neo4j
 import numpy as np
-import Stemmer
 
 from rag_engine.store.session import read
+from rag_engine.text.analyzer import BM25, BM25_STEMMED
 
 METHOD = "lucene"
 K1 = 1.5
 B = 0.75
-STOPWORDS = "en"
-STEMMER = Stemmer.Stemmer("english")
 
 
 def tokenize(texts: Sequence[str], *, stem: bool = False) -> list[list[str]]:
     """The baseline's tokens for each text (lowercase, 2+ word characters, English stopwords out;
     with ``stem``, Snowball English stems)."""
-    if not texts:
-        return []
-    tokens: list[list[str]] = bm25s.tokenize(
-        list(texts),
-        lower=True,
-        stopwords=STOPWORDS,
-        stemmer=STEMMER if stem else None,
-        return_ids=False,
-        show_progress=False,
-    )
-    return tokens
+    return (BM25_STEMMED if stem else BM25).terms_of(texts)
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,7 @@ Ablations are one flag away: ``--legs lexical,dense`` keeps the listed legs (``e
 lexical=1,dense=0.5`` sets the listed legs' weights (applied after ``--legs``; unlisted legs keep
 theirs). Only the engine changes; the baselines are the same in every run.
 
-Longer than 500 lines because the golden-set run, its baselines and the report it writes are one
-command, read top-down.
+The answers' tally is ``evals.answer_tally``; the printed tables are ``evals.run_tables``.
 """
 
 from __future__ import annotations
@@ -39,7 +38,6 @@ import argparse
 import sys
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -49,6 +47,7 @@ from typing import Any
 import yaml
 
 from evals.answer_metrics import fact_fields, split_tables
+from evals.answer_tally import AnswerTally
 from evals.bm25_baseline import BM25Baseline
 from evals.metrics import aggregate, score_query, system_metrics
 from evals.report import (
@@ -58,10 +57,10 @@ from evals.report import (
     TOP_K,
     VARIANTS,
     EvalReport,
-    QueryResult,
     dump_report,
     golden_sha256,
 )
+from evals.run_tables import exact_hits_table, split_table, systems_table
 from evals.splits import load_splits, split_of
 from rag_engine import DEFAULT_CONFIG, yaml_safe
 from rag_engine.config import LEGS, config_hash
@@ -69,7 +68,6 @@ from rag_engine.engine import Engine
 from rag_engine.errors import EvalInputError
 from rag_engine.governance.policy import gate
 from rag_engine.providers.registry import QUESTION_TIME_PURPOSES
-from rag_engine.retrieval.answer import Answer
 from rag_engine.retrieval.query import run_query
 from rag_engine.retrieval.retriever import retrieve
 from rag_engine.store import reads
@@ -162,65 +160,6 @@ def leg_weights(
     if not any(out.values()):
         raise EvalInputError(f"every retrieval leg has weight 0 ({out}): nothing would be retrieved")
     return out
-
-
-# ---------------------------------------------------------------------------------------
-# The run
-
-
-NO_MODEL = "NoGenerationModel"
-"""The failure recorded when no usable generation model answered (none configured, or unbuildable)."""
-
-
-class AnswerTally:
-    """How the generation model answered the run's queries: answered, decided before any call,
-    or failed (by error type; the engine then answers extractively, which the report must say)."""
-
-    def __init__(self) -> None:
-        self.model_answers = 0
-        self.no_call = 0
-        self.extractive = 0
-        self.failures: Counter[str] = Counter()
-        self.failed_ids: list[str] = []
-        self.reported: set[str] = set()
-
-    def add(self, query_id: str, answer: Answer, reported_models: Sequence[str | None]) -> None:
-        if answer.method == "model":
-            self.model_answers += 1
-            self.reported.update(m for m in reported_models if m)
-        elif answer.method == "none":  # empty context or low evidence: no call was due
-            self.no_call += 1
-        elif answer.fallback == "no_recording":  # the replay holds none: the engine's own answer, by design
-            self.extractive += 1
-        else:  # extractive: the model call failed, or no usable generation model (never silent)
-            self.failures[answer.error_type or NO_MODEL] += 1
-            self.failed_ids.append(query_id)
-
-    def warning(self) -> str | None:
-        """The loud line a run with failed model calls prints (the gate then fails on it)."""
-        if not self.failures:
-            return None
-        kinds = ", ".join(f"{kind} x{n}" for kind, n in sorted(self.failures.items()))
-        hint = (
-            " (no recorded answer for these requests: a prompt, context or corpus change; re-record with "
-            "python -m evals.cassettes.build_demo_cassette --answers)"
-            if "ReplayMiss" in self.failures
-            else ""
-        )
-        ids = ", ".join(self.failed_ids[:5]) + (" ..." if len(self.failed_ids) > 5 else "")
-        return (
-            f"[eval] GENERATION FAILED for {len(self.failed_ids)} queries: {kinds}{hint}; "
-            f"answered extractively, so the report does not measure the model: {ids}"
-        )
-
-    def info(self) -> dict[str, Any]:
-        return {
-            "reported_models": sorted(self.reported),
-            "model_answers": self.model_answers,
-            "no_call": self.no_call,
-            "extractive": self.extractive,
-            "failures": dict(sorted(self.failures.items())),
-        }
 
 
 def _anchors(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -451,76 +390,6 @@ def _run_eval(
             "splits": split_tables(by_split, results),
         }
     )
-
-
-def systems_table(report: EvalReport) -> str:
-    """The per-pack table printed at the end of a run: each system's ranking quality."""
-    cols = (("nDCG@10", "ndcg@10"), ("MAP@10", "map@10"), ("Recall@10", "recall@10"), ("MRR@10", "mrr@10"))
-    lines = [f"{'pack':<33} {'system':<16} " + " ".join(f"{c:>9}" for c, _ in cols) + "  queries"]
-    for pack, table in (report.systems or {}).items():
-        shown = [(s, table.system(s)) for s in SYSTEMS] + [(v, table.variant(v)) for v in VARIANTS]
-        for system, metrics in shown:
-            if metrics is None:
-                continue
-            m = metrics
-            values = (m.get(key) for _, key in cols)
-            lines.append(
-                f"{pack:<33} {system:<16} "
-                + " ".join(f"{'-' if v is None else f'{v:.3f}':>9}" for v in values)
-                + f"  {m.queries:>7}"
-            )
-    return "\n".join(lines)
-
-
-def split_table(report: EvalReport) -> str:
-    """Per pack and split: each system's nDCG@10 / MAP@10 / Recall@10, then what the user reads
-    (rank 1, the fact stated, found but refused, out of scope answered). Test is the result;
-    train and dev shaped the fitted numbers (development figures)."""
-    systems = ("engine", "engine_no_sentences", "rrf", "fulltext", "dense", "bm25", "bm25_stemmed")
-    head = f"{'pack@split':<26} " + " ".join(f"{s[:18]:>18}" for s in systems)
-    lines = ["nDCG@10 / MAP@10 / Recall@10 per system (test: the result; train, dev: development figures)", head]
-    answers = [
-        f"{'pack@split':<26} {'answerable':>10} {'rank1':>6} {'facts':>6} {'stated':>7} "
-        f"{'retrieved':>9} {'refused':>8} {'no-answer':>9} {'answered':>9}"
-    ]
-
-    def r(v: float | None) -> str:
-        return "-" if v is None else f"{v:.3f}"
-
-    for key, table in (report.splits or {}).items():
-        if ":" in key and not table["systems"].get("engine", {}).get("queries"):
-            continue
-        cells = []
-        for s in systems:
-            m = table["systems"].get(s)
-            cells.append("-" if not m else f"{r(m['ndcg@10'])}/{r(m['map@10'])}/{r(m['recall@10'])}")
-        lines.append(f"{key:<26} " + " ".join(f"{c:>18}" for c in cells))
-        a = table["answers"]
-        answers.append(
-            f"{key:<26} {a['answerable']:>10} {r(a['rank1']):>6} {a['fact_questions']:>6} {r(a['fact_stated']):>7} "
-            f"{a['gold_retrieved']:>9} {r(a['found_but_refused']):>8} {a['no_answer_questions']:>9} "
-            f"{r(a['out_of_scope_answered']):>9}"
-        )
-    return "\n".join([*lines, "", *answers])
-
-
-def exact_hits_table(report: EvalReport) -> str:
-    """Per pack: how many of the engine's top-k slots went to exact reference hits, and how many of
-    those were gold (reference flooding shows here first)."""
-    lines = [f"{'pack':<22} {'slots':>6} {'exact':>6} {'share':>6} {'gold':>5}  queries with an exact hit"]
-    by_pack: dict[str, list[QueryResult]] = {}
-    for q in report.queries:
-        by_pack.setdefault(q.pack, []).append(q)
-    for pack, queries in by_pack.items():
-        if any(q.exact is None for q in queries):
-            continue
-        slots = sum(len(q.ranked) for q in queries)
-        exact = sum(len(q.exact or ()) for q in queries)
-        gold = sum(len(set(q.exact or ()) & set(q.gold)) for q in queries)
-        with_exact = sum(1 for q in queries if q.exact)
-        share = exact / slots if slots else 0.0
-        lines.append(f"{pack:<22} {slots:>6} {exact:>6} {share:>6.3f} {gold:>5}  {with_exact}")
-    return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:

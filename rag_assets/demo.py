@@ -15,6 +15,7 @@ import time
 
 import dagster as dg
 
+from evals.cassettes.demo_question import QUESTION, ROLE
 from rag_assets.definitions import build_definitions
 from rag_assets.partitions import demo_pack_names, document_versions, partitions_name
 from rag_assets.sensors import plan_partitions
@@ -59,11 +60,6 @@ def step_lines(result: dg.ExecuteInProcessResult) -> list[str]:
             outcome = "ok" if event.event_type_value == "STEP_SUCCESS" else "FAILED"
             lines.append(f"[demo]   {event.step_key}: {outcome}{took}")
     return lines
-
-
-QUESTION = "Within how many hours must a controller notify a personal data breach to the supervisory authority?"
-"""A golden question (legal-002): its answer is in the demo cassette, so the recorded model answers."""
-ROLE = "public"
 
 
 def demo_packs(engine_packs: dict[str, DomainPack], wanted: str | None) -> list[DomainPack]:

@@ -36,8 +36,7 @@ FLOORS: tuple[frozenset[str], ...] = (
 pipeline and the query path take an engine; operator reports read all of them; the CLI is the top."""
 
 MAX_LINES = 500
-LONG_MODULE_REASON = "Longer than"
-"""A module over ``MAX_LINES`` lines says why in its docstring, in a sentence starting with this."""
+"""No module is longer, and none may say why it is: a long module is split by concern."""
 
 
 def modules(root: Path = ROOT / PKG) -> dict[str, Path]:
@@ -56,8 +55,13 @@ def _resolve(name: str, known: dict[str, Path]) -> str | None:
     return name or None
 
 
-def imports(module: str, path: Path, known: dict[str, Path]) -> Iterator[tuple[str, int, str]]:
-    """(imported module, line, raw target) for every import of the package in ``module``."""
+def imports(module: str, path: Path, known: dict[str, Path], pkg: str = PKG) -> Iterator[tuple[str, int, str]]:
+    """(imported module, line, raw target) for every import of the package in ``module``.
+
+    ``from P import a`` depends on ``P`` itself as well as on ``P.a`` when ``a`` is a module: the
+    statement runs ``P/__init__.py`` and reads its namespace, so a package whose ``__init__``
+    imports a module that imports ``from P ...`` is a circle (``cli`` -> ``cli.app`` ->
+    ``cli.commands`` -> ``cli``)."""
     here = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
@@ -66,11 +70,13 @@ def imports(module: str, path: Path, known: dict[str, Path]) -> Iterator[tuple[s
             base = node.module or ""
             if node.level:
                 base = ".".join(here[: len(here) - node.level + 1] + ([base] if base else []))
-            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+            targets = list(
+                dict.fromkeys([base] + [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in known])
+            )
         else:
             continue
         for raw in targets:
-            if raw == PKG or raw.startswith(PKG + "."):
+            if raw == pkg or raw.startswith(pkg + "."):
                 target = _resolve(raw, known)
                 if target and target != module:
                     yield target, node.lineno, raw
@@ -90,9 +96,9 @@ def floor(module: str) -> int:
     raise AssertionError(f"{module}: room {r!r} is on no floor; add it to FLOORS and docs/architecture.md")
 
 
-def graph() -> dict[str, set[str]]:
-    known = modules()
-    return {m: {t for t, _, _ in imports(m, p, known) if t in known} for m, p in known.items()}
+def graph(root: Path = ROOT / PKG) -> dict[str, set[str]]:
+    known = modules(root)
+    return {m: {t for t, _, _ in imports(m, p, known, root.name) if t in known} for m, p in known.items()}
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -146,6 +152,75 @@ def test_cycles_finds_a_circle_and_a_self_contained_chain() -> None:
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
+def _plant(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return root
+
+
+def test_a_planted_circle_inside_a_package_is_found(tmp_path: Path) -> None:
+    """The shape ``rag_engine.cli`` had: the package's ``__init__`` loads ``app``, ``app`` loads
+    ``commands``, and ``commands`` imports a sibling through the package."""
+    root = _plant(
+        tmp_path / "pkg",
+        {
+            "__init__.py": "",
+            "cli/__init__.py": "from pkg.cli.app import main\n",
+            "cli/app.py": "from pkg.cli import commands\n\ndef main() -> None: ...\n",
+            "cli/commands.py": "from pkg.cli import render\n",
+            "cli/render.py": "",
+        },
+    )
+    assert cycles(graph(root)) == [["pkg.cli", "pkg.cli.app", "pkg.cli.commands"]]
+    (root / "cli/__init__.py").write_text("", encoding="utf-8")
+    assert cycles(graph(root)) == []
+
+
+def too_long(root: Path) -> list[str]:
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        lines = path.read_text(encoding="utf-8").count("\n")
+        if lines > MAX_LINES:
+            found.append(f"{path.relative_to(root.parent)}: {lines} lines")
+    return found
+
+
+@pytest.mark.parametrize("package", [PKG, "rag_assets", "evals"])
+def test_no_module_is_over_the_line_limit(package: str) -> None:
+    assert too_long(ROOT / package) == []
+
+
+def test_a_planted_long_module_fails_whatever_its_docstring_says(tmp_path: Path) -> None:
+    doc = '"""Longer than 500 lines because it says so."""\n'
+    root = _plant(tmp_path / "pkg", {"long.py": doc + "x = 1\n" * MAX_LINES, "short.py": doc})
+    assert too_long(root) == [f"pkg/long.py: {MAX_LINES + 1} lines"]
+
+
+def foreign_imports(package: str, banned: str, root: Path = ROOT) -> list[str]:
+    """Every import of ``banned`` (module level, in a function or type-only) in ``package``."""
+    found = []
+    for path in sorted((root / package).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            found += [f"{path.relative_to(root)}:{node.lineno} imports {n}" for n in names if n.split(".")[0] == banned]
+    return found
+
+
+def test_the_evals_never_import_the_dagster_layer() -> None:
+    """One direction: ``rag_assets`` runs the evals (the eval report asset and its gate), so the
+    evals, their fixture generators and benches never import ``rag_assets``."""
+    assert foreign_imports("evals", "rag_assets") == []
+
+
+def test_a_planted_import_of_the_dagster_layer_is_found(tmp_path: Path) -> None:
+    _plant(tmp_path / "evals", {"bench.py": "def f() -> None:\n    from rag_assets.definitions import x\n"})
+    assert foreign_imports("evals", "rag_assets", tmp_path) == ["evals/bench.py:2 imports rag_assets.definitions"]
+
+
 def test_no_import_points_up_a_floor_or_sideways() -> None:
     known = modules()
     wrong = [
@@ -168,18 +243,6 @@ def test_the_engine_imports_neither_dagster_nor_the_evals_nor_the_tests() -> Non
 def test_errors_import_nothing_of_the_engine_but_the_usage_record() -> None:
     known = modules()
     assert {t for t, _, _ in imports(f"{PKG}.errors", known[f"{PKG}.errors"], known)} <= {f"{PKG}.usage"}
-
-
-@pytest.mark.parametrize("package", [PKG, "rag_assets", "evals"])
-def test_a_long_module_says_why_in_its_docstring(package: str) -> None:
-    too_long = []
-    for path in sorted((ROOT / package).rglob("*.py")):
-        text = path.read_text(encoding="utf-8")
-        lines = text.count("\n")
-        doc = ast.get_docstring(ast.parse(text)) or ""
-        if lines > MAX_LINES and LONG_MODULE_REASON not in doc:
-            too_long.append(f"{path.relative_to(ROOT)}: {lines} lines")
-    assert too_long == []
 
 
 def test_no_comment_or_docstring_cites_an_issue_number() -> None:

@@ -11,7 +11,7 @@ import neo4j
 import pytest
 import typer
 
-from rag_engine.cli import app
+from rag_engine.cli.app import app
 from rag_engine.config import load_config
 from rag_engine.engine import Engine
 from rag_engine.ingest.pipeline import ingest_pack

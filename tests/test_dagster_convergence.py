@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from rag_assets.definitions import build_definitions
 from rag_assets.demo import materialize_pack
-from rag_engine.cli import app
+from rag_engine.cli.app import app
 from rag_engine.engine import Engine
 from rag_engine.ingest.pipeline import ingest_pack
 from tests.support.fake_openai import FakeOpenAI, ok, usage

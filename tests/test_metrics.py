@@ -458,7 +458,7 @@ def test_runner_rejects_bad_flags_before_any_query(tmp_path, capsys, args, messa
 
 
 def test_exact_hits_table_counts_slots_exact_hits_and_gold_per_pack():
-    from evals.runner import exact_hits_table
+    from evals.run_tables import exact_hits_table
 
     data = _report_dict()
     data["queries"][0]["exact"] = ["d0#a", "other1"]  # the gold and another exact hit

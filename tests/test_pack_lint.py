@@ -208,3 +208,23 @@ def test_cli_json_and_exit_codes() -> None:
     text = rag("packs", "lint", "--pack", "company_x_kb")
     assert text.exit_code == 0 and "company_x_kb: ok (0 errors" in text.stdout
     assert rag("packs", "lint", "--pack", "nope").exit_code == 2
+
+
+def test_golden_question_without_a_content_word_is_a_warning(base_config: EngineConfig, tmp_path: Path) -> None:
+    """The text analyzer's evidence words: a question of stopwords and question frame only passes the
+    evidence check by default and gives no lexical leg anything to match."""
+    name = f"lint_{uuid.uuid4().hex[:8]}"
+    pack = temp_pack(Engine(base_config, ROOT), name, tmp_path / "corpus", {"pol-900.md": POLICY})
+    fixtures = _golden(
+        tmp_path / "golden",
+        name,
+        """\
+  - {id: q1, question: "How fast must a lost laptop be reported?", gold: [pol-900#lost-devices], role: employee}
+  - {id: q2, question: "What is it, and how must we do it?", gold: [pol-900#lost-devices], role: employee}
+""",
+    )
+    entry = pack.entry.model_copy(update={"fixtures": str(fixtures)})
+    report = lint_packs(_only(base_config, entry), ROOT)
+    words = [(f.severity, f.where) for f in report.findings if f.code == "golden_no_content_word"]
+    assert words == [("warning", "q2")]
+    assert report.errors == 0

@@ -18,7 +18,8 @@ import yaml
 
 from rag_engine.config import LocalCostConfig, load_config
 from rag_engine.governance.audit import AuditRecord, AuditTrail
-from rag_engine.ops.quality_per_dollar import by_model, render
+from rag_engine.ops.quality_per_dollar import by_model
+from rag_engine.ops.quality_render import render
 from rag_engine.providers.ledger import UsageLedger
 from rag_engine.usage import UsageRecord
 from tests.conftest import ROOT
@@ -344,7 +345,7 @@ def test_swap_dry_run_shows_both_rows_when_both_have_reports(variant, tmp_path):
 def test_a_report_with_failed_model_calls_does_not_set_the_quality(tmp_path):
     """Answers the extractive fallback gave (e.g. ReplayMiss) do not measure the model: the gate
     refuses such a report (generation_failed) and the quality column skips it for an older clean one."""
-    from rag_engine.ops.quality_per_dollar import latest_reports
+    from rag_engine.ops.eval_quality import latest_reports
 
     reports = tmp_path / "reports"
     reports.mkdir()
@@ -364,7 +365,7 @@ def test_quality_pairs_each_answer_with_the_model_that_wrote_it(tmp_path):
     """One report, two answerers: the questions the model answered rate the model, the ones the
     engine answered extractively (no recording, no model) rate the extractive answer; answers decided
     before any call and failed calls rate nobody."""
-    from rag_engine.ops.quality_per_dollar import EXTRACTIVE, latest_reports
+    from rag_engine.ops.eval_quality import EXTRACTIVE, latest_reports
 
     reports = tmp_path / "reports"
     reports.mkdir()

@@ -120,9 +120,10 @@ def is_golden_answer(entry: dict[str, Any]) -> bool:
 
 
 def build_demo_answer(engine: Engine) -> dict[str, Any]:
-    """Record the answer to the `make demo` question (rag_assets/demo.py) on the store ``engine``
-    reads: run it after `make demo` ingested the demo packs. Replaces an earlier demo answer."""
-    from rag_assets.demo import QUESTION, ROLE
+    """Record the answer to the `make demo` question (evals/cassettes/demo_question.py, asked by
+    rag_assets/demo.py) on the store ``engine`` reads: run it after `make demo` ingested the demo
+    packs. Replaces an earlier demo answer."""
+    from evals.cassettes.demo_question import QUESTION, ROLE
     from rag_engine.retrieval.query import run_query
 
     spec = generation_spec(engine)

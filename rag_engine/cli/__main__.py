@@ -1,5 +1,5 @@
 import sys
 
-from rag_engine.cli import main
+from rag_engine.cli.app import main
 
 sys.exit(main())

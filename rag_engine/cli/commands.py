@@ -551,8 +551,8 @@ def costs(
     if by_model and by_actor:
         raise typer.BadParameter("choose one of --by-model, --by-actor", param_hint="--by-actor")
     if by_model:
-        from rag_engine.ops.quality_per_dollar import as_json, render
         from rag_engine.ops.quality_per_dollar import by_model as table_by_model
+        from rag_engine.ops.quality_render import as_json, render
         from rag_engine.providers.ledger import ledger_url
 
         if run_id is not None:

@@ -23,8 +23,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
-import unicodedata
 from collections import Counter
 from typing import Any
 
@@ -38,6 +36,7 @@ from rag_engine.graph.models import (
     ValidatedExtraction,
 )
 from rag_engine.packs import ChunkRecord, PackManifest
+from rag_engine.text.analyzer import GROUNDING
 
 PROMPT_VERSION = "extract-v2"
 
@@ -71,24 +70,10 @@ def build_messages(manifest: PackManifest, chunk: ChunkRecord) -> list[dict[str,
     ]
 
 
-_WORD = re.compile(r"\w+")
-_ARTICLES = frozenset({"the", "a", "an"})
-
-
-def _stem(word: str) -> str:
-    if len(word) > 4 and word.endswith("ies"):
-        return word[:-3] + "y"
-    if len(word) > 4 and word.endswith(("ches", "shes", "sses", "xes", "zes")):
-        return word[:-2]
-    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        return word[:-1]
-    return word
-
-
 def grounding_words(text: str) -> list[str]:
     """Words compared for grounding: NFKC, case-folded, punctuation, spacing and articles ignored,
     a plural ending dropped."""
-    return [_stem(w) for w in _WORD.findall(unicodedata.normalize("NFKC", text).casefold()) if w not in _ARTICLES]
+    return GROUNDING.terms(text)
 
 
 def occurs_in(name: str, chunk_words: str) -> bool:

@@ -18,8 +18,6 @@ runs in the question's read transaction (``store.session.Reads``).
 
 from __future__ import annotations
 
-import re
-
 from pydantic import BaseModel, ConfigDict
 
 from rag_engine.config import PlannerConfig, TraversalConfig
@@ -29,50 +27,9 @@ from rag_engine.store.epochs import any_eligible_edge
 from rag_engine.store.names import ENTITY_FULLTEXT
 from rag_engine.store.reads import lucene_escape
 from rag_engine.store.session import Reads
+from rag_engine.text.analyzer import QUERY_TERMS
 from rag_engine.text.terms import content_words, stem, tokens
 
-_WORD = re.compile(r"[a-z0-9]+")
-_STOP = frozenset(
-    [
-        "a",
-        "an",
-        "and",
-        "are",
-        "as",
-        "at",
-        "be",
-        "by",
-        "can",
-        "do",
-        "does",
-        "for",
-        "from",
-        "has",
-        "have",
-        "how",
-        "i",
-        "in",
-        "is",
-        "it",
-        "of",
-        "on",
-        "or",
-        "that",
-        "the",
-        "this",
-        "to",
-        "was",
-        "what",
-        "when",
-        "where",
-        "which",
-        "who",
-        "whom",
-        "why",
-        "will",
-        "with",
-    ]
-)
 _GENERIC_RELATIONAL = (
     "between relate related relation relationship relationships connect connected connection link linked "
     "depend depends dependency responsible responsibility interact interaction"
@@ -109,7 +66,8 @@ class PlanDecision(BaseModel):
 
 
 def content_terms(question: str) -> list[str]:
-    return [w for w in _WORD.findall(question.lower()) if w not in _STOP]
+    """The question's terms (the analyzer's ``QUERY_TERMS`` profile: the planner's stopwords out, no stem)."""
+    return QUERY_TERMS.terms(question)
 
 
 def _verb(relationship_type: str) -> str:

@@ -6,7 +6,8 @@ than the configured module is reported as shadowing); the fixtures path exists; 
 document loads and chunks (rejections with their reasons); local ids are unique and use only the
 allowed characters; a key a document owns (its id) is answered by no other document; references
 parse, and internal ones resolve within the pack; golden queries name anchors that exist
-(readable by the query's role) and every answerable query has one; relationship and entity types
+(readable by the query's role), every answerable query has one, and each question has a content
+word (``rag_engine.text.terms``, the evidence check's words); relationship and entity types
 are declared when extraction is on; the pack module imports nothing of the project but
 ``rag_engine.packs`` (the dependency rule: packs -> rag_engine.packs); a collection no role can
 read is a warning.
@@ -34,6 +35,7 @@ from rag_engine.config import EngineConfig, PackEntry, under_root
 from rag_engine.errors import PackError, PackShadowed, RagError
 from rag_engine.ingest.documents import discover, load_document
 from rag_engine.packs import LOCAL_ID_SAFE, ChunkRecord, DomainPack, encode_local_id, load_pack
+from rag_engine.text.terms import content_stems
 
 Severity = Literal["error", "warning"]
 
@@ -356,6 +358,13 @@ def _lint_golden_file(
             out.error("golden_unknown_role", f"role {role!r} is not configured", qid)
         if not gold and not q.get("insufficient_evidence"):
             out.error("golden_no_anchor", "an answerable query (insufficient_evidence false) names no gold anchor", qid)
+        if not content_stems(str(q["question"])):
+            out.warning(
+                "golden_no_content_word",
+                "the question has only stopwords and question frame (the text analyzer's evidence profile): "
+                "the evidence check passes it by default and no lexical leg can match it",
+                qid,
+            )
         if by_anchor is None:
             continue
         readable = set(cfg.roles.get(role, ())) if role is not None else None

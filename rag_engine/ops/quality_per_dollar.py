@@ -26,32 +26,30 @@ and stays unknown, said so.
 Extraction and indexing spend are one-off costs of building the graph and the index: they are
 listed apart and never folded into the per-query cost.
 
-Longer than 500 lines because the report's figures (ledger sums, eval quality, prices) and their
-table are one computation read top-down.
+The eval reports' side is ``rag_engine.ops.eval_quality``; the table as shown is
+``rag_engine.ops.quality_render``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from rag_engine.config import EngineConfig, LocalCostConfig, under_root
+from rag_engine.config import EngineConfig, LocalCostConfig
 from rag_engine.errors import ConfigError
+from rag_engine.ops.eval_quality import EXTRACTIVE, ReportSummary, latest_reports
 from rag_engine.providers.ledger import UsageLedger
 from rag_engine.providers.pricing import PriceTable, local_cost_for, price_key, pricing_for
 
 log = logging.getLogger(__name__)
 
-EXTRACTIVE = ("none", "extractive")
-"""(provider, model) of an eval run that answered without a model."""
 ANSWER_PURPOSE = "answer"
 SHARED_QUERY_PURPOSES = ("query", "query_expansion", "rerank")
 """Per-query calls every generation model shares: the query embedding and local inference."""
@@ -133,90 +131,6 @@ class CostTable(_Frozen):
 
 
 # -- inputs ------------------------------------------------------------------------------------
-
-
-class ReportSummary(_Frozen):
-    """One answerer's answers in one eval report."""
-
-    path: str
-    provider: str
-    """Who answered: the generation provider, or ``none`` for the engine's extractive answers."""
-    model: str
-    answered_as: tuple[str, ...] = ()
-    created_at: datetime
-    golden_hash: str | None
-    answers: int
-    fact_questions: int
-    fact_stated_rate: float | None
-
-
-def _answerer(query: dict[str, Any], generation: dict[str, Any]) -> tuple[str, str] | None:
-    """Who wrote a report query's answer: the generation model, the extractive answer, or nobody
-    (decided before any call, a failed call, or a report that does not say)."""
-    method = query.get("answer_method")
-    if method == "model":
-        return str(generation["provider"]), str(generation["model"])
-    if method == "extractive" and not query.get("answer_error"):
-        return EXTRACTIVE
-    return None
-
-
-def _report(path: Path, root: Path) -> list[ReportSummary]:
-    """The report's answerers, each with the fact-stated rate of the answers it wrote."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("rag-eval-report/"):
-        return []  # a gate result, an acceptance, anything else
-    gen = data.get("generation") or {}
-    if gen.get("failed") or gen.get("failures"):  # fallback answers do not measure the model (generation_failed)
-        log.info("eval report %s skipped: some answers were not the model's", path)
-        return []
-    try:
-        created = datetime.fromisoformat(str(data["created_at"]).replace("Z", "+00:00"))
-        shown = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
-        by: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        for q in data.get("queries") or []:
-            who = _answerer(q, gen)
-            if who is not None:
-                by.setdefault(who, []).append(q)
-        out = []
-        for (provider, model), answered in sorted(by.items()):
-            facts = [bool(q["fact_stated"]) for q in answered if q.get("fact_stated") is not None]
-            out.append(
-                ReportSummary(
-                    path=shown,
-                    provider=provider,
-                    model=model,
-                    answered_as=tuple(gen.get("reported_models") or ()) if (provider, model) != EXTRACTIVE else (),
-                    created_at=created,
-                    golden_hash=(data.get("golden") or {}).get("hash"),
-                    answers=len(answered),
-                    fact_questions=len(facts),
-                    fact_stated_rate=round(sum(facts) / len(facts), 4) if facts else None,
-                )
-            )
-        return out
-    except (KeyError, TypeError, ValueError) as exc:
-        log.warning("eval report %s skipped: %s", path, type(exc).__name__)
-        return []
-
-
-def latest_reports(cfg: EngineConfig, root: str | Path) -> dict[tuple[str, str], ReportSummary]:
-    """The newest eval report per answerer (generation provider and model, or the extractive answer)
-    in the configured report dirs, with that answerer's answers in it; a report where some model
-    calls failed (answered by the extractive fallback) does not count."""
-    root = Path(root)
-    dirs = dict.fromkeys(under_root(root, d) for d in (*cfg.costs.report_dirs, cfg.evals.reports_dir))
-    newest: dict[tuple[str, str], ReportSummary] = {}
-    for d in dirs:
-        for path in sorted(d.glob("*.json")) if d.is_dir() else ():
-            for rep in _report(path, root):
-                key = (rep.provider, rep.model)
-                if key not in newest or rep.created_at > newest[key].created_at:
-                    newest[key] = rep
-    return newest
 
 
 @dataclass
@@ -524,123 +438,3 @@ def by_model(cfg: EngineConfig, root: str | Path, ledger_url: str) -> CostTable:
         spend_totals=totals,
         notes=tuple(notes),
     )
-
-
-# -- output ------------------------------------------------------------------------------------
-
-
-def money(value: Decimal | None, places: int = 6) -> str:
-    return "unknown" if value is None else f"{value:.{places}f}"
-
-
-def _num(value: float | None, fmt: str = ".3f") -> str:
-    return "-" if value is None else format(value, fmt)
-
-
-def as_json(table: CostTable) -> dict[str, Any]:
-    """JSON-safe: Decimal as exact text, unknown as null."""
-    return table.model_dump(mode="json")
-
-
-def row_cells(r: ModelRow) -> list[str]:
-    """One row as shown: unknown said plainly, a zero cost as free, an estimated cost marked."""
-    if r.cost_per_query is not None and r.cost_per_query == 0 and r.fact_stated_rate is not None:
-        qpd = "free"
-    else:
-        qpd = _num(r.quality_per_dollar, ",.0f") if r.quality_per_dollar is not None else "unknown"
-    guess = "~" if r.tokens_projected_from else ""  # projected from another model's answer calls
-    est = " est." if r.tokens_estimated else ""  # priced from token counts no provider reported
-    stated = "-" if r.fact_stated_rate is None else f"{r.fact_stated_rate:.3f} of {r.fact_questions}"
-    return [
-        r.model + (" *" if r.default else ""),
-        ", ".join(r.answered_as) or ("-" if r.answers is None else "(not named)"),
-        stated,
-        str(r.answer_calls),
-        "-"
-        if r.input_tokens_per_query is None
-        else f"{guess}{r.input_tokens_per_query:.0f}/{r.output_tokens_per_query:.0f}{est}",
-        guess + money(r.cost_per_query) + (est if r.cost_per_query is not None else ""),
-        qpd,
-        (guess if r.cost_per_hour is not None else "") + money(r.cost_per_hour, 4),
-        r.priced_by or "unknown",
-    ]
-
-
-ROW_HEADERS = (
-    "model",
-    "answered as",
-    "fact stated",
-    "answer calls",
-    "tokens/query in/out",
-    "cost/query",
-    "facts stated per $",
-    "cost/hour",
-    "priced by",
-)
-
-
-def model_table(rows: Iterable[ModelRow], title: str) -> Any:
-    """The rows as a rich table."""
-    from rich.table import Table
-
-    table = Table(title=title, title_justify="left")
-    for i, h in enumerate(ROW_HEADERS):
-        last = i == len(ROW_HEADERS) - 1  # the rate stays on one line; headers of numbers may wrap
-        table.add_column(h, justify="left" if i == 0 or last else "right", no_wrap=i == 0 or last)
-    for r in rows:
-        table.add_row(*row_cells(r))
-    return table
-
-
-def render(table: CostTable) -> list[Any]:
-    """Rich renderables for ``rag costs --by-model``."""
-    from rich.table import Table
-
-    cur = table.currency
-    out: list[Any] = [
-        model_table(
-            table.rows,
-            f"quality per dollar by generation model ({cur}; pricing {table.pricing_version or 'none'}; "
-            f"{table.query_rate_per_hour:g} queries/hour)",
-        )
-    ]
-    lines = [
-        f"* the default generation model. cost/query = the model's answer calls at current prices (the pricing "
-        f"file, or its provider's machine-time rate: priced by) + shared query-side calls "
-        f"({money(table.rows[0].shared_cost_per_query) if table.rows else '-'} {cur}). "
-        "~ projected: tokens of another model's answers to the same prompts. est.: priced from token counts "
-        "no provider reported (a replay fixture's characters / 4). fact stated: the share of the answers it "
-        "wrote, to questions with a known fact, that state it (the eval report's answers)."
-    ]
-    for r in table.rows:
-        lines += [f"{r.model}: {n}" for n in r.notes]
-    lines += list(table.notes)
-    out.append("\n".join(lines))
-    spend = Table(
-        title="recorded spend by purpose (extraction and indexing are not per-query cost)", title_justify="left"
-    )
-    heads = ("kind", "purpose", "provider", "model", "calls", "tokens in/out", f"cost {cur}", "unknown-cost calls")
-    for h in (*heads, "est."):  # calls priced from estimated token counts
-        spend.add_column(h, justify="right" if h.startswith(("calls", "tokens", "cost", "unknown", "est")) else "left")
-    for s in sorted(table.spend, key=lambda s: (s.kind, s.purpose, s.provider, s.model)):
-        spend.add_row(
-            s.kind,
-            s.purpose,
-            s.provider,
-            s.model,
-            str(s.calls),
-            f"{s.input_tokens}/{s.output_tokens}",
-            money(s.cost) + (" est." if s.estimated_calls else ""),
-            str(s.unknown_cost_calls),
-            str(s.estimated_calls),
-        )
-    if not table.spend:
-        out.append("no usage recorded in the ledger")
-        return out
-    out.append(spend)
-    out.append(
-        "spend by kind: "
-        + ", ".join(f"{k} {money(v)}" for k, v in table.spend_totals.items())
-        + f" {cur} (known costs only; unknown-cost calls are counted, never added as 0)"
-    )
-    return out

@@ -9,64 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import re
 
 import numpy as np
 
 from rag_engine.providers.registry import ModelSpec
-
-_TOKEN = re.compile(r"[a-z0-9]+")
-_STOP = frozenset(
-    [
-        "a",
-        "an",
-        "and",
-        "are",
-        "as",
-        "at",
-        "be",
-        "by",
-        "for",
-        "from",
-        "has",
-        "have",
-        "in",
-        "is",
-        "it",
-        "its",
-        "of",
-        "on",
-        "or",
-        "that",
-        "the",
-        "this",
-        "to",
-        "was",
-        "were",
-        "will",
-        "with",
-        "shall",
-        "which",
-        "such",
-        "any",
-        "may",
-        "be",
-        "been",
-        "not",
-    ]
-)
-
-
-def tokens(text: str) -> list[str]:
-    return [t for t in _TOKEN.findall(text.lower()) if t not in _STOP]
-
-
-def _stem(tok: str) -> str:
-    """A tiny suffix stripper so 'erasure'/'erase', 'processing'/'processed' share features."""
-    for suffix in ("ations", "ation", "ings", "ing", "ures", "ure", "ies", "ed", "es", "s", "e"):
-        if len(tok) > len(suffix) + 3 and tok.endswith(suffix):
-            return tok[: -len(suffix)]
-    return tok
+from rag_engine.text.analyzer import HASH_EMBEDDER
 
 
 class HashEmbedder:
@@ -79,7 +26,7 @@ class HashEmbedder:
         self.dimension = spec.model.dimension
 
     def _features(self, text: str) -> list[tuple[str, float]]:
-        toks = [_stem(t) for t in tokens(text)]
+        toks = HASH_EMBEDDER.terms(text)
         feats = [(t, 1.0) for t in toks]
         feats += [(f"{a}_{b}", 0.5) for a, b in itertools.pairwise(toks)]
         return feats

@@ -15,7 +15,7 @@ from typing import Any
 
 import neo4j
 
-from rag_engine.providers.results import CHARS_PER_TOKEN
+from rag_engine.text.token_count import CHARS_PER_TOKEN
 
 PROMPT_OVERHEAD_TOKENS = 600
 """A chunk's prompt besides its text, in tokens; a coarse allowance used only without history."""

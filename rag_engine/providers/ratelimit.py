@@ -8,12 +8,12 @@ are injectable so tests run in virtual time.
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Callable
 
 from rag_engine.config import ProviderConfig, RateLimitConfig
+from rag_engine.text.token_count import estimated_tokens
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], None]
@@ -110,9 +110,9 @@ class RateLimiter:
 
 
 def estimate_tokens(texts: list[str], max_output_tokens: int | None = None) -> int:
-    """Rough pre-call estimate (4 characters per token) plus the output the call may produce."""
-    chars = sum(len(t) for t in texts)
-    return math.ceil(chars / 4) + (max_output_tokens or 0)
+    """Rough pre-call estimate (``text.token_count``: characters / 4, rounded up) plus the output
+    the call may produce."""
+    return estimated_tokens(sum(len(t) for t in texts)) + (max_output_tokens or 0)
 
 
 _shared: dict[tuple[str, int | None, int | None], RateLimiter] = {}

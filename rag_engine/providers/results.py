@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rag_engine.text.token_count import CHARS_PER_TOKEN, ESTIMATE
 from rag_engine.usage import UsageRecord
 
 
@@ -19,9 +20,8 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
 
-CHARS_PER_TOKEN = 4
-CHARACTER_ESTIMATE = f"characters / {CHARS_PER_TOKEN}"
-"""How a fixture counts tokens it never measured (``TokenUsage.from_characters``)."""
+CHARACTER_ESTIMATE = ESTIMATE
+"""How a fixture counts tokens it never measured (``TokenUsage.from_characters``; ``text.token_count``)."""
 
 
 class TokenUsage(_Frozen):

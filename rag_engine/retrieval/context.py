@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field
 from rag_engine.config import ContextBudgetsConfig
 from rag_engine.retrieval.candidates import Candidate
 from rag_engine.retrieval.live_source import LiveProvenance
+from rag_engine.text.token_count import estimated_tokens
 
 Category = Literal["system", "documents", "conversation", "tools"]
 OverflowReason = Literal["over_budget", "duplicate_chunk", "older_than_dropped_turn"]
@@ -38,8 +39,9 @@ TOKEN_COUNTER = "approx_chars_div_4"
 
 
 def approx_tokens(text: str) -> int:
-    """ceil(len(text) / 4): deterministic, tokenizer-free, slightly pessimistic for English."""
-    return (len(text) + 3) // 4
+    """ceil(len(text) / 4) (``text.token_count``'s estimate): deterministic, tokenizer-free,
+    slightly pessimistic for English."""
+    return estimated_tokens(len(text))
 
 
 class _Frozen(BaseModel):

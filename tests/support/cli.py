@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from click.testing import Result
 from typer.testing import CliRunner
 
-from rag_engine.cli import app
+from rag_engine.cli.app import app
 
 
 def rag(*args: str, env: Mapping[str, str] | None = None) -> Result:

@@ -16,8 +16,9 @@ from typing import Any
 
 from rag_engine.config import EngineConfig, under_root
 from rag_engine.errors import ConfigError, RagError
-from rag_engine.ops.swap.probes import active_chunks, approx_tokens, ledger_embed_rate, measure_embed_rate
+from rag_engine.ops.swap.probes import active_chunks, ledger_embed_rate, measure_embed_rate
 from rag_engine.ops.swap.report import Consequence, Identity, Pricing
+from rag_engine.text.token_count import ESTIMATE, count_tokens, estimated_tokens
 
 # -- pricing ------------------------------------------------------------------------------------
 
@@ -107,7 +108,13 @@ def embedding_consequence(
     can_call: bool,
 ) -> Consequence:
     n, chars, sample = active_chunks(engine)
-    avg_tokens = approx_tokens(chars) / n if n else 0.0
+    counted = count_tokens(sample, candidate.served_model) if sample else None
+    if counted is not None and not counted.estimated:  # the candidate's own tokenizer, on the sample
+        avg_tokens = counted.tokens / len(sample)
+        count_how = f"{counted.method}, {len(sample)} sampled chunks"
+    else:
+        avg_tokens = estimated_tokens(chars) / n if n else 0.0
+        count_how = ESTIMATE
     rate, per_text, how = None, None, ""
     if can_call:
         try:
@@ -116,8 +123,8 @@ def embedding_consequence(
             notes.append(f"sample embedding through the candidate failed: {type(exc).__name__}")
     if rate is None:
         rate, how = ledger_embed_rate(engine, candidate, avg_tokens or 1.0)
-    tokens = round(per_text * n) if per_text else approx_tokens(chars)
-    token_how = "reported by the sample" if per_text else "characters / 4"
+    tokens = round(per_text * n) if per_text else round(avg_tokens * n)
+    token_how = "reported by the sample" if per_text else count_how
     cost = _cost(table, price_key_, tokens, 0)
     cost_note = (
         f"{tokens} input tokens ({token_how}) at the candidate's rate"

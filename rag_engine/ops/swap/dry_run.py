@@ -215,7 +215,8 @@ def _quality_rows(
     """The current and the candidate generation model's quality-per-dollar rows, each priced by its
     own config (the pricing file, or its provider's machine-time rate); a model without an eval
     report keeps its row (its price and cost are still known) and gets a note naming the report."""
-    from rag_engine.ops.quality_per_dollar import latest_reports, ledger_usage, rows_for
+    from rag_engine.ops.eval_quality import latest_reports
+    from rag_engine.ops.quality_per_dollar import ledger_usage, rows_for
     from rag_engine.providers.ledger import UsageLedger, ledger_url
 
     ledger = UsageLedger(ledger_url(cfg, env, root))

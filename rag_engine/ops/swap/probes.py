@@ -11,7 +11,6 @@ optional embedding sample, recorded in the ledger like any other.
 from __future__ import annotations
 
 import json
-import math
 import os
 import socket
 import subprocess
@@ -128,10 +127,6 @@ def active_chunks(engine: Any, packs: list[str] | None = None) -> tuple[int, int
         k=SAMPLE_TEXTS,
     )
     return int(rows[0]["n"]), int(rows[0]["chars"] or 0), [r["text"] or "" for r in sample]
-
-
-def approx_tokens(chars: int) -> int:
-    return math.ceil(chars / 4)
 
 
 def measure_embed_rate(

@@ -87,7 +87,7 @@ def render_text(report: SwapReport) -> str:
     for n in rb.notes:
         lines.append(f"  note: {n}")
     if r.quality_per_dollar:
-        from rag_engine.ops.quality_per_dollar import ROW_HEADERS, row_cells
+        from rag_engine.ops.quality_render import ROW_HEADERS, row_cells
 
         lines.append("quality per dollar (current, then candidate):")
         lines.append("  " + " | ".join(ROW_HEADERS))

@@ -12,7 +12,7 @@ not counted on either side. Each repeat measures, in alternating order:
 - ``one_doc``: the same document edited in both corpora; CLI ingest vs the Dagster tick that
   finds it and runs what its sensors request (the next tick, untimed, must find nothing to do).
 
-    python -m evals.bench.dagster_overhead [--repeat 5] [--postgres] [--profile dagster_no_change]
+    python -m rag_assets.overhead_bench [--repeat 5] [--postgres] [--profile dagster_no_change]
 """
 
 from __future__ import annotations
