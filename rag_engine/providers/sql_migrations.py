@@ -12,6 +12,8 @@ in one transaction:
 - **SQLite** (one machine): the transaction starts with ``BEGIN IMMEDIATE``, the database's write
   lock, which the busy timeout waits for; same outcome.
 
+An open that finds every step listed (the usual case) only reads the table: no lock, no write.
+
 Steps are written to be idempotent too (``CREATE ... IF NOT EXISTS``, a column added only when
 missing), so a database created before this table existed is brought under it as it is: its steps
 are listed without changing a row. Nothing is ever dropped or rewritten.
@@ -26,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import Column, Connection, DateTime, Engine, Integer, MetaData, String, Table, select, text
+from sqlalchemy import Column, Connection, DateTime, Engine, Integer, MetaData, String, Table, inspect, select, text
 
 ADVISORY_LOCK_KEY = zlib.crc32(b"rag_engine.schema_migrations")
 """The PostgreSQL advisory lock every engine process takes while it migrates (one per database)."""
@@ -60,10 +62,23 @@ def _lock(conn: Connection) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+def _all_listed(engine: Engine, migrations: Sequence[Migration]) -> bool:
+    """Whether every step is listed already (read without a lock or a write, so a read-only
+    database that is up to date opens)."""
+    t = schema_migrations.c
+    with engine.connect() as conn:
+        if not inspect(conn).has_table(schema_migrations.name):
+            return False
+        listed = {(c, v) for c, v in conn.execute(select(t.component, t.version))}
+    return all((m.component, m.version) in listed for m in migrations)
+
+
 def run_migrations(engine: Engine, migrations: Sequence[Migration]) -> list[str]:
     """Apply the steps of ``migrations`` the database does not list yet, in order, in one locked
     transaction; returns ``component:version`` for each step this call applied (empty when another
     process, or an earlier open, had applied them all)."""
+    if _all_listed(engine, migrations):  # the usual open: nothing to lock, nothing written
+        return []
     applied: list[str] = []
     who = f"{socket.gethostname()}:{os.getpid()}"
     with engine.begin() as conn:
