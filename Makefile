@@ -13,7 +13,7 @@ EMBED_LOCAL_PORT ?= 8765
 export RAG_EMBED_ENDPOINT ?= http://127.0.0.1:$(EMBED_LOCAL_PORT)/v1
 LLM_LOCAL_PORT ?= 8767
 
-.PHONY: setup lint demo test test-routing dev neo4j-start neo4j-stop postgres-start postgres-stop embed-start embed-stop serve-stop bench bench-serving bench-sizing deploy-check eval eval-gate eval-gate-dagster baseline clean llm-install llm-start llm-stop test-real-model
+.PHONY: setup lint demo test test-routing test-fleet dev neo4j-start neo4j-stop postgres-start postgres-stop embed-start embed-stop serve-stop bench bench-serving bench-sizing deploy-check eval eval-gate eval-gate-dagster baseline clean llm-install llm-start llm-stop test-real-model
 
 # PYTHONWARNINGS=ignore: setuptools' editable-install warning block is not for a newcomer
 $(VENV)/.installed: pyproject.toml
@@ -103,6 +103,14 @@ ROUTING_TESTS := tests/test_neo4j_roundtrip.py tests/test_read_routing.py tests/
 	tests/test_serving_mcp.py tests/test_serving_metrics.py tests/test_serving_faults.py
 test-routing:
 	$(MAKE) test TEST_NEO4J_SCHEME=neo4j PYTEST_ARGS='$(ROUTING_TESTS) -q'
+# The query service as a fleet (tests/test_fleet.py): Debian's HAProxy in front of two `rag serve`
+# replicas on free loopback ports, the shared Redis limiter and a PostgreSQL records database it starts
+# itself, on the test Neo4j; a bounded load run (4 clients, ~30 s, a replica SIGKILLed mid-run), about
+# two minutes in all. Its figures: var/test/fleet.json (docs/deployment.md).
+# the whole suite without the fleet test, which has its own target (.ci/run calls both)
+PYTEST_ARGS ?= --ignore=tests/test_fleet.py
+test-fleet:
+	RAG_FLEET_REPORT=$(CURDIR)/var/test/fleet.json $(MAKE) test PYTEST_ARGS='tests/test_fleet.py -q -s'
 TEST_SERVE_DIR := $(CURDIR)/var/test/serve
 TEST_SERVE_ENV := SERVE_LOCAL_PORT=$(TEST_SERVE_PORT) SERVE_LOCAL_DIR=$(TEST_SERVE_DIR) SERVE_LOCAL_CONFIG=$(TEST_SERVE_DIR)/engine.yaml
 test: setup postgres-start embed-start

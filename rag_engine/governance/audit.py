@@ -1,7 +1,10 @@
 """Append-only audit trail: who asked what, with which role, what was withheld, what was cited.
 
 Kept in the usage ledger's database (same URL: SQLite file by default, PostgreSQL by URL, through
-SQLAlchemy Core), so one backup and one retention policy cover cost and governance. One record per
+SQLAlchemy Core), so one backup and one retention policy cover cost and governance; its schema is
+versioned beside the ledger's (``AUDIT_MIGRATIONS``, run once per database under a lock: replicas
+and ingest may write one PostgreSQL trail together). Approvals live here too: each check, granted
+or refused, and each approval request is an audit record. One record per
 query (``event = "query"``) and one per governance event: ``collections_blocked``,
 ``local_inference_degraded``, ``generation_fallback``, ``freshness_breach`` and
 ``live_source_unavailable`` (the live SQL leg), ``approval_granted`` / ``approval_refused``,
@@ -25,11 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Column, DateTime, Index, Integer, MetaData, RowMapping, String, Table, Text, func, select
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 
 from rag_engine.errors import ApprovalMismatch, AuditError, QueryInputError
 from rag_engine.governance.approvals import DELETE_AUDIT_RECORDS, Approval, require
 from rag_engine.providers.ledger import _make_engine, ledger_url, usage_records
+from rag_engine.providers.sql_migrations import Migration, run_migrations
 
 if TYPE_CHECKING:
     from rag_engine.engine import Engine
@@ -62,6 +66,9 @@ audit_records = Table(
     Index("ix_audit_records_session_id", "session_id"),
     Index("ix_audit_records_event", "event"),
 )
+
+AUDIT_MIGRATIONS = (Migration("audit", 1, "audit_records", lambda conn: audit_records.create(conn, checkfirst=True)),)
+"""The trail's schema, step by step: a new step gets the next version, an applied one never changes."""
 
 
 class AuditRecord(BaseModel):
@@ -142,13 +149,8 @@ class AuditTrail:
 
     def __init__(self, url: str):
         self._engine = _make_engine(url)
-        try:
-            _metadata.create_all(self._engine, checkfirst=True)
-        except DBAPIError:  # another process won the race to create it
-            from sqlalchemy import inspect
-
-            if not inspect(self._engine).has_table(audit_records.name):
-                raise
+        self.applied = run_migrations(self._engine, AUDIT_MIGRATIONS)
+        """The schema steps this open applied (``component:version``); empty when none was due."""
 
     def __repr__(self) -> str:
         return f"AuditTrail({self._engine.url.render_as_string(hide_password=True)!r})"

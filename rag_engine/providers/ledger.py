@@ -8,8 +8,10 @@ call cost under the pricing version of its day, and later price changes never re
 Costs are stored as exact decimal text rather than a NUMERIC column, because SQLite has no
 decimal type and would round-trip through binary floats.
 
-Columns added after a ledger was first created (``ADDED_COLUMNS``: nullable, so every old row
-stays valid) are added in place when a ledger is opened; nothing is ever dropped or rewritten.
+The schema is versioned (``LEDGER_MIGRATIONS``, run once per database by
+``rag_engine.providers.sql_migrations`` under a lock, so replicas and Dagster run pods may open one
+PostgreSQL ledger together). Columns added after a ledger was first created (``ADDED_COLUMNS``:
+nullable, so every old row stays valid) are added in place; nothing is ever dropped or rewritten.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import (
     Boolean,
     Column,
+    Connection,
     DateTime,
     Engine,
     Index,
@@ -39,12 +42,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import make_url
 from sqlalchemy.engine.interfaces import ExceptionContext
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.types import TypeDecorator
 
 from rag_engine.config import EngineConfig
 from rag_engine.errors import LedgerUnavailable
+from rag_engine.providers.sql_migrations import Migration, run_migrations
 from rag_engine.usage import UsageRecord
 
 if TYPE_CHECKING:  # pandas is imported only by the summary: writers in worker processes start faster
@@ -144,7 +147,8 @@ class UsageLedger:
 
     def __init__(self, url: str):
         self._engine = _make_engine(url)
-        self._create_table()
+        self.applied = run_migrations(self._engine, LEDGER_MIGRATIONS)
+        """The schema steps this open applied (``component:version``); empty when none was due."""
 
     def __repr__(self) -> str:
         # The URL may carry a database password: show it masked.
@@ -153,16 +157,6 @@ class UsageLedger:
     @property
     def dialect(self) -> str:
         return self._engine.dialect.name
-
-    def _create_table(self) -> None:
-        """Create the table once; tolerate another process winning the race to create it. Then
-        add any column an older ledger lacks (``migrate``)."""
-        try:
-            _metadata.create_all(self._engine, checkfirst=True)
-        except DBAPIError:
-            if not inspect(self._engine).has_table(usage_records.name):
-                raise
-        migrate(self._engine)
 
     # -- write -----------------------------------------------------------------------
     def record(self, rec: UsageRecord) -> UsageRecord:
@@ -207,31 +201,28 @@ class UsageLedger:
         self._engine.dispose()
 
 
-def _columns(engine: Engine) -> set[str]:
-    """The columns the store's ``usage_records`` table has now."""
-    return {c["name"] for c in inspect(engine).get_columns(usage_records.name)}
-
-
-def migrate(engine: Engine) -> list[str]:
+def migrate(conn: Connection) -> list[str]:
     """Add the ``ADDED_COLUMNS`` an existing ``usage_records`` table lacks, in place and additively
-    (nullable, no default, no row rewritten); returns the columns added. Tolerates another process
-    adding the same column at the same time."""
-    present = _columns(engine)
+    (nullable, no default, no row rewritten); returns the columns added. Run inside the locked
+    migration transaction, so no other process adds them at the same time."""
+    present = {c["name"] for c in inspect(conn).get_columns(usage_records.name)}
     added = []
     for name in ADDED_COLUMNS:
         if name in present:
             continue
         column = usage_records.c[name]
-        ddl = f"ALTER TABLE {usage_records.name} ADD COLUMN {name} {column.type.compile(dialect=engine.dialect)}"
-        try:
-            with engine.begin() as conn:
-                conn.exec_driver_sql(ddl)
-        except DBAPIError:
-            if name not in _columns(engine):
-                raise
-            continue  # another process added it first
+        conn.exec_driver_sql(
+            f"ALTER TABLE {usage_records.name} ADD COLUMN {name} {column.type.compile(dialect=conn.dialect)}"
+        )
         added.append(name)
     return added
+
+
+LEDGER_MIGRATIONS = (
+    Migration("ledger", 1, "usage_records", lambda conn: usage_records.create(conn, checkfirst=True)),
+    Migration("ledger", 2, "usage_records actor, estimated", migrate),
+)
+"""The ledger's schema, step by step: a new step gets the next version, an applied one never changes."""
 
 
 def _to_record(row: RowMapping) -> UsageRecord:
