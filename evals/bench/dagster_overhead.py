@@ -163,7 +163,7 @@ def _row(label: str, cli: list[float], dag: list[float]) -> dict[str, Any]:
 
 
 def _cleanup(engine: Any, packs: list[str], drop_index: bool) -> None:
-    from rag_engine.graph import schema
+    from rag_engine.store import schema
 
     for pack in packs:
         with engine.driver.session(database=engine.database) as session:
@@ -207,7 +207,7 @@ def run(repeat: int, doc: str, profile: str | None, postgres: bool = False) -> d
     else:  # config/dagster.yaml's default: SQLite
         instance = dg.DagsterInstance.local_temp(str(tmp / "dagster"))
     dag = DagsterSide(defs, instance, dag_pack)
-    from rag_engine.graph import schema
+    from rag_engine.store import schema
 
     meta = schema.current_embedder(engine.driver, engine.database)
     if meta and meta["identity"] != engine.registry.embedding.identity:

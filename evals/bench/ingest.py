@@ -41,10 +41,11 @@ from pathlib import Path
 from typing import Any
 
 from rag_engine.engine import Engine
-from rag_engine.graph import schema, writer
+from rag_engine.graph import writer
 from rag_engine.ingest.documents import discover, load_document
 from rag_engine.ingest.pipeline import ingest_pack
 from rag_engine.packs import DomainPack
+from rag_engine.store import schema
 from rag_engine.store.artifacts import ArtifactStore
 
 HASH_EMBEDDER = "hash-embed-384"

@@ -44,10 +44,11 @@ from rag_engine import yaml_safe
 from rag_engine.engine import Engine
 from rag_engine.errors import ConfigError, EmbedderMismatch
 from rag_engine.governance.policy import gate
-from rag_engine.graph import schema, writer
+from rag_engine.graph import writer
 from rag_engine.ingest.documents import discover, load_document
 from rag_engine.packs import SourceDocument, make_chunk
 from rag_engine.retrieval.retriever import retrieve
+from rag_engine.store import schema
 from rag_engine.store.reads import lucene_escape, vector_fetch
 
 _SENTENCE = re.compile(r"(?<=[.;:])\s+")

@@ -21,8 +21,9 @@ from typing import Any
 
 from evals.bench.ingest import cleanup
 from rag_engine.engine import Engine
-from rag_engine.graph import schema, writer
+from rag_engine.graph import writer
 from rag_engine.packs import ChunkRecord, ReferenceRecord, SourceDocument, make_chunk
+from rag_engine.store import schema
 
 # The previous algorithm: every document's graph write dropped and re-derived the whole pack.
 _OLD_DROP = "MATCH (s:Chunk {pack: $pack})-[e:REFERENCES]->(:Chunk) DELETE e"
