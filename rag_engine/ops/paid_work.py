@@ -21,8 +21,8 @@ from rag_engine.engine import Engine
 from rag_engine.governance.approvals import PAID_AUTOMATION, Approval, require
 from rag_engine.ingest.documents import discover, load_document
 from rag_engine.ingest.extraction_step import uncached_chunks
+from rag_engine.ops.estimates import extraction_tokens
 from rag_engine.packs import ChunkRecord, DomainPack
-from rag_engine.providers.estimates import extraction_tokens
 
 COMMAND = "rag ingest"
 
