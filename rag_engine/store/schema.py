@@ -101,9 +101,9 @@ def run_schema_statement(driver: neo4j.Driver, database: str, stmt: str, **param
             time.sleep(delay)
 
 
-def await_indexes(driver: neo4j.Driver, database: str) -> None:
-    """Wait (up to 300 s) until every index is online."""
-    run_schema_statement(driver, database, "CALL db.awaitIndexes(300)")
+def await_indexes(driver: neo4j.Driver, database: str, *, seconds: int = 300) -> None:
+    """Wait (up to ``seconds``) until every index is online."""
+    run_schema_statement(driver, database, f"CALL db.awaitIndexes({int(seconds)})")
 
 
 def ensure_schema(driver: neo4j.Driver, database: str) -> None:
