@@ -9,7 +9,7 @@ operator's key). A free extraction model (a local one without a price: replay, l
 
 The estimate: one call per chunk of the pack's documents whose answer the extraction cache does
 not hold (the chunks a run would send), tokens by the shared estimator
-(``providers.estimates.extraction_tokens``), priced at the model's rate.
+(``ops.estimates.extraction_tokens``), priced at the model's rate.
 """
 
 from __future__ import annotations
