@@ -49,7 +49,7 @@ import bm25s
 import neo4j
 import numpy as np
 
-from rag_engine.store.session import read
+from rag_engine.store.measurement import served_texts
 from rag_engine.text.analyzer import BM25, BM25_STEMMED
 
 METHOD = "lucene"
@@ -117,16 +117,7 @@ class BM25Index:
 def read_chunks(driver: neo4j.Driver, database: str, pack: str, collections: Sequence[str]) -> list[Chunk]:
     """The pack's active, retrieval-eligible chunks in the given collections, in anchor order (a
     READ transaction): exactly the chunks the engine's legs may return to that role."""
-    rows = read(
-        driver,
-        database,
-        "MATCH (c:Chunk) WHERE c.pack = $pack AND c.active AND coalesce(c.eligible, true) "
-        "AND c.collection IN $collections "
-        "RETURN c.anchor AS anchor, coalesce(c.heading, '') AS heading, coalesce(c.text, '') AS text "
-        "ORDER BY anchor, c.chunk_id",
-        pack=pack,
-        collections=list(collections),
-    )
+    rows = served_texts(driver, database, pack, collections)
     return [Chunk(anchor=r["anchor"], heading=r["heading"], text=r["text"]) for r in rows]
 
 

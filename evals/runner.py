@@ -97,7 +97,7 @@ def default_role(engine: Engine, pack_name: str) -> str:
 def reindex_info(engine: Engine) -> dict[str, Any] | None:
     """Whether every current chunk carries a vector in the active index (the one ``rag reindex``
     switched to, or the first one), from the index's recorded embedder."""
-    from rag_engine.graph.schema import index_coverage
+    from rag_engine.store.schema import index_coverage
 
     coverage = index_coverage(engine.driver, engine.database, sorted(engine.packs))
     if coverage is None:

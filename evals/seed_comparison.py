@@ -47,6 +47,7 @@ from rag_engine.ingest.pipeline import ingest_pack
 from rag_engine.packs import DomainPack, load_pack
 from rag_engine.providers.replay import Cassette
 from rag_engine.retrieval.retriever import retrieve
+from rag_engine.store import measurement
 
 QUESTION = "Which system does Project Falcon depend on?"
 ROLE = "employee"
@@ -273,40 +274,24 @@ def run(base: Engine, workdir: Path) -> dict[str, Any]:
     return out
 
 
-_FIXTURE_NODES = (
-    "MATCH (n) WHERE ((n:Chunk OR n:Document OR n:Entity OR n:ExtractionRun) AND n.pack = $p) "
-    "OR (n:DocumentVersion AND n.key STARTS WITH $p + ':') OR (n:RefKey AND n.key STARTS WITH $p + '|') "
-)
-
-
 def remove_fixture(engine: Engine, pack: str) -> dict[str, Any]:
     """Delete every node the fixture pack wrote, then count what is left of it (0, or ``ConfigError``)."""
     if not pack.startswith("seed_"):
         raise ConfigError(f"refusing to remove pack {pack!r}: only a seed comparison fixture (seed_<hex>)")
-    rows, _, _ = engine.driver.execute_query(
-        _FIXTURE_NODES + "WITH collect(n) AS ns UNWIND ns AS n DETACH DELETE n RETURN count(*) AS n",
-        p=pack,
-        database_=engine.database,
-    )
-    removed = int(rows[0]["n"]) if rows else 0
-    left, _, _ = engine.driver.execute_query(_FIXTURE_NODES + "RETURN count(n) AS n", p=pack, database_=engine.database)
-    if int(left[0]["n"]):
-        raise ConfigError(f"the seed comparison left {left[0]['n']} nodes of its fixture pack {pack!r} in the store")
+    removed = measurement.pack_nodes(engine.driver, engine.database, pack)
+    measurement.drop_pack(engine.driver, engine.database, pack)
+    left = measurement.pack_nodes(engine.driver, engine.database, pack)
+    if left:
+        raise ConfigError(f"the seed comparison left {left} nodes of its fixture pack {pack!r} in the store")
     return {"fixture_pack": pack, "nodes_removed": removed, "nodes_left": 0}
 
 
 def _pack_chunks(engine: Engine, pack: str) -> set[str]:
-    rows, _, _ = engine.driver.execute_query("MATCH (c:Chunk {pack: $p}) RETURN c.chunk_id AS id", p=pack)
-    return {r["id"] for r in rows}
+    return measurement.chunk_ids(engine.driver, engine.database, pack)
 
 
 def _edges(engine: Engine, pack: str) -> list[dict[str, Any]]:
-    rows, _, _ = engine.driver.execute_query(
-        "MATCH ()-[r:RELATED {pack: $p}]->() RETURN r.type AS type, r.confidence AS confidence, "
-        "r.retrieval_eligible AS retrieval_eligible",
-        p=pack,
-    )
-    return [dict(r) for r in rows]
+    return measurement.related_edges(engine.driver, engine.database, pack)
 
 
 def main() -> int:

@@ -15,7 +15,7 @@
 - Paid work (LLM extraction, generation evals) calls a model; it runs by itself only when its
   estimated cost is at most ``automation.max_auto_cost_usd`` (default 0). A model that is local
   and unpriced costs 0; a priced model costs its estimate; a hosted model without a price is
-  unknown, never free (tokens by rag_engine.providers.estimates, the provider swap dry run's
+  unknown, never free (tokens by rag_engine.ops.estimates, the provider swap dry run's
   estimator: ledger history per call, else a prompt-size bound). Only calls that will be made
   count: extraction counts the chunks the extraction cache does not hold (a re-run after a rules
   change, or a new version's unchanged chunks, is free), and eval_report answers extractively, so
@@ -49,8 +49,8 @@ from rag_assets.resources import engine_for
 from rag_engine.engine import Engine
 from rag_engine.errors import RagError, RegistryError
 from rag_engine.ingest.extraction_step import uncached_chunks
+from rag_engine.ops.estimates import extraction_tokens
 from rag_engine.packs import ChunkRecord, DomainPack
-from rag_engine.providers.estimates import extraction_tokens
 from rag_engine.store.connection import probe_store, store_unreachable
 
 if TYPE_CHECKING:  # since_last_handled's return type, which dagster does not export

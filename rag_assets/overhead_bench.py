@@ -163,27 +163,14 @@ def _row(label: str, cli: list[float], dag: list[float]) -> dict[str, Any]:
 
 
 def _cleanup(engine: Any, packs: list[str], drop_index: bool) -> None:
-    from rag_engine.graph import schema
+    from rag_engine.store import schema
+    from rag_engine.store.measurement import drop_pack
 
     for pack in packs:
-        with engine.driver.session(database=engine.database) as session:
-            session.run(
-                "MATCH (n) WHERE n.pack = $p CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 2000 ROWS", p=pack
-            ).consume()
-        engine.driver.execute_query(
-            "MATCH (v:DocumentVersion) WHERE v.key STARTS WITH $p DETACH DELETE v",
-            p=pack + ":",
-            database_=engine.database,
-        )
-        engine.driver.execute_query(
-            "MATCH (k:RefKey) WHERE k.key STARTS WITH $p DETACH DELETE k", p=pack + "|", database_=engine.database
-        )
-    meta = schema.current_embedder(engine.driver, engine.database)
-    if drop_index and meta:  # the bench built the first index: leave the database as it found it
-        engine.driver.execute_query(
-            f"DROP INDEX {schema.safe_name(meta['index'])} IF EXISTS", database_=engine.database
-        )
-        engine.driver.execute_query("MATCH (m:IndexMeta) DELETE m", database_=engine.database)
+        drop_pack(engine.driver, engine.database, pack)
+    if drop_index and schema.current_embedder(engine.driver, engine.database):
+        # the bench built the first index: leave the database as it found it
+        schema.reset_vector_index(engine.driver, engine.database)
 
 
 def run(repeat: int, doc: str, profile: str | None, postgres: bool = False) -> dict[str, Any]:
@@ -207,7 +194,7 @@ def run(repeat: int, doc: str, profile: str | None, postgres: bool = False) -> d
     else:  # config/dagster.yaml's default: SQLite
         instance = dg.DagsterInstance.local_temp(str(tmp / "dagster"))
     dag = DagsterSide(defs, instance, dag_pack)
-    from rag_engine.graph import schema
+    from rag_engine.store import schema
 
     meta = schema.current_embedder(engine.driver, engine.database)
     if meta and meta["identity"] != engine.registry.embedding.identity:

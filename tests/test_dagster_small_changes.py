@@ -188,7 +188,7 @@ def test_automation_cost_estimate_is_the_swap_dry_runs_token_estimator(variant, 
     from rag_assets.automation import extraction_estimate
     from rag_engine.graph.writer import write_extraction_run
     from rag_engine.ingest.documents import discover
-    from rag_engine.providers.estimates import extraction_tokens
+    from rag_engine.ops.estimates import extraction_tokens
     from rag_engine.usage import UsageRecord
 
     engine = build_definitions(variant("base")).resources["rag"].engine()

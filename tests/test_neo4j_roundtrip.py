@@ -2,7 +2,7 @@
 
 import neo4j
 
-from rag_engine.graph import schema
+from rag_engine.store import schema
 
 
 def test_write_read_round_trip(neo4j_driver, unique):

@@ -21,10 +21,10 @@ from rag_engine.engine import Engine
 from rag_engine.errors import ApprovalMismatch, ApprovalRequired, EmbedderMismatch
 from rag_engine.governance.approvals import REINDEX_CUTOVER, Approval
 from rag_engine.governance.audit import audit_trail
-from rag_engine.graph import schema
 from rag_engine.ingest.pipeline import ingest_pack
 from rag_engine.ingest.reindex import ReindexProgress, cutover_plan, render_text, run_reindex
 from rag_engine.retrieval.retriever import retrieve
+from rag_engine.store import schema
 from tests.conftest import ROOT, _embed_env, _neo4j_uri, with_artifacts
 from tests.support.packs import POLICY, RUNBOOK, temp_pack
 
@@ -147,7 +147,7 @@ def test_blue_green_reindex_serves_throughout_and_resumes(base_config, tmp_path,
         assert done.already_present == crashed.embedded_chunks  # the refused run wrote nothing
         # every current chunk carries the new vector once switched (counts alone can move: other
         # tests' throwaway packs share this database)
-        from rag_engine.graph.schema import index_coverage
+        from rag_engine.store.schema import index_coverage
 
         coverage = index_coverage(b.driver, b.database)
         assert coverage is not None and coverage["complete"], coverage

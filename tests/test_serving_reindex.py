@@ -20,10 +20,10 @@ import pytest
 from rag_engine.config import PrincipalConfig, ServingConfig
 from rag_engine.engine import Engine
 from rag_engine.governance.approvals import REINDEX_CUTOVER, Approval
-from rag_engine.graph import schema
 from rag_engine.ingest.pipeline import ingest_pack
 from rag_engine.ingest.reindex import cutover_plan, run_reindex
 from rag_engine.serving.app import create_app
+from rag_engine.store import schema
 from tests.conftest import ROOT
 from tests.serving_support import APP_KEY, APP_KEY_ENV, bearer, running, sha
 from tests.support.packs import POLICY, RUNBOOK, temp_pack

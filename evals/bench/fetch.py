@@ -21,15 +21,9 @@ from evals.runner import default_role, load_golden
 from rag_engine.engine import Engine
 from rag_engine.governance.policy import gate
 from rag_engine.retrieval.fusion import fuse
-from rag_engine.store import reads
+from rag_engine.store import measurement, reads
 from rag_engine.store.epochs import active_index
 from rag_engine.store.session import Reads, read_transaction
-
-_EXACT = (
-    "MATCH (c:Chunk) WHERE c.active AND coalesce(c.eligible, true) AND c.collection IN $collections "
-    "AND c[$prop] IS NOT NULL WITH c, vector.similarity.cosine(c[$prop], $embedding) AS score "
-    "RETURN c.chunk_id AS chunk_id ORDER BY score DESC, c.chunk_id LIMIT $k"
-)
 
 
 def exact_neighbours(
@@ -37,8 +31,7 @@ def exact_neighbours(
 ) -> set[str]:
     """The true k nearest permitted chunks, by brute force over the active index's property."""
     prop = active_index(rx, identity)[0].property
-    rows = rx.rows(_EXACT, collections=list(collections), prop=prop, embedding=embedding, k=k)
-    return {r["chunk_id"] for r in rows}
+    return measurement.exact_neighbours(rx, embedding=embedding, collections=collections, k=k, prop=prop)
 
 
 def main() -> None:

@@ -41,11 +41,13 @@ from pathlib import Path
 from typing import Any
 
 from rag_engine.engine import Engine
-from rag_engine.graph import schema, writer
+from rag_engine.graph import writer
 from rag_engine.ingest.documents import discover, load_document
 from rag_engine.ingest.pipeline import ingest_pack
 from rag_engine.packs import DomainPack
+from rag_engine.store import schema
 from rag_engine.store.artifacts import ArtifactStore
+from rag_engine.store.measurement import drop_pack
 
 HASH_EMBEDDER = "hash-embed-384"
 PACKS = "legal_regulatory,company_x_kb,adgm_rulebooks"
@@ -70,18 +72,7 @@ def renamed(pack: DomainPack, name: str) -> DomainPack:
 
 
 def cleanup(engine: Engine, pack: str) -> None:
-    with engine.driver.session(database=engine.database) as session:  # IN TRANSACTIONS needs an implicit tx
-        session.run(
-            "MATCH (n) WHERE (n:Chunk OR n:Document OR n:Entity) AND n.pack = $pack "
-            "CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 2000 ROWS",
-            pack=pack,
-        ).consume()
-        for label, prefix in (("DocumentVersion", pack + ":"), ("RefKey", pack + "|")):
-            session.run(
-                f"MATCH (n:{label}) WHERE n.key STARTS WITH $p "
-                "CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 2000 ROWS",
-                p=prefix,
-            ).consume()
+    drop_pack(engine.driver, engine.database, pack)
 
 
 def raw_write(engine: Engine, pack: DomainPack, *, vectors: bool, per_row: bool = False) -> int:

@@ -44,10 +44,12 @@ from rag_engine import yaml_safe
 from rag_engine.engine import Engine
 from rag_engine.errors import ConfigError, EmbedderMismatch
 from rag_engine.governance.policy import gate
-from rag_engine.graph import schema, writer
+from rag_engine.graph import writer
 from rag_engine.ingest.documents import discover, load_document
 from rag_engine.packs import SourceDocument, make_chunk
 from rag_engine.retrieval.retriever import retrieve
+from rag_engine.store import schema
+from rag_engine.store.measurement import chunk_count, drop_pack
 from rag_engine.store.reads import lucene_escape, vector_fetch
 
 _SENTENCE = re.compile(r"(?<=[.;:])\s+")
@@ -146,8 +148,7 @@ def grow(engine: Engine, pack: str, pool: list[str], start: int, stop: int, rng:
             batch_size=1000,
         )
         writer.activate_version(engine.driver, engine.database, pack=pack, doc_id=doc.doc_id, version="v1")
-    with engine.driver.session(database=engine.database) as s:
-        s.run("CALL db.awaitIndexes(1200)").consume()
+    schema.await_indexes(engine.driver, engine.database, seconds=1200)
     return time.perf_counter() - t0
 
 
@@ -164,13 +165,7 @@ def prepare_store(engine: Engine) -> None:
 
 
 def cleanup(engine: Engine, pack: str) -> None:
-    with engine.driver.session(database=engine.database) as s:
-        s.run(
-            "MATCH (n) WHERE (n:Chunk OR n:Document) AND n.pack = $p "
-            "CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 5000 ROWS",
-            p=pack,
-        ).consume()
-        s.run("MATCH (v:DocumentVersion) WHERE v.key STARTS WITH $p DETACH DELETE v", p=pack + ":").consume()
+    drop_pack(engine.driver, engine.database, pack, batch=5000)
 
 
 def questions(engine: Engine) -> list[str]:
@@ -306,10 +301,7 @@ def main() -> None:
     pack = args.pack or f"benchq_{uuid.uuid4().hex[:8]}"
     serve_synthetic(engine, pack)
     results: list[dict[str, Any]] = []
-    records, _, _ = engine.driver.execute_query(
-        "MATCH (c:Chunk {pack: $p}) RETURN count(c) AS n", p=pack, database_=engine.database
-    )
-    have = int(records[0]["n"])
+    have = chunk_count(engine.driver, engine.database, pack)
     rng = random.Random(7 + have)  # a resumed build does not repeat the first chunks' sentences
     load = os.getloadavg()
     print(f"{len(qs)} golden questions x {args.repeat} repeats per size; load average {load[0]:.2f} {load[1]:.2f}")

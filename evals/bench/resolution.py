@@ -21,8 +21,10 @@ from typing import Any
 
 from evals.bench.ingest import cleanup
 from rag_engine.engine import Engine
-from rag_engine.graph import schema, writer
+from rag_engine.graph import writer
 from rag_engine.packs import ChunkRecord, ReferenceRecord, SourceDocument, make_chunk
+from rag_engine.store import schema
+from rag_engine.store.measurement import reference_edges
 
 # The previous algorithm: every document's graph write dropped and re-derived the whole pack.
 _OLD_DROP = "MATCH (s:Chunk {pack: $pack})-[e:REFERENCES]->(:Chunk) DELETE e"
@@ -122,12 +124,7 @@ def _run(
                         )
                     )
             times["resolution"] += time.perf_counter() - started
-        edges = drv.execute_query(
-            "MATCH (s:Chunk {pack: $pack})-[e:REFERENCES]->(t:Chunk) "
-            "RETURN count(e) AS n, count(DISTINCT s.doc_id + '>' + t.doc_id) AS doc_pairs",
-            pack=pack,
-            database_=db,
-        ).records[0]
+        edges = reference_edges(drv, db, pack)
         return {**{k: round(v, 2) for k, v in times.items()}, "edges": edges["n"]}
     finally:
         cleanup(engine, pack)

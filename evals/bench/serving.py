@@ -56,6 +56,7 @@ from rag_engine import DEFAULT_CONFIG, yaml_safe
 from rag_engine.config import under_root
 from rag_engine.engine import Engine, project_root
 from rag_engine.retrieval.query import run_query
+from rag_engine.store.measurement import chunk_count
 
 KEY_ENV = "RAG_BENCH_KEY_SHA256"
 PRINCIPAL = "bench-client"
@@ -253,10 +254,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         prepare_store(engine)
         pool, qs = sentence_pool(engine), questions(engine)
-        records, _, _ = engine.driver.execute_query(
-            "MATCH (c:Chunk {pack: $p}) RETURN count(c) AS n", p=pack, database_=engine.database
-        )
-        have = int(records[0]["n"])
+        have = chunk_count(engine.driver, engine.database, pack)
         build_s = grow(engine, pack, pool, have, args.chunks, random.Random(7 + have)) if args.chunks > have else 0.0
         print(f"{max(have, args.chunks)} synthetic chunks (built in {build_s:.1f}s); {len(qs)} questions", flush=True)
         proc, url = start_service(config, digest, out / "serve.log")

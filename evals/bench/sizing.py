@@ -38,7 +38,8 @@ from typing import Any
 
 from evals.bench.ingest import bench_engine, pipeline, renamed
 from rag_engine.engine import Engine
-from rag_engine.graph import schema
+from rag_engine.store import schema
+from rag_engine.store.measurement import store_counts
 
 LUCENE = ("fulltext", "vector")
 NATIVE = ("range", "token-lookup", "point", "text")
@@ -80,14 +81,7 @@ def heap_used(store_dir: Path) -> int | None:
 
 
 def counts(engine: Engine) -> dict[str, int]:
-    records, _, _ = engine.driver.execute_query(
-        "CALL () { MATCH (c:Chunk) RETURN count(c) AS chunks } "
-        "CALL () { MATCH (n) RETURN count(n) AS nodes } "
-        "CALL () { MATCH ()-[r]->() RETURN count(r) AS relationships } "
-        "RETURN chunks, nodes, relationships",
-        database_=engine.database,
-    )
-    return dict(records[0])
+    return store_counts(engine.driver, engine.database)
 
 
 def measure(engine: Engine, store_dir: Path, copies: int) -> dict[str, Any]:

@@ -1,13 +1,12 @@
 """The commands: each parses options, calls the engine, then renders (render.py) or emits JSON.
 
-Longer than 500 lines because each command is one thin function over the engine and they read
-best together; the swap and audit commands live apart.
+The graph commands (``graph_commands``) and the re-index (``reindex_commands``) live apart and are
+named here with the rest for ``cli.app``; so do the swap and audit commands (mounted by ``cli.app``).
 """
 
 from __future__ import annotations
 
 import time
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,6 +25,8 @@ from rag_engine.cli.common import (
     progress_wanted,
     use_json,
 )
+from rag_engine.cli.graph_commands import cleanup, feedback, quality
+from rag_engine.cli.reindex_commands import reindex
 from rag_engine.errors import NotIngested
 
 # -- config / packs ---------------------------------------------------------------------------
@@ -153,15 +154,9 @@ def packs_lint(
 
 def _check_ingested(eng: Any, collections: tuple[str, ...]) -> None:
     """Querying an empty store: say so and what to run, instead of an index error from Neo4j."""
-    import neo4j
+    from rag_engine.store.status import any_served
 
-    records, _, _ = eng.driver.execute_query(
-        "MATCH (c:Chunk) WHERE c.active AND c.collection IN $collections RETURN count(c) > 0 AS any",
-        collections=list(collections),
-        database_=eng.database,
-        routing_=neo4j.RoutingControl.READ,
-    )
-    if not records or not records[0]["any"]:
+    if not any_served(eng.driver, eng.database, collections):
         raise NotIngested(
             f"nothing ingested yet for collections {list(collections)}: run `rag ingest` (or `make demo`) first"
         )
@@ -383,140 +378,6 @@ def ingest(
         raise typer.Exit(exit_code)
 
 
-# -- graph ------------------------------------------------------------------------------------
-
-
-def quality(ctx: typer.Context, json: JsonOpt = False) -> None:
-    """Graph quality report (read-only); exit 1 when a blocking check fails.
-
-    Blocking: orphan entities, dangling edges, missing provenance, key conflicts (a document's own
-    key, e.g. a KB id, answered by another document; examples listed)."""
-    from rag_engine.graph.quality import quality_report
-    from rag_engine.ops.status import blocking_failures, quality_checks
-
-    use_json(ctx, json)
-    eng = engine(ctx, store=True)
-    report = quality_report(eng.driver, eng.database, sorted(eng.packs))
-    failing = blocking_failures(report)
-    if json:
-        emit_json(ctx, {**report, "checks": quality_checks(report), "blocking_failures": failing})
-    else:
-        render.quality(out(), report, quality_checks(report))
-        if failing:
-            hint = (
-                "; key conflicts: remove or correct the claiming document, then `rag ingest`"
-                if "no_key_conflicts" in failing
-                else ""
-            )
-            err().print(
-                f"blocking checks fail: {', '.join(failing)}; see `rag cleanup --dry-run`{hint}",
-                style="red",
-                markup=False,
-            )
-    if failing:
-        raise typer.Exit(CHECK_FAILED)
-
-
-def cleanup(
-    ctx: typer.Context,
-    approved_by: Annotated[
-        str,
-        typer.Option(
-            "--approved-by",
-            help="Who approves the removal (required unless --dry-run). With principals configured: the "
-            "operator key's principal (RAG_KEY), which this may only repeat.",
-        ),
-    ] = "",
-    reason: Annotated[str, typer.Option("--reason", help="Why (required unless --dry-run).")] = "",
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would be removed; change nothing.")] = False,
-    inputs_hash: Annotated[
-        str | None,
-        typer.Option(
-            "--inputs-hash", help="The inputs_hash a --dry-run printed: remove only if the plan is unchanged."
-        ),
-    ] = None,
-    json: JsonOpt = False,
-) -> None:
-    """Remove stale graph paths (orphans, dangling edges, superseded chunks): needs --approved-by and --reason.
-
-    With principals configured: an operator's key (RAG_KEY), whose principal is the approver."""
-    from rag_engine.governance.approvals import GRAPH_CLEANUP, operator_approval
-    from rag_engine.governance.approvals import inputs_hash as hash_of
-    from rag_engine.governance.audit import audit_trail
-    from rag_engine.graph.cleanup import cleanup_inputs, run_cleanup
-
-    use_json(ctx, json)
-    eng = engine(ctx)
-    approved_by = auth.approver(auth.operator(ctx, eng, "rag cleanup"), approved_by)  # before the store
-    engine_store_check(ctx, eng)
-    packs = list(eng.packs)
-    plan = cleanup_inputs(eng.driver, eng.database, packs)
-    if dry_run:
-        data = {"would_remove": plan["plan"], "inputs_hash": hash_of(plan)}
-        emit_json(ctx, data) if json else render.counts(
-            out(), "cleanup dry run: would remove", data["would_remove"] | {"inputs_hash": data["inputs_hash"]}
-        )
-        return
-    run_id = f"cli-{int(time.time())}"
-    approval = operator_approval(
-        GRAPH_CLEANUP, approved_by=approved_by, reason=reason, inputs_hash=inputs_hash, run_id=run_id
-    )
-    data = run_cleanup(
-        eng.driver, eng.database, packs, approval, run_id=run_id, audit=audit_trail(eng), actor=approved_by
-    )
-    if json:
-        emit_json(ctx, data)
-    else:
-        render.counts(
-            out(),
-            "cleanup",
-            {k: v for k, v in data.items() if not isinstance(v, dict)}
-            | {f"removed {k}": v for k, v in (data.get("removed") or {}).items()},
-        )
-
-
-class Verdict(str, Enum):
-    useful = "useful"
-    harmful = "harmful"
-
-
-def feedback(
-    ctx: typer.Context,
-    path_id: Annotated[str, typer.Option("--path-id", help="The path id `rag query` prints for a graph candidate.")],
-    role: Annotated[str, typer.Option("--role", help="The caller's role: only paths it may read can be judged.")],
-    verdict: Annotated[Verdict, typer.Option("--verdict", help="Whether the path helped or misled.")],
-    actor: Annotated[str, typer.Option("--actor", help="Who gives the feedback.")],
-    note: Annotated[str, typer.Option("--note", help="Free text.")] = "",
-    query_text: Annotated[str | None, typer.Option("--query", help="The question the path answered.")] = None,
-    json: JsonOpt = False,
-) -> None:
-    """Record diagnostic feedback on a graph path as an (:Observation); never changes facts."""
-    from rag_engine.governance.policy import gate
-    from rag_engine.graph.feedback import decode_path_id, record_feedback
-
-    use_json(ctx, json)
-    eng = engine(ctx, store=True)
-    decision = gate(eng.cfg, role)  # as the role: a path it may not read is as unknown as a missing one
-    obs = record_feedback(
-        eng.driver,
-        eng.database,
-        path=decode_path_id(path_id),
-        verdict=verdict.value,
-        note=note,
-        actor=actor,
-        query=query_text or "",
-        collections=decision.collections,
-    )
-    if json:
-        emit_json(ctx, obs.model_dump(mode="json"))
-    else:
-        render.kv(
-            out(),
-            "feedback recorded",
-            {k: v for k, v in obs.model_dump(mode="json").items() if not isinstance(v, (list, dict))},
-        )
-
-
 # -- costs / status ---------------------------------------------------------------------------
 
 
@@ -604,100 +465,6 @@ def status(ctx: typer.Context, json: JsonOpt = False) -> None:
     if down:
         err().print(f"error: StoreUnavailable: {down['message']}", style="red", markup=False)
         raise typer.Exit(BAD_INPUT)
-
-
-def reindex(
-    ctx: typer.Context,
-    keep_old: Annotated[
-        bool, typer.Option("--keep-old", help="Keep the retired index and its vectors (switching back is then cheap).")
-    ] = False,
-    approved_by: Annotated[
-        str,
-        typer.Option(
-            "--approved-by",
-            help="Who approves the cut-over (needed unless a gate passed for it). With principals "
-            "configured: the operator key's principal (RAG_KEY), which this may only repeat.",
-        ),
-    ] = "",
-    reason: Annotated[str, typer.Option("--reason", help="Why the cut-over is approved.")] = "",
-    inputs_hash: Annotated[
-        str | None,
-        typer.Option(
-            "--inputs-hash", help="The inputs_hash a --dry-run printed: switch only if the plan is unchanged."
-        ),
-    ] = None,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Show the cut-over plan (from, to, gate evidence) and its inputs_hash.")
-    ] = False,
-    json: JsonOpt = False,
-) -> None:
-    """Blue/green re-index to the configured embedder; queries keep the old index until the switch.
-
-    The switch is an approved action (--approved-by, --reason) unless an eval gate passed for the
-    new embedder; without either the new index is built and the switch refused (ApprovalRequired).
-    With principals configured: an operator's key (RAG_KEY), whose principal is the approver."""
-    from rag_engine.governance.approvals import REINDEX_CUTOVER, operator_approval
-    from rag_engine.governance.approvals import inputs_hash as hash_of
-    from rag_engine.ingest.reindex import GATE_PASSED, cutover_plan, render_text, run_reindex
-
-    use_json(ctx, json)
-    eng = engine(ctx)
-    op = auth.operator(ctx, eng, "rag reindex")  # before the store
-    approved_by = auth.approver(op, approved_by)
-    engine_store_check(ctx, eng)
-    plan = cutover_plan(eng)
-    if dry_run:
-        gate = (plan or {}).get("gate") or {}
-        data = {
-            "cutover": plan,
-            "inputs_hash": hash_of(plan) if plan else None,
-            "approval_needed": plan is not None and gate.get("status") not in GATE_PASSED,
-        }
-        if json:
-            emit_json(ctx, data)
-        elif plan is None:
-            out().print("re-index dry run: no cut-over due (the configured embedder is active, or nothing is indexed)")
-        else:
-            out().print(f"re-index dry run: cut-over {plan['from']} -> {plan['to']}", markup=False)
-            out().print(f"gate evidence: {plan['gate'] or 'none for the new embedder'}", markup=False)
-            if data["approval_needed"]:
-                out().print(f"inputs_hash: {data['inputs_hash']}", markup=False)
-                err().print(
-                    f"approve with: rag reindex {auth.approve_as(op)}--reason WHY --inputs-hash {data['inputs_hash']}",
-                    markup=False,
-                )
-        return
-    approval = None
-    if plan is not None:
-        approval = operator_approval(REINDEX_CUTOVER, approved_by=approved_by, reason=reason, inputs_hash=inputs_hash)
-    live = progress_wanted(ctx)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    with Progress(
-        TextColumn("re-index {task.fields[phase]}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[note]}"),
-        TimeRemainingColumn(),
-        console=err(),
-        disable=not live,
-    ) as bar:
-        task = bar.add_task("reindex", total=None, phase="", note="")
-
-        def progress(p: Any) -> None:
-            bar.update(
-                task,
-                total=p.total or None,
-                completed=p.done,
-                phase=p.phase,
-                note=f"{p.cache_hits} cached, {p.embedded} embedded",
-            )
-
-        report = run_reindex(eng, progress=progress, drop_old=not keep_old, approval=approval)
-    if json:
-        emit_json(ctx, report.model_dump(mode="json"))
-    else:
-        out().print(render_text(report), markup=False)
 
 
 __all__ = [

@@ -5,7 +5,7 @@ add: it CREATEs one ``(:Observation)`` node plus ``[:OBSERVES]`` edges to the pa
 nodes and ``[:ABOUT_CHUNK]`` edges to its evidence chunks. It never deletes or edits a graph
 fact, a REFERENCES edge, a chunk or a citation, so a wrong or malicious verdict cannot change
 what the engine retrieves or cites; people act on the summary (fix the pack, re-extract), not
-the traversal. All Cypher is constant text with parameters.
+the traversal. All Cypher is constant text with parameters (``store.feedback``).
 
 A path is a list of hops ``{source_id, target_id, type, chunk_id}`` (the Entity ids, the
 relationship type and the evidence chunk); extra hop keys such as ``confidence`` are ignored.
@@ -32,7 +32,7 @@ import neo4j
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from rag_engine.errors import FeedbackError
-from rag_engine.store.connection import single_record
+from rag_engine.store import feedback as observations
 
 Verdict = Literal["useful", "harmful"]
 VERDICTS: tuple[str, ...] = ("useful", "harmful")
@@ -110,39 +110,6 @@ def decode_path_id(value: str) -> tuple[PathHop, ...]:
     return hops_of([dict(zip(("source_id", "type", "target_id", "chunk_id"), hop, strict=False)) for hop in raw])
 
 
-_FOUND = """
-OPTIONAL MATCH (e:Entity) WHERE e.entity_id IN $entity_ids
-  AND ($collections IS NULL OR EXISTS {
-        MATCH (e)-[:MENTIONED_IN]->(m:Chunk) WHERE m.collection IN $collections })
-WITH collect(DISTINCT e.entity_id) AS entities
-OPTIONAL MATCH (c:Chunk) WHERE c.chunk_id IN $chunk_ids AND ($collections IS NULL OR c.collection IN $collections)
-RETURN entities, collect(DISTINCT c.chunk_id) AS chunks
-"""
-
-_CREATE = """
-CREATE (o:Observation {observation_id: $observation_id, verdict: $verdict, note: $note, actor: $actor,
-                       query_hash: $query_hash, path_signature: $signature, path_id: $path_id,
-                       created_at: datetime()})
-RETURN toString(o.created_at) AS created_at
-"""
-
-_OBSERVES = """
-MATCH (o:Observation {observation_id: $observation_id})
-UNWIND $entity_ids AS eid
-MATCH (e:Entity {entity_id: eid})
-CREATE (o)-[:OBSERVES]->(e)
-RETURN count(*) AS n
-"""
-
-_ABOUT_CHUNK = """
-MATCH (o:Observation {observation_id: $observation_id})
-UNWIND $chunk_ids AS cid
-MATCH (c:Chunk {chunk_id: cid})
-CREATE (o)-[:ABOUT_CHUNK]->(c)
-RETURN count(*) AS n
-"""
-
-
 def record_feedback(
     driver: neo4j.Driver,
     database: str,
@@ -179,23 +146,16 @@ def record_feedback(
     }
 
     def work(tx: neo4j.ManagedTransaction) -> Observation:
-        found_result = tx.run(
-            _FOUND,
-            entity_ids=entity_ids,
-            chunk_ids=chunk_ids,
-            collections=None if collections is None else list(collections),
+        entities, chunks = observations.found_nodes(
+            tx, entity_ids=entity_ids, chunk_ids=chunk_ids, collections=collections
         )
-        found = single_record(found_result, "feedback path lookup")
-        missing = (set(entity_ids) - set(found["entities"])) | (set(chunk_ids) - set(found["chunks"]))
+        missing = (set(entity_ids) - entities) | (set(chunk_ids) - chunks)
         if missing:
             raise FeedbackError(f"path refers to {len(missing)} node(s) the graph does not hold")
-        created_at = single_record(tx.run(_CREATE, params), "observation create")["created_at"]
-        n_entities = single_record(
-            tx.run(_OBSERVES, observation_id=params["observation_id"], entity_ids=entity_ids), "OBSERVES edges"
-        )["n"]
-        n_chunks = single_record(
-            tx.run(_ABOUT_CHUNK, observation_id=params["observation_id"], chunk_ids=chunk_ids), "ABOUT_CHUNK edges"
-        )["n"]
+        created_at = observations.create_observation(tx, params)
+        n_entities, n_chunks = observations.observe(
+            tx, observation_id=params["observation_id"], entity_ids=entity_ids, chunk_ids=chunk_ids
+        )
         return Observation(
             observation_id=params["observation_id"],
             verdict=verdict,
@@ -210,19 +170,9 @@ def record_feedback(
         return session.execute_write(work)
 
 
-_SUMMARY = """
-MATCH (o:Observation)
-RETURN o.path_signature AS signature, o.path_id AS path_id,
-       sum(CASE o.verdict WHEN 'useful' THEN 1 ELSE 0 END) AS useful,
-       sum(CASE o.verdict WHEN 'harmful' THEN 1 ELSE 0 END) AS harmful
-ORDER BY harmful DESC, useful ASC, signature
-"""
-
-
 def feedback_summary(driver: neo4j.Driver, database: str, *, limit: int | None = 50) -> dict[str, Any]:
     """Counts per verdict and per path (most harmful first), read through a read-access session."""
-    with driver.session(database=database, default_access_mode=neo4j.READ_ACCESS) as session:
-        rows = session.execute_read(lambda tx: [r.data() for r in tx.run(_SUMMARY)])
+    rows = observations.feedback_rows(driver, database)
     paths = [
         {"path_signature": r["signature"], "path_id": r["path_id"], "useful": r["useful"], "harmful": r["harmful"]}
         for r in rows

@@ -23,8 +23,8 @@ from pydantic import BaseModel, ConfigDict
 from rag_engine.config import PlannerConfig, TraversalConfig
 from rag_engine.graph.entity_resolution import EntityResolver, normalize_name
 from rag_engine.packs import DomainPack
+from rag_engine.store import graph_reads
 from rag_engine.store.epochs import any_eligible_edge
-from rag_engine.store.names import ENTITY_FULLTEXT
 from rag_engine.store.reads import lucene_escape
 from rag_engine.store.session import Reads
 from rag_engine.text.analyzer import QUERY_TERMS
@@ -131,18 +131,7 @@ def match_entities(
     # entities of the same name (many packs in one database) must not push this pack's out
     fetch = limit * 4
     while True:
-        result = rx.rows(
-            f"CALL db.index.fulltext.queryNodes('{ENTITY_FULLTEXT}', $q, {{limit: $fetch}}) YIELD node AS e "
-            "WITH collect(e) AS hits "
-            "RETURN size(hits) AS total, [e IN hits WHERE e.pack IN $packs AND EXISTS { "
-            "MATCH (e)-[:MENTIONED_IN]->(c:Chunk) WHERE c.active AND c.collection IN $collections } "
-            "| {entity_id: e.entity_id, name: e.name, normalized: e.normalized_name, pack: e.pack}] AS kept",
-            q=q,
-            packs=sorted(names),
-            fetch=fetch,
-            collections=list(collections),
-        )
-        total, found = (result[0]["total"], result[0]["kept"]) if result else (0, [])
+        total, found = graph_reads.entity_hits(rx, q=q, packs=sorted(names), fetch=fetch, collections=collections)
         if len(found) >= limit or total < fetch or fetch >= ENTITY_FETCH_CAP:
             break
         fetch = min(fetch * 4, ENTITY_FETCH_CAP)
@@ -164,27 +153,14 @@ def match_entities(
             if any(f" {normalize_name(a)} " in normalized_question for a in (canonical, *aliases)):
                 norm = resolver.resolve(canonical)
                 eid = resolver.entity_id(norm)
-                found = rx.rows(
-                    "MATCH (e:Entity {entity_id: $id}) WHERE EXISTS { MATCH (e)-[:MENTIONED_IN]->(c:Chunk) "
-                    "WHERE c.active AND c.collection IN $collections } RETURN e.name AS name",
-                    id=eid,
-                    collections=list(collections),
-                )
-                if found:
-                    seeds[eid] = Seed(entity_id=eid, name=found[0]["name"], pack=pack.name, score=1.0)
+                name = graph_reads.mentioned_entity_name(rx, entity_id=eid, collections=collections)
+                if name is not None:
+                    seeds[eid] = Seed(entity_id=eid, name=name, pack=pack.name, score=1.0)
     return sorted(seeds.values(), key=lambda s: (-s.score, s.name))[:limit]
 
 
 def eligible_edge_count(rx: Reads, seed_ids: list[str], floor: float, collections: tuple[str, ...]) -> int:
-    rows = rx.rows(
-        "MATCH (e:Entity)-[r:RELATED]-() WHERE e.entity_id IN $ids AND r.retrieval_eligible "
-        "AND r.confidence >= $floor AND EXISTS { MATCH (ev:Chunk {chunk_id: r.chunk_id}) "
-        "WHERE ev.active AND ev.collection IN $collections } RETURN count(r) AS n",
-        ids=seed_ids,
-        floor=floor,
-        collections=list(collections),
-    )
-    return int(rows[0]["n"])
+    return graph_reads.eligible_edge_count(rx, ids=seed_ids, floor=floor, collections=collections)
 
 
 def plan(

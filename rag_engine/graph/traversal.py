@@ -17,23 +17,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from rag_engine.config import TraversalConfig
-from rag_engine.graph.quality_predicates import traversable
+from rag_engine.store.graph_reads import hop
 from rag_engine.store.session import Reads
-
-# every hop must be an edge that passes the quality predicates (provenance, not dangling) and is
-# evidenced by a current chunk of an enabled pack the caller may read: the policy gate applies to
-# paths (entity names, edges) exactly as it does to chunk text
-_HOP = f"""
-UNWIND $frontier AS fid
-MATCH (a:Entity {{entity_id: fid}})-[r:RELATED]-(b:Entity)
-WHERE {traversable("r")}
-WITH a, r, b ORDER BY r.confidence DESC, r.chunk_id
-WITH a, collect({{rel: r, b: b}})[..$fanout] AS edges
-UNWIND edges AS e
-RETURN a.entity_id AS from_id, e.b.entity_id AS to_id, e.b.name AS to_name, e.rel.type AS type,
-       e.rel.confidence AS confidence, e.rel.chunk_id AS chunk_id,
-       startNode(e.rel).entity_id = a.entity_id AS forward
-"""
 
 
 class Hop(BaseModel):
@@ -76,7 +61,7 @@ def traverse(
     collections: tuple[str, ...],
 ) -> list[GraphPath]:
     """All bounded paths from the seeds ((entity_id, name) pairs), best first, capped; only over
-    traversable edges (``quality_predicates.traversable``: full provenance, evidence chunk current,
+    traversable edges (``store.quality_predicates.traversable``: full provenance, evidence chunk current,
     of an enabled pack and in a permitted collection)."""
     paths: list[GraphPath] = []
     for seed_id, seed_name in seeds:
@@ -84,13 +69,8 @@ def traverse(
         seed_paths: list[GraphPath] = []
         for _depth in range(cfg.max_depth):
             frontier = sorted({(p[-1].to_id if p else seed_id) for p in partial})
-            rows = rx.rows(
-                _HOP,
-                frontier=frontier,
-                floor=cfg.confidence_floor,
-                fanout=cfg.per_seed_limit,
-                collections=list(collections),
-                packs=list(rx.packs),
+            rows = hop(
+                rx, frontier=frontier, floor=cfg.confidence_floor, fanout=cfg.per_seed_limit, collections=collections
             )
             by_from: dict[str, list[dict[str, Any]]] = {}
             for row in rows:

@@ -12,8 +12,8 @@ Writes that can change which inferred edges a question may traverse (chunks writ
 or withdrawn, inferred records replaced) bump the graph epoch last in their transaction
 (``store.epochs``), so no process keeps a cached graph fact past them.
 
-Longer than 500 lines because every Cypher write of the store is here, so the transaction shape
-and batching of each write can be reviewed side by side.
+The statements themselves live in the store (``store.versions``, ``store.references``,
+``store.inferred``); this module decides what to write and composes them into transactions.
 """
 
 from __future__ import annotations
@@ -27,9 +27,8 @@ import neo4j
 
 from rag_engine.errors import EmbedderMismatch, KeyConflict
 from rag_engine.packs import ChunkRecord, ReferenceRecord
-from rag_engine.store.connection import single_record
+from rag_engine.store import inferred, references, versions
 from rag_engine.store.epochs import bump_graph_epoch
-from rag_engine.store.names import VECTOR_INDEX
 
 
 def batched(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
@@ -40,73 +39,6 @@ def batched(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
 def version_key(pack: str, partition_key: str) -> str:
     """DocumentVersion key: pack-scoped, since partition keys are unique only within a pack."""
     return f"{pack}:{partition_key}"
-
-
-_WRITE_VERSIONS = """
-UNWIND $docs AS doc
-MERGE (d:Document {key: $pack + ':' + doc.doc_id})
-  SET d.doc_id = doc.doc_id, d.pack = $pack, d.title = doc.title, d.collection = doc.collection
-MERGE (v:DocumentVersion {key: doc.key})
-  ON CREATE SET v.status = 'pending'
-  SET v.version = doc.version, v.doc_id = doc.doc_id, v.content_hash = doc.content_hash,
-      v.source_path = doc.source_path, v.updated_at = datetime()
-MERGE (d)-[:HAS_VERSION]->(v)
-"""
-
-_ACTIVATE = """
-MATCH (d:Document {key: $pack + ':' + $doc_id})-[:HAS_VERSION]->(v:DocumentVersion {key: $key})
-SET v.status = 'current', v.activated_at = coalesce(v.activated_at, datetime())
-WITH d, v
-OPTIONAL MATCH (d)-[:HAS_VERSION]->(old:DocumentVersion) WHERE old.key <> $key AND old.status <> 'superseded'
-SET old.status = 'superseded', old.superseded_at = datetime()
-WITH DISTINCT v
-OPTIONAL MATCH (c:Chunk {doc_id: $doc_id, pack: $pack})
-SET c.active = (c.doc_version = $version)
-"""
-
-_WRITE_CHUNKS = """
-UNWIND $rows AS row
-MATCH (v:DocumentVersion {key: row.version_key})
-MERGE (c:Chunk {chunk_id: row.chunk_id})
-  SET c.anchor = row.anchor, c.doc_id = row.doc_id, c.doc_version = row.doc_version, c.pack = $pack,
-      c.ordinal = row.ordinal, c.heading = row.heading, c.text = row.text, c.collection = row.collection,
-      c.language = row.language, c.content_hash = row.content_hash, c.keys = row.keys,
-      c.eligible = row.eligible, c.active = coalesce(c.active, false)
-MERGE (v)-[:HAS_CHUNK]->(c)
-WITH c, row
-// keys the chunk no longer answers to (changed rules, same chunk id) must stop matching
-OPTIONAL MATCH (c)-[old:ANSWERS_TO]->(k:RefKey) WHERE NOT k.key IN [x IN row.keys | $pack + '|' + x]
-DELETE old
-WITH DISTINCT c, row
-UNWIND row.keys AS key
-MERGE (k:RefKey {key: $pack + '|' + key})
-MERGE (c)-[:ANSWERS_TO]->(k)
-"""
-
-_KEY_OWNERS = """
-UNWIND $keys AS key
-MATCH (:RefKey {key: $pack + '|' + key})<-[:OWNS]-(d:Document {pack: $pack})
-RETURN key, collect(DISTINCT d.doc_id) AS owners
-"""
-
-# the version's owned keys replace the document's: a key its new text no longer declares is released
-_WRITE_OWNED = """
-UNWIND $docs AS doc
-MATCH (d:Document {key: $pack + ':' + doc.doc_id})
-OPTIONAL MATCH (d)-[o:OWNS]->(old:RefKey) WHERE NOT old.key IN [x IN doc.owned | $pack + '|' + x]
-DELETE o
-WITH DISTINCT d, doc
-UNWIND doc.owned AS key
-MERGE (k:RefKey {key: $pack + '|' + key})
-MERGE (d)-[:OWNS]->(k)
-"""
-
-_DROP_VANISHED_CHUNKS = """
-UNWIND $docs AS doc
-MATCH (v:DocumentVersion {key: doc.key})-[:HAS_CHUNK]->(c:Chunk)
-WHERE NOT c.chunk_id IN doc.chunk_ids
-DETACH DELETE c
-"""
 
 
 _WORD = re.compile(r"[^\W\d_]{2,}")
@@ -187,8 +119,7 @@ def write_document_versions(
     def work(tx: neo4j.ManagedTransaction) -> list[KeyConflict | None]:
         keys = sorted({k for ks in answered.values() for k in ks})
         owners: dict[str, set[str]] = {k: set() for k in keys}
-        for r in tx.run(_KEY_OWNERS, keys=keys, pack=pack):
-            owners[r["key"]] = set(r["owners"])
+        owners.update(versions.key_owners(tx, pack=pack, keys=keys))
         outcomes: list[KeyConflict | None] = []
         for d in docs:
             taken = {k: min(owners[k] - {d.doc_id}) for k in answered[d.doc_id] if owners[k] - {d.doc_id}}
@@ -229,11 +160,11 @@ def write_document_versions(
             for d, f in zip(written, fields, strict=True)
             for c in d.chunks
         ]
-        tx.run(_WRITE_VERSIONS, docs=fields, pack=pack).consume()
+        versions.write_versions(tx, pack=pack, docs=fields)
         for batch in batched(rows, batch_size):
-            tx.run(_WRITE_CHUNKS, rows=list(batch), pack=pack).consume()
-        tx.run(_DROP_VANISHED_CHUNKS, docs=fields).consume()
-        tx.run(_WRITE_OWNED, docs=fields, pack=pack).consume()
+            versions.write_chunks(tx, pack=pack, rows=batch)
+        versions.drop_vanished_chunks(tx, docs=fields)
+        versions.write_owned(tx, pack=pack, docs=fields)
         bump_graph_epoch(tx)
         return outcomes
 
@@ -245,9 +176,7 @@ def activate_version(driver: neo4j.Driver, database: str, *, pack: str, doc_id: 
     """Make a written (and indexed) version the current one; every other version is superseded."""
 
     def work(tx: neo4j.ManagedTransaction) -> None:
-        tx.run(
-            _ACTIVATE, pack=pack, doc_id=doc_id, version=version, key=version_key(pack, f"{doc_id}--{version}")
-        ).consume()
+        versions.activate(tx, pack=pack, doc_id=doc_id, version=version, key=version_key(pack, f"{doc_id}--{version}"))
         bump_graph_epoch(tx)
 
     with driver.session(database=database) as session:
@@ -261,27 +190,11 @@ def write_chunks_per_row(
     key = version_key(pack, key)
 
     def work(tx: neo4j.ManagedTransaction, row: dict[str, Any]) -> None:
-        tx.run(_WRITE_CHUNKS, rows=[{**row, "version_key": key}], pack=pack).consume()
+        versions.write_chunks(tx, pack=pack, rows=[{**row, "version_key": key}])
 
     with driver.session(database=database) as session:
         for c in chunks:
             session.execute_write(work, chunk_row(c))
-
-
-_SET_EMBEDDINGS = """
-UNWIND $rows AS row
-MATCH (c:Chunk {chunk_id: row.chunk_id})
-CALL db.create.setNodeVectorProperty(c, $property, row.embedding)
-SET c.embedder = CASE WHEN $property = 'embedding' THEN $identity ELSE c.embedder END
-SET c += coalesce(row.units, {})
-"""
-
-
-_HOLD_INDEX = """
-MATCH (m:IndexMeta {name: $meta})
-SET m.held = true REMOVE m.held
-RETURN m.identity AS identity, coalesce(m.property, 'embedding') AS property
-"""
 
 
 def _hold_active_index(tx: neo4j.ManagedTransaction, identity: str, property: str) -> None:
@@ -289,7 +202,7 @@ def _hold_active_index(tx: neo4j.ManagedTransaction, identity: str, property: st
     still the one these vectors were made for. A re-index switch takes the same lock before its
     check that every current chunk has the new vector (``reindex._switch``), so a version
     embedded before a switch can never go live after it without the new index's vector."""
-    rec = tx.run(_HOLD_INDEX, meta=VECTOR_INDEX).single()
+    rec = versions.hold_index_meta(tx)
     if rec is None:
         raise EmbedderMismatch("no active vector index: it was removed during the run; run the ingest again")
     if (rec["identity"], rec["property"]) != (identity, property):
@@ -325,76 +238,21 @@ def write_embeddings(
         if activate:
             _hold_active_index(tx, identity, property)
         for batch in batched(rows, batch_size):
-            tx.run(_SET_EMBEDDINGS, rows=list(batch), identity=identity, property=property).consume()
+            versions.set_embeddings(tx, rows=batch, identity=identity, property=property)
         for pack, doc_id, version in activate:
-            tx.run(
-                _ACTIVATE, pack=pack, doc_id=doc_id, version=version, key=version_key(pack, f"{doc_id}--{version}")
-            ).consume()
+            versions.activate(
+                tx, pack=pack, doc_id=doc_id, version=version, key=version_key(pack, f"{doc_id}--{version}")
+            )
 
     with driver.session(database=database) as session:
         session.execute_write(work)
-
-
-_WRITE_CITES = """
-UNWIND $rows AS row
-MATCH (s:Chunk {chunk_id: row.source_chunk_id})
-MERGE (k:RefKey {key: $pack + '|' + row.normalized})
-MERGE (s)-[r:CITES {normalized: row.normalized, raw: row.raw}]->(k)
-  SET r.ref_type = row.ref_type, r.start = row.start, r.end = row.end
-"""
-
-_CLEAR_CITES = """
-UNWIND $keys AS key
-MATCH (v:DocumentVersion {key: key})-[:HAS_CHUNK]->(:Chunk)-[r:CITES]->() DELETE r
-"""
-
-# Derived edges: every active citing chunk to every active chunk answering to the cited key,
-# self references skipped. Resolution is incremental: a write touches only the keys its document
-# cites or answers to (any version, so a superseded version's targets are re-derived too), which
-# keeps a full build linear in documents and a one-document change local. Edges whose source or
-# target is no longer active are dropped for those keys. `raw` is the smallest citation text, so
-# a re-run writes the same edge byte for byte.
-_DROP_KEY_REFERENCES = """
-UNWIND $keys AS key
-MATCH (k:RefKey {key: key})<-[:CITES]-(s:Chunk)-[e:REFERENCES {normalized: substring(key, size($pack) + 1)}]->(:Chunk)
-WHERE s.pack = $pack
-DELETE e
-"""
-
-_RESOLVE_KEYS = """
-UNWIND $keys AS key
-MATCH (k:RefKey {key: key})<-[r:CITES]-(s:Chunk {pack: $pack, active: true})
-MATCH (k)<-[:ANSWERS_TO]-(t:Chunk {active: true})
-WHERE s <> t
-WITH s, t, r.normalized AS normalized, r ORDER BY r.raw
-WITH s, t, normalized, collect(r)[0] AS first
-MERGE (s)-[e:REFERENCES {normalized: normalized}]->(t)
-  SET e.source_type = 'deterministic_reference', e.ref_type = first.ref_type, e.raw = first.raw,
-      e.resolved = true, e.resolution_version = $resolution_version
-"""
 
 
 def _resolve(
     tx: neo4j.ManagedTransaction, pack: str, keys: list[str], resolution_version: str, batch_size: int = 2000
 ) -> None:
     for batch in batched(keys, batch_size):
-        tx.run(_DROP_KEY_REFERENCES, keys=list(batch), pack=pack).consume()
-        tx.run(_RESOLVE_KEYS, keys=list(batch), pack=pack, resolution_version=resolution_version).consume()
-
-
-_DOCS_KEYS = """
-UNWIND $doc_ids AS doc_id
-MATCH (c:Chunk {pack: $pack, doc_id: doc_id})
-OPTIONAL MATCH (c)-[:CITES|ANSWERS_TO]->(k:RefKey)
-RETURN doc_id, collect(DISTINCT k.key) AS keys
-"""
-
-_DROP_DOCS_REFERENCES = """
-UNWIND $doc_ids AS doc_id
-MATCH (c:Chunk {pack: $pack, doc_id: doc_id})-[e:REFERENCES]-(:Chunk)
-WITH DISTINCT e
-DELETE e
-"""
+        references.resolve_keys(tx, pack=pack, keys=batch, resolution_version=resolution_version)
 
 
 def _rederive_documents(
@@ -406,27 +264,10 @@ def _rederive_documents(
     document's keys. Returns each document's keys."""
     if not doc_ids:
         return {}
-    keys = {r["doc_id"]: r["keys"] for r in tx.run(_DOCS_KEYS, pack=pack, doc_ids=doc_ids)}
-    tx.run(_DROP_DOCS_REFERENCES, pack=pack, doc_ids=doc_ids).consume()
+    keys = references.document_keys(tx, pack=pack, doc_ids=doc_ids)
+    references.drop_document_references(tx, pack=pack, doc_ids=doc_ids)
     _resolve(tx, pack, sorted({k for ks in keys.values() for k in ks}), resolution_version)
     return keys
-
-
-_WITHDRAW = """
-MATCH (d:Document {pack: $pack}) WHERE NOT d.doc_id IN $present
-MATCH (d)-[:HAS_VERSION]->(v:DocumentVersion) WHERE v.status = 'current'
-SET v.status = 'withdrawn', v.withdrawn_at = datetime()
-WITH DISTINCT d
-OPTIONAL MATCH (c:Chunk {pack: $pack, doc_id: d.doc_id}) WHERE c.active
-SET c.active = false
-RETURN collect(DISTINCT d.doc_id) AS withdrawn
-"""
-
-
-_RELEASE_OWNED = """
-MATCH (d:Document {pack: $pack})-[o:OWNS]->(:RefKey) WHERE NOT d.doc_id IN $present
-DELETE o
-"""
 
 
 def withdraw_missing(
@@ -437,8 +278,8 @@ def withdraw_missing(
     are re-derived."""
 
     def work(tx: neo4j.ManagedTransaction) -> list[str]:
-        tx.run(_RELEASE_OWNED, pack=pack, present=list(present)).consume()
-        withdrawn = single_record(tx.run(_WITHDRAW, pack=pack, present=list(present)), "withdraw")["withdrawn"]
+        versions.release_owned(tx, pack=pack, present=present)
+        withdrawn = versions.withdraw(tx, pack=pack, present=present)
         _rederive_documents(tx, pack, list(withdrawn), resolution_version)
         bump_graph_epoch(tx)
         return list(withdrawn)
@@ -469,9 +310,9 @@ def write_citations_many(
     rows = [r.model_dump(mode="json") for _, refs in items for r in refs]
 
     def work(tx: neo4j.ManagedTransaction) -> None:
-        tx.run(_CLEAR_CITES, keys=keys).consume()
+        references.clear_citations(tx, keys=keys)
         for batch in batched(rows, batch_size):
-            tx.run(_WRITE_CITES, rows=list(batch), pack=pack).consume()
+            references.write_citations(tx, pack=pack, rows=batch)
 
     with driver.session(database=database) as session:
         session.execute_write(work)
@@ -485,16 +326,6 @@ def resolve_references(
     return write_graph_many(
         driver, database, pack=pack, items=[(key, doc_id, None)], resolution_version=resolution_version
     )[0]
-
-
-_COUNT_CITES_MANY = """
-UNWIND $keys AS key
-MATCH (v:DocumentVersion {key: key})-[:HAS_CHUNK]->(s:Chunk)-[r:CITES]->(k:RefKey)
-OPTIONAL MATCH (k)<-[:ANSWERS_TO]-(t:Chunk {active: true}) WHERE t <> s
-WITH key, r, count(t) AS targets
-RETURN key, sum(CASE WHEN targets > 0 THEN 1 ELSE 0 END) AS resolved,
-       sum(CASE WHEN targets = 0 THEN 1 ELSE 0 END) AS unresolved
-"""
 
 
 def write_graph_many(
@@ -512,13 +343,13 @@ def write_graph_many(
     (``write_inferred``, in order; None leaves them alone). Returns each version's
     resolved/unresolved citation counts (and inferred figures when records were given)."""
     doc_ids = list(dict.fromkeys(doc_id for _, doc_id, _ in items))
-    versions = [version_key(pack, key) for key, _, _ in items]
+    version_keys = [version_key(pack, key) for key, _, _ in items]
 
     def work(tx: neo4j.ManagedTransaction) -> list[dict[str, int]]:
         keys = _rederive_documents(tx, pack, doc_ids, resolution_version)
-        counts = {r["key"]: r for r in tx.run(_COUNT_CITES_MANY, keys=versions)}
+        counts = references.citation_counts(tx, keys=version_keys)
         out = []
-        for (_, doc_id, records), version in zip(items, versions, strict=True):
+        for (_, doc_id, records), version in zip(items, version_keys, strict=True):
             rec = counts.get(version)
             figures = {
                 "resolved": int(rec["resolved"] or 0) if rec else 0,
@@ -534,34 +365,6 @@ def write_graph_many(
 
     with driver.session(database=database) as session:
         return session.execute_write(work)
-
-
-# -- LLM-inferred graph ------------------------------------------------------------------------
-
-_DROP_INFERRED_FOR_DOC = """
-MATCH (:Entity)-[r:RELATED {doc_id: $doc_id, pack: $pack}]->(:Entity) DELETE r
-WITH count(*) AS ignored
-MATCH (:Entity)-[m:MENTIONED_IN {doc_id: $doc_id, pack: $pack}]->(:Chunk) DELETE m
-"""
-
-_WRITE_ENTITIES = """
-UNWIND $rows AS row
-MERGE (e:Entity {entity_id: row.entity_id})
-  ON CREATE SET e.name = row.name, e.normalized_name = row.normalized_name, e.type = row.type,
-                e.pack = $pack, e.description = row.description, e.created_run_id = row.run_id
-WITH e, row
-MATCH (c:Chunk {chunk_id: row.chunk_id})
-MERGE (e)-[m:MENTIONED_IN {chunk_id: row.chunk_id}]->(c)
-  SET m += row.provenance, m.pack = $pack
-"""
-
-_WRITE_RELATIONSHIPS = """
-UNWIND $rows AS row
-MATCH (a:Entity {entity_id: row.source_id}), (b:Entity {entity_id: row.target_id})
-MERGE (a)-[r:RELATED {type: row.type, chunk_id: row.provenance.chunk_id}]->(b)
-  SET r += row.provenance, r.confidence = row.confidence, r.retrieval_eligible = row.retrieval_eligible,
-      r.description = row.description, r.pack = $pack
-"""
 
 
 def write_inferred(
@@ -598,11 +401,11 @@ def _write_inferred(
         for e in r["entities"]
     ]
     rels = [rel for r in records for rel in r["relationships"]]
-    tx.run(_DROP_INFERRED_FOR_DOC, doc_id=doc_id, pack=pack).consume()
+    inferred.drop_inferred(tx, pack=pack, doc_id=doc_id)
     for batch in batched(entities, batch_size):
-        tx.run(_WRITE_ENTITIES, rows=list(batch), pack=pack).consume()
+        inferred.write_entities(tx, pack=pack, rows=batch)
     for batch in batched(rels, batch_size):
-        tx.run(_WRITE_RELATIONSHIPS, rows=list(batch), pack=pack).consume()
+        inferred.write_relationships(tx, pack=pack, rows=batch)
     return {
         "entities": len(entities),
         "relationships": len(rels),
@@ -626,11 +429,9 @@ def write_extraction_run(
     skipped: int,
     failures: int,
 ) -> None:
-    driver.execute_query(
-        "MERGE (r:ExtractionRun {run_id: $run_id}) "
-        "SET r.pack = $pack, r.model = $model, r.prompt_hash = $prompt_hash, r.chunks = $chunks, "
-        "r.cache_hits = $cache_hits, r.tokens = $tokens, r.cost = $cost, r.status = $status, "
-        "r.skipped = $skipped, r.failures = $failures, r.finished_at = datetime()",
+    inferred.write_extraction_run(
+        driver,
+        database,
         run_id=run_id,
         pack=pack,
         model=model,
@@ -642,5 +443,4 @@ def write_extraction_run(
         status=status,
         skipped=skipped,
         failures=failures,
-        database_=database,
     )

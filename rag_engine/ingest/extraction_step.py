@@ -32,9 +32,9 @@ from rag_engine.graph.extraction_cache import ExtractionCache, cache_key
 from rag_engine.graph.models import RawExtraction
 from rag_engine.ingest.steps import load_chunks
 from rag_engine.packs import ChunkRecord, DomainPack
-from rag_engine.providers.estimates import extraction_runs
 from rag_engine.providers.ratelimit import estimate_tokens
 from rag_engine.providers.results import GenerationResult
+from rag_engine.store.extraction_runs import run_count
 
 log = logging.getLogger(__name__)
 EXTRACTION = "llm_extraction"
@@ -124,7 +124,7 @@ def new_budget(engine: Engine, pack: str | None = None) -> RunBudget:
     b = engine.cfg.budgets
     spec = engine.registry.extraction
     paid = spec.provider.hosted or spec.model.pricing_ref is not None
-    if pack is not None and b.first_run is not None and paid and extraction_runs(engine, pack) == 0:
+    if pack is not None and b.first_run is not None and paid and run_count(engine.driver, engine.database, pack) == 0:
         f = b.first_run  # never looser than the configured budget
         return RunBudget(
             max_chunks=min(f.max_chunks_per_run, b.max_chunks_per_run),

@@ -12,7 +12,6 @@ from functools import partial
 from typing import Any
 
 from rag_engine.engine import Engine
-from rag_engine.graph import schema
 from rag_engine.ingest.code_versions import code_versions
 from rag_engine.ingest.documents import discover
 from rag_engine.ingest.extraction_step import extraction_step, finish_run, new_budget
@@ -32,6 +31,7 @@ from rag_engine.ingest.steps import (
     withdraw_missing_documents,
 )
 from rag_engine.packs import DomainPack
+from rag_engine.store import schema
 
 GROUP_BATCHES = 4
 """A grouped step's transaction holds about this many write batches (``storage.neo4j.write_batch_size``

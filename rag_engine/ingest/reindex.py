@@ -40,12 +40,13 @@ import neo4j
 from pydantic import BaseModel, ConfigDict
 
 from rag_engine.engine import Engine
-from rag_engine.errors import ConfigError, EmbedderMismatch, StoreError
+from rag_engine.errors import ConfigError, EmbedderMismatch
 from rag_engine.governance.approvals import REINDEX_CUTOVER, Approval, require
 from rag_engine.governance.audit import audit_trail
-from rag_engine.graph import schema
 from rag_engine.ingest.unit_vectors import embed_units
 from rag_engine.providers.embedding_cache import embed_batched
+from rag_engine.store import reindex as stored
+from rag_engine.store import schema
 from rag_engine.text.sentences import embedded_passage
 
 log = logging.getLogger(__name__)
@@ -142,76 +143,15 @@ def _plan(engine: Engine, current: str, identity: str) -> dict[str, Any]:
     return {"action": REINDEX_CUTOVER, "from": current, "to": identity, "gate": gate_evidence(engine, identity)}
 
 
-def _read(engine: Engine, query: str, **params: Any) -> list[dict[str, Any]]:
-    records, _, _ = engine.driver.execute_query(
-        query, database_=engine.database, routing_=neo4j.RoutingControl.READ, **params
-    )
-    return [r.data() for r in records]
-
-
-def _write(engine: Engine, query: str, **params: Any) -> None:
-    engine.driver.execute_query(query, database_=engine.database, **params)
-
-
-def _missing(engine: Engine, prop: str, limit: int) -> list[dict[str, Any]]:
-    return _read(
-        engine,
-        "MATCH (c:Chunk {active: true}) WHERE c[$prop] IS NULL "
-        "RETURN c.chunk_id AS chunk_id, coalesce(c.heading, '') AS heading, coalesce(c.text, '') AS text "
-        "ORDER BY c.chunk_id LIMIT $limit",
-        prop=prop,
-        limit=limit,
-    )
-
-
-def _counts(engine: Engine, prop: str) -> tuple[int, int]:
-    rows = _read(
-        engine,
-        "MATCH (c:Chunk {active: true}) RETURN count(c) AS n, "
-        "sum(CASE WHEN c[$prop] IS NULL THEN 0 ELSE 1 END) AS present",
-        prop=prop,
-    )
-    return int(rows[0]["n"]), int(rows[0]["present"] or 0)
-
-
-_WRITE = """
-UNWIND $rows AS row
-MATCH (c:Chunk {chunk_id: row.chunk_id})
-CALL db.create.setNodeVectorProperty(c, $property, row.embedding)
-SET c += coalesce(row.units, {})
-"""
-
-_SWITCH_CHECK = "MATCH (c:Chunk {active: true}) WHERE c[$prop] IS NULL RETURN count(c) AS n"
-_SWITCH = """
-MATCH (m:IndexMeta {name: $meta})
-WHERE m.identity = $old
-SET m.identity = $identity, m.dimension = $dim, m.index = $index, m.property = $property,
-    m.reindexed_at = datetime(), m.previous_identity = $old, m.epoch = randomUUID()
-WITH m
-MATCH (v:VectorIndex {identity: $identity})
-SET v.state = 'active', v.completed_at = datetime()
-MERGE (o:VectorIndex {identity: $old})
-SET o.state = 'retired', o.index = $old_index, o.property = $old_property, o.dimension = $old_dim,
-    o.retired_at = datetime()
-RETURN count(m) AS switched
-"""
-
-
 def _switch(engine: Engine, *, old: dict[str, Any], identity: str, index: str, prop: str, dim: int) -> bool:
     """One write transaction: no current chunk lacks the new vector, then IndexMeta moves."""
 
     def work(tx: neo4j.ManagedTransaction) -> bool:
         # the lock an ingest's activation takes (writer.write_embeddings) before the check: a version
         # embedded for the old index either went live before (and is counted here) or is refused after
-        tx.run("MATCH (m:IndexMeta {name: $meta}) SET m.held = true REMOVE m.held", meta=schema.VECTOR_INDEX).consume()
-        check = tx.run(_SWITCH_CHECK, prop=prop).single()
-        if check is None:
-            raise StoreError("the switch check (a count query) returned no row")
-        if check["n"]:
-            return False
-        rec = tx.run(
-            _SWITCH,
-            meta=schema.VECTOR_INDEX,
+        switched = stored.switch(
+            tx,
+            prop=prop,
             old=old["identity"],
             identity=identity,
             dim=dim,
@@ -220,8 +160,10 @@ def _switch(engine: Engine, *, old: dict[str, Any], identity: str, index: str, p
             old_index=old["index"],
             old_property=old["property"],
             old_dim=old["dimension"],
-        ).single()
-        if not rec or not rec["switched"]:
+        )
+        if switched is None:
+            return False
+        if not switched:
             raise EmbedderMismatch(
                 f"the active index changed during the re-index (no longer {old['identity']!r}); run the re-index again"
             )
@@ -233,17 +175,11 @@ def _switch(engine: Engine, *, old: dict[str, Any], identity: str, index: str, p
 
 def _drop_retired(engine: Engine, keep: set[str]) -> list[str]:
     dropped = []
-    for rec in _read(
-        engine,
-        "MATCH (v:VectorIndex {state: 'retired'}) RETURN v.identity AS identity, "
-        "v.index AS index, v.property AS property",
-    ):
+    for rec in stored.retired(engine.driver, engine.database):
         if rec["identity"] in keep:
             continue
         schema.drop_vector_index(engine.driver, engine.database, rec["index"], rec["property"])
-        _write(
-            engine, "MATCH (v:VectorIndex {identity: $identity, state: 'retired'}) DELETE v", identity=rec["identity"]
-        )
+        stored.forget_retired(engine.driver, engine.database, rec["identity"])
         dropped.append(rec["index"])
     return dropped
 
@@ -321,7 +257,7 @@ def run_reindex(
     if active is None:
         return report("no_index", index=schema.VECTOR_INDEX, prop=schema.EMBEDDING_PROPERTY)
     if active["identity"] == identity:
-        n, present = _counts(engine, active["property"])
+        n, present = stored.vector_counts(engine.driver, engine.database, active["property"])
         dropped = _drop_retired(engine, keep=set()) if drop_old else []
         tell("done", present, n)
         return report(
@@ -344,27 +280,14 @@ def run_reindex(
         cleared = "approved"
 
     # 1. the new index, named by identity (or the one an earlier run started / a kept retired one)
-    prior = _read(
-        engine,
-        "MATCH (v:VectorIndex {identity: $identity}) RETURN v.index AS index, "
-        "v.property AS property, v.dimension AS dimension, v.state AS state",
-        identity=identity,
-    )
-    if prior and prior[0]["dimension"] == dim:
-        index, prop = prior[0]["index"], prior[0]["property"]
+    prior = stored.index_record(engine.driver, engine.database, identity)
+    if prior and prior["dimension"] == dim:
+        index, prop = prior["index"], prior["property"]
     else:
         index, prop = schema.index_names(identity)
-    _write(
-        engine,
-        "MERGE (v:VectorIndex {identity: $identity}) SET v.index = $index, v.property = $property, "
-        "v.dimension = $dim, v.state = 'building', v.started_at = coalesce(v.started_at, datetime())",
-        identity=identity,
-        index=index,
-        property=prop,
-        dim=dim,
-    )
+    stored.mark_building(engine.driver, engine.database, identity=identity, index=index, prop=prop, dim=dim)
     schema.create_vector_index(engine.driver, engine.database, index, prop, dim)
-    total, present = _counts(engine, prop)
+    total, present = stored.vector_counts(engine.driver, engine.database, prop)
     resumed = bool(prior) and present > 0
     log.info(
         "reindex %s -> %s: %d current chunks, %d already in %s", active["identity"], identity, total, present, index
@@ -376,7 +299,7 @@ def run_reindex(
     pages = 0
     done = present
     for _attempt in range(MAX_CATCH_UP):
-        while rows := _missing(engine, prop, page):
+        while rows := stored.missing_vectors(engine.driver, engine.database, prop, page):
             result = embed_batched(
                 [embedded_passage(r["heading"], r["text"]) for r in rows],
                 lambda batch: engine.embed_texts(batch, purpose="index", run_id="reindex"),
@@ -399,17 +322,15 @@ def run_reindex(
                 if engine.cfg.retrieval.evidence.index_units
                 else [None] * len(rows)
             )
-            with engine.driver.session(database=engine.database) as session:
-                session.execute_write(
-                    lambda tx: tx.run(
-                        _WRITE,
-                        property=prop,
-                        rows=[
-                            {"chunk_id": r["chunk_id"], "embedding": v, "units": u}
-                            for r, v, u in zip(rows, result.vectors, units, strict=False)  # noqa: B023 - this iteration
-                        ],
-                    ).consume()
-                )
+            stored.write_vectors(
+                engine.driver,
+                engine.database,
+                prop,
+                [
+                    {"chunk_id": r["chunk_id"], "embedding": v, "units": u}
+                    for r, v, u in zip(rows, result.vectors, units, strict=False)
+                ],
+            )
             stats["cache_hits"] += result.cache_hits
             stats["embedded"] += len(rows)
             stats["requests"] += result.requests
@@ -421,7 +342,7 @@ def run_reindex(
                 return report(
                     "interrupted", index=index, prop=prop, resumed=resumed, active_chunks=total, present=present
                 )
-        schema.run_schema_statement(engine.driver, engine.database, "CALL db.awaitIndexes(300)")
+        schema.await_indexes(engine.driver, engine.database)
         if cleared is None:  # built, not switched: refused (and audited) with the plan's hash to approve
             require(
                 None,
@@ -443,14 +364,7 @@ def run_reindex(
     # 4. the old index goes, unless kept to switch back
     tell("drop", done, max(total, done))
     dropped = _drop_retired(engine, keep=set()) if drop_old else []
-    kept = (
-        []
-        if drop_old
-        else [
-            r["index"]
-            for r in _read(engine, "MATCH (v:VectorIndex {state: 'retired'}) RETURN v.index AS index ORDER BY index")
-        ]
-    )
+    kept = [] if drop_old else stored.retired_names(engine.driver, engine.database)
     tell("done", done, max(total, done))
     return report(
         "switched",

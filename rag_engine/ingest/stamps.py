@@ -24,17 +24,7 @@ from collections.abc import Iterable, Mapping
 import neo4j
 
 from rag_engine.graph.writer import version_key
-
-_READ = """
-MATCH (d:Document {pack: $pack})-[:HAS_VERSION]->(v:DocumentVersion {status: 'current'})
-RETURN v.key AS key, v.step_versions AS stamps
-"""
-
-_WRITE = """
-UNWIND $rows AS row
-MATCH (v:DocumentVersion {key: row.key}) WHERE v.status IN ['pending', 'current']
-SET v.step_versions = row.stamps
-"""
+from rag_engine.store import stamps as stored
 
 STEP_DEPS: dict[str, tuple[str, ...]] = {
     "source_documents": (),
@@ -71,40 +61,12 @@ def stamped(stamps: Mapping[str, str], step: str, version: str | None) -> dict[s
     return kept if version is None else {**kept, step: version}
 
 
-_LOCK_LIVE = """
-UNWIND $keys AS key
-MATCH (v:DocumentVersion {key: key}) WHERE v.status IN ['pending', 'current']
-SET v.step_versions_at = datetime()
-RETURN v.key AS key, v.step_versions AS stamps
-"""
-
-_SET = """
-UNWIND $rows AS row
-MATCH (v:DocumentVersion {key: row.key})
-SET v.step_versions = row.stamps
-"""
-
-_MISSING = """
-CALL () {
-  MATCH (d:Document {pack: $pack})-[:HAS_VERSION]->(v:DocumentVersion {status: 'current'})
-  WHERE NOT d.doc_id IN $present
-  RETURN count(v) AS current
-}
-CALL () {
-  MATCH (d:Document {pack: $pack})-[o:OWNS]->(:RefKey) WHERE NOT d.doc_id IN $present
-  RETURN count(o) AS owned
-}
-RETURN current + owned AS n
-"""
-
-
 def read_stamps(driver: neo4j.Driver, database: str, pack: str) -> dict[str, dict[str, str]]:
     """partition key -> {step: code version} for the pack's current document versions."""
-    records, _, _ = driver.execute_query(_READ, pack=pack, database_=database, routing_=neo4j.RoutingControl.READ)
     prefix = version_key(pack, "")
     out: dict[str, dict[str, str]] = {}
-    for rec in records:
-        out[rec["key"][len(prefix) :]] = _decode(rec["stamps"])
+    for key, raw in stored.current_stamps(driver, database, pack):
+        out[key[len(prefix) :]] = _decode(raw)
     return out
 
 
@@ -117,7 +79,7 @@ def write_stamps(driver: neo4j.Driver, database: str, pack: str, stamps: Mapping
     ]
     if not rows:
         return 0
-    driver.execute_query(_WRITE, rows=rows, database_=database)
+    stored.write_stamps(driver, database, rows)
     return len(rows)
 
 
@@ -164,12 +126,12 @@ def record_step(
 
     def work(tx: neo4j.ManagedTransaction) -> int:
         rows = [
-            {"key": rec["key"], "stamps": json.dumps(stamped(_decode(rec["stamps"]), step, version), sort_keys=True)}
-            for rec in tx.run(_LOCK_LIVE, keys=wanted)
-            if rec["key"].startswith(prefix)
+            {"key": key, "stamps": json.dumps(stamped(_decode(raw), step, version), sort_keys=True)}
+            for key, raw in stored.lock_live(tx, wanted)
+            if key.startswith(prefix)
         ]
         if rows:
-            tx.run(_SET, rows=rows).consume()
+            stored.set_stamps(tx, rows)
         return len(rows)
 
     with driver.session(database=database) as session:
@@ -179,7 +141,4 @@ def record_step(
 def any_missing(driver: neo4j.Driver, database: str, pack: str, present: list[str]) -> bool:
     """Whether a current document, or one owning keys, is no longer in the corpus (read-only, so a
     no-change run writes nothing)."""
-    records, _, _ = driver.execute_query(
-        _MISSING, pack=pack, present=present, database_=database, routing_=neo4j.RoutingControl.READ
-    )
-    return bool(records and records[0]["n"])
+    return stored.any_missing(driver, database, pack, present)

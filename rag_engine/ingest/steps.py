@@ -18,7 +18,7 @@ from rag_engine.errors import (
     DocumentError,
     PackError,
 )
-from rag_engine.graph import schema, writer
+from rag_engine.graph import writer
 from rag_engine.graph.extraction import confidence_bucket
 from rag_engine.ingest.documents import load_document, split_partition_key, still_in_corpus
 from rag_engine.ingest.runner import Grouped, SkipPartition
@@ -26,6 +26,7 @@ from rag_engine.ingest.stamps import any_missing
 from rag_engine.ingest.unit_vectors import embed_units
 from rag_engine.packs import ChunkRecord, DomainPack, SourceDocument, content_hash
 from rag_engine.providers.embedding_cache import embed_batched
+from rag_engine.store import schema
 from rag_engine.store.partition_keys import PARTITION_SEP
 from rag_engine.store.partition_keys import check as check_partition_key
 from rag_engine.text.sentences import embedded_passage

@@ -9,7 +9,7 @@ operator's key). A free extraction model (a local one without a price: replay, l
 
 The estimate: one call per chunk of the pack's documents whose answer the extraction cache does
 not hold (the chunks a run would send), tokens by the shared estimator
-(``providers.estimates.extraction_tokens``), priced at the model's rate.
+(``ops.estimates.extraction_tokens``), priced at the model's rate.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from rag_engine.engine import Engine
 from rag_engine.governance.approvals import PAID_AUTOMATION, Approval, require
 from rag_engine.ingest.documents import discover, load_document
 from rag_engine.ingest.extraction_step import uncached_chunks
+from rag_engine.ops.estimates import extraction_tokens
 from rag_engine.packs import ChunkRecord, DomainPack
-from rag_engine.providers.estimates import extraction_tokens
 
 COMMAND = "rag ingest"
 

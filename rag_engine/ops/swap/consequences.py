@@ -155,7 +155,7 @@ def embedding_consequence(
 def extraction_consequence(
     engine: Any, cand_cfg: EngineConfig, current: Identity, candidate: Identity, table: Any, price_key_: str | None
 ) -> Consequence:
-    from rag_engine.providers.estimates import extraction_tokens
+    from rag_engine.ops.estimates import extraction_tokens
 
     packs = [p.name for p in cand_cfg.enabled_packs if p.extraction]
     n, chars, _ = active_chunks(engine, packs) if packs else (0, 0, [])

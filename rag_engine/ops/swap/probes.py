@@ -101,32 +101,11 @@ def identity(cfg: EngineConfig, model_name: str | None, env: Mapping[str, str], 
 # -- figures from Neo4j and the ledger ----------------------------------------------------------
 
 
-def _read(engine: Any, query: str, **params: Any) -> list[dict[str, Any]]:
-    import neo4j
-
-    records, _, _ = engine.driver.execute_query(
-        query, database_=engine.database, routing_=neo4j.RoutingControl.READ, **params
-    )
-    return [r.data() for r in records]
-
-
 def active_chunks(engine: Any, packs: list[str] | None = None) -> tuple[int, int, list[str]]:
     """(count, total characters of heading + text, a small sample of texts) of the active chunks."""
-    where = "WHERE c.pack IN $packs " if packs is not None else ""
-    rows = _read(
-        engine,
-        f"MATCH (c:Chunk {{active: true}}) {where}"
-        "RETURN count(c) AS n, "
-        "sum(size(coalesce(c.heading, '')) + 1 + size(coalesce(c.text, ''))) AS chars",
-        packs=packs or [],
-    )
-    sample = _read(
-        engine,
-        f"MATCH (c:Chunk {{active: true}}) {where}RETURN c.text AS text ORDER BY c.chunk_id LIMIT $k",
-        packs=packs or [],
-        k=SAMPLE_TEXTS,
-    )
-    return int(rows[0]["n"]), int(rows[0]["chars"] or 0), [r["text"] or "" for r in sample]
+    from rag_engine.store.status import active_size
+
+    return active_size(engine.driver, engine.database, packs, SAMPLE_TEXTS)
 
 
 def measure_embed_rate(

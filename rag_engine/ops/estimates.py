@@ -13,8 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import neo4j
-
+from rag_engine.store.extraction_runs import run_ids
 from rag_engine.text.token_count import CHARS_PER_TOKEN
 
 PROMPT_OVERHEAD_TOKENS = 600
@@ -30,26 +29,9 @@ class TokenEstimate:
     """Where the figures come from (ledger history, or the prompt-size bound)."""
 
 
-def extraction_runs(engine: Any, pack: str) -> int:
-    """How many extraction runs of ``pack`` the store records (0: its first run is still to come)."""
-    records, _, _ = engine.driver.execute_query(
-        "MATCH (r:ExtractionRun) WHERE r.pack = $pack RETURN count(r) AS n",
-        pack=pack,
-        database_=engine.database,
-        routing_=neo4j.RoutingControl.READ,
-    )
-    return int(records[0]["n"]) if records else 0
-
-
 def extraction_history(engine: Any, packs: list[str]) -> tuple[int, int, int, str]:
     """(calls, input tokens, output tokens, how) of ok graph-extraction calls of these packs' extraction runs."""
-    records, _, _ = engine.driver.execute_query(
-        "MATCH (r:ExtractionRun) WHERE r.pack IN $packs RETURN r.run_id AS run_id",
-        packs=packs,
-        database_=engine.database,
-        routing_=neo4j.RoutingControl.READ,
-    )
-    runs = {r["run_id"] for r in records}
+    runs = run_ids(engine.driver, engine.database, packs)
     calls = [
         r for r in engine.ledger.records() if r.purpose == "graph_extraction" and r.status == "ok" and r.run_id in runs
     ]

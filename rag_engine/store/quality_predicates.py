@@ -21,7 +21,7 @@ PROVENANCE_FIELDS = (
     "prompt_hash",
     "source_type",
 )
-"""Fields every inferred edge and mention carries (``graph.writer``); a record missing one has no provenance."""
+"""Fields every inferred edge and mention carries (``store.inferred``); a record missing one has no provenance."""
 
 _FIELD_LIST = "[" + ", ".join(f"'{f}'" for f in PROVENANCE_FIELDS) + "]"
 

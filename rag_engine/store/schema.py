@@ -101,6 +101,11 @@ def run_schema_statement(driver: neo4j.Driver, database: str, stmt: str, **param
             time.sleep(delay)
 
 
+def await_indexes(driver: neo4j.Driver, database: str, *, seconds: int = 300) -> None:
+    """Wait (up to ``seconds``) until every index is online."""
+    run_schema_statement(driver, database, f"CALL db.awaitIndexes({int(seconds)})")
+
+
 def ensure_schema(driver: neo4j.Driver, database: str) -> None:
     """Constraints and indexes, once per driver and database in this process; safe to run
     concurrently from other processes (retried, idempotent)."""
@@ -111,7 +116,7 @@ def ensure_schema(driver: neo4j.Driver, database: str) -> None:
             return
         for stmt in OBSOLETE + CONSTRAINTS + INDEXES:
             run_schema_statement(driver, database, stmt)
-        run_schema_statement(driver, database, "CALL db.awaitIndexes(300)")
+        await_indexes(driver, database)
         _ensured.setdefault(driver, set()).add(database)
 
 
@@ -196,7 +201,7 @@ def ensure_vector_index(driver: neo4j.Driver, database: str, identity: str, dime
                 f"the chunk index was just built with embedder {existing['identity']!r}; "
                 f"the active embedder is {identity!r}"
             )
-    run_schema_statement(driver, database, "CALL db.awaitIndexes(300)")
+    await_indexes(driver, database)
     active_property: str = existing["property"]
     return active_property
 
