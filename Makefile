@@ -175,20 +175,20 @@ bench-serving: setup
 
 # Neo4j sizing per chunk (docs/deployment.md): BENCH_SIZING_COPIES GDPR copies (605 chunks each, 165 is
 # ~100k) into a fresh Neo4j of its own with the hash embedder; store files on disk by part and the heap
-# after a full GC, per quarter: var/bench/sizing.json. Then the query path's tracing overhead on that
-# store (tracing off vs on, exporting to a loopback OTLP receiver): var/bench/tracing.json.
+# after a full GC, per quarter: var/bench-sizing/sizing.json. Then the query path's tracing overhead on that
+# store (tracing off vs on, exporting to a loopback OTLP receiver): var/bench-sizing/tracing.json.
 BENCH_SIZING_COPIES ?= 165
-BENCH_SIZING_DIR := $(BENCH_DIR)/sizing
+BENCH_SIZING_DIR := $(CURDIR)/var/bench-sizing
 bench-sizing: setup
 	rm -rf $(BENCH_SIZING_DIR) && mkdir -p $(BENCH_SIZING_DIR)
 	NEO4J_LOCAL_PORT=$(BENCH_NEO4J_PORT) NEO4J_LOCAL_DIR=$(BENCH_SIZING_DIR)/neo4j tools/neo4j-local/start.sh
 	@set -e; trap 'NEO4J_LOCAL_DIR=$(BENCH_SIZING_DIR)/neo4j tools/neo4j-local/stop.sh >/dev/null' EXIT; \
 	export NEO4J_URI=bolt://127.0.0.1:$(BENCH_NEO4J_PORT) RAG_LEDGER_URL=sqlite:///$(BENCH_SIZING_DIR)/ledger.sqlite; \
 	$(PY) -m evals.bench.sizing --copies $(BENCH_SIZING_COPIES) --store-dir $(BENCH_SIZING_DIR)/neo4j \
-		--json $(BENCH_DIR)/sizing.json; \
-	$(PY) -m evals.bench.tracing --json $(BENCH_DIR)/tracing.json; \
+		--json $(BENCH_SIZING_DIR)/sizing.json; \
+	$(PY) -m evals.bench.tracing --json $(BENCH_SIZING_DIR)/tracing.json; \
 	NEO4J_LOCAL_DIR=$(BENCH_SIZING_DIR)/neo4j tools/neo4j-local/stop.sh; \
-	$(PY) -m evals.bench.sizing --finish --store-dir $(BENCH_SIZING_DIR)/neo4j --json $(BENCH_DIR)/sizing.json
+	$(PY) -m evals.bench.sizing --finish --store-dir $(BENCH_SIZING_DIR)/neo4j --json $(BENCH_SIZING_DIR)/sizing.json
 
 # Evals run on their own, freshly created Neo4j so test data never leaks into the numbers.
 EVAL_NEO4J_PORT ?= 7697

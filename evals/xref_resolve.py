@@ -1,5 +1,5 @@
 """The xref eval's resolution run: a pack's own chunks and references, keys resolved by the engine's
-rule (graph/writer.py, ``_RESOLVE_KEYS``) in pure Python: a CITES key resolves to every active chunk
+rule (store/references.py, ``_RESOLVE_KEYS``) in pure Python: a CITES key resolves to every active chunk
 answering to the same key, the citing chunk itself excluded. No Neo4j, no model."""
 
 from __future__ import annotations

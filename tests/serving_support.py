@@ -52,10 +52,9 @@ def questions_by_server(text: str) -> str:
     """The config with every question embedded by the embedding server (no model's ``in_process``):
     for tests that cut the server and model it as the question's only path; the in-process path,
     which a cut server cannot degrade, has its own tests (tests/test_question_embedder.py)."""
-    cfg = yaml.safe_load(text)
-    for model in cfg["models"]:
-        model.pop("in_process", None)
-    return yaml.safe_dump(cfg, sort_keys=False)
+    from tests.support.serve_config import questions_to_the_server
+
+    return yaml.safe_dump(questions_to_the_server(yaml.safe_load(text)), sort_keys=False)
 
 
 def with_principals(key_file: Path, limits: dict[str, Any] | None = None):

@@ -134,3 +134,13 @@ def test_no_principal_may_take_the_eval_actor():
     with pytest.raises(ValidationError, match="actor of eval traffic"):
         PrincipalConfig(id=EVAL_ACTOR, roles=("public",), key_sha256_env="EVAL_KEY_SHA256")
     assert PrincipalConfig(id="evaluator", roles=("public",), key_sha256_env="EVAL_KEY_SHA256").id == "evaluator"
+
+
+def test_retrieval_legs_refuse_live_before_dense_and_a_leg_named_twice():
+    from rag_engine.config import RetrievalConfig
+
+    with pytest.raises(ValidationError, match="'live' must come after 'dense'"):
+        RetrievalConfig(legs=("exact", "lexical", "live", "dense"))
+    with pytest.raises(ValidationError, match="names a leg twice"):
+        RetrievalConfig(legs=("exact", "lexical", "dense", "dense"))
+    assert RetrievalConfig(legs=("exact", "lexical", "dense")).legs == ("exact", "lexical", "dense")

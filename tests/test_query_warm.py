@@ -33,3 +33,17 @@ def test_a_store_that_is_down_leaves_the_warm_up_to_the_first_request(ingested_e
     finally:
         down.close()
     assert out["warmed"] is False and out["reason"]
+
+
+def test_a_store_with_nothing_set_up_leaves_the_warm_up_to_the_first_request(ingested_engine):
+    """A store no ingest has set up (here: a database that does not exist, the driver's
+    ClientError, as a missing fulltext index is) never fails the service's start."""
+    storage = ingested_engine.cfg.storage
+    neo = storage.neo4j.model_copy(update={"database": "nothingsetuphere"})
+    cfg = ingested_engine.cfg.model_copy(update={"storage": storage.model_copy(update={"neo4j": neo})})
+    empty = Engine(cfg, ingested_engine.root, ingested_engine.env)
+    try:
+        out = warm(empty)
+    finally:
+        empty.close()
+    assert out["warmed"] is False and out["reason"]

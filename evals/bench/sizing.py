@@ -17,8 +17,8 @@ Per chunk figures come from the growth between the empty store and the last meas
 fixed cost of an empty database is not divided into them. Run it on a Neo4j of its own
 (``make bench-sizing``); the store is left as it is for the next step and removed with its directory.
 
-    python -m evals.bench.sizing --copies 165 --store-dir var/bench/sizing/neo4j --json out.json
-    (stop Neo4j) python -m evals.bench.sizing --finish --store-dir var/bench/sizing/neo4j --json out.json
+    python -m evals.bench.sizing --copies 165 --store-dir var/bench-sizing/neo4j --json out.json
+    (stop Neo4j) python -m evals.bench.sizing --finish --store-dir var/bench-sizing/neo4j --json out.json
 """
 
 from __future__ import annotations

@@ -102,6 +102,15 @@ class RetrievalConfig(Frozen):
     """Retries of a failed question embedding (at most the provider's ``max_retries``), within
     ``query_embed_timeout_s``."""
 
+    @field_validator("legs")
+    @classmethod
+    def _live_after_dense(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(value)) != len(value):
+            raise ValueError(f"retrieval.legs names a leg twice: {list(value)}")
+        if "live" in value and "dense" in value and value.index("live") < value.index("dense"):
+            raise ValueError("retrieval.legs: 'live' must come after 'dense' (it places its rows among the dense hits)")
+        return value
+
     @field_validator("weights")
     @classmethod
     def _known_legs(cls, value: dict[str, float], info: ValidationInfo) -> dict[str, float]:

@@ -20,7 +20,10 @@ log = logging.getLogger(__name__)
 
 def warm(engine: Any) -> dict[str, Any]:
     """One retrieval as the role reading the most collections; a failure (the store not up yet,
-    nothing ingested) is logged and left to the first request, never a failed start."""
+    nothing ingested: no index, no database) is logged and left to the first request, never a
+    failed start."""
+    from neo4j.exceptions import Neo4jError
+
     from rag_engine.retrieval.retriever import retrieve
     from rag_engine.store.connection import UNREACHABLE
     from rag_engine.store.epochs import active_index
@@ -35,7 +38,8 @@ def warm(engine: Any) -> dict[str, Any]:
         result = retrieve(engine, WARM_QUESTION, role, weights={"dense": 0.0, "live": 0.0})
         with read_transaction(engine.driver, engine.database, packs=engine.packs) as rx:
             active_index(rx, engine.embedder_identity)
-    except (RagError, *UNREACHABLE) as exc:  # the driver's unreachable errors are mapped at the CLI, not here
+    # the driver's own errors (unreachable; no index or database yet) are mapped at the CLI, not here
+    except (RagError, Neo4jError, *UNREACHABLE) as exc:
         log.warning("query path not warmed (%s): the first request pays for it", type(exc).__name__)
         return {"warmed": False, "reason": type(exc).__name__}
     ms = round((time.perf_counter() - started) * 1000, 1)

@@ -45,13 +45,20 @@ def digest_env() -> dict[str, str]:
     return {env: hashlib.sha256(key.encode()).hexdigest() for _, env, key in PRINCIPALS.values()}
 
 
+def questions_to_the_server(cfg: dict[str, Any]) -> dict[str, Any]:
+    """``cfg`` (a loaded config) with every question embedded by the embedding server: no model's
+    ``in_process``. For tests that cut the server and model it as the question's only path."""
+    for model in cfg["models"]:
+        model.pop("in_process", None)
+    return cfg
+
+
 def write(out: Path, limits: dict[str, Any] | None = None, *, by_server: bool = False) -> Path:
     """The config at ``out``; ``limits``: settings over the test ones (``serving.limits``);
     ``by_server``: every question embedded by the embedding server (no model's ``in_process``)."""
     cfg = yaml.safe_load((ROOT / "config" / "engine.yaml").read_text(encoding="utf-8"))
     if by_server:
-        for model in cfg["models"]:
-            model.pop("in_process", None)
+        questions_to_the_server(cfg)
     cfg["storage"]["artifacts_dir"] = str(out.parent / "artifacts")
     cfg["storage"]["embedding_cache"] = str(out.parent / "embedding_cache.sqlite")
     kb = next(p for p in cfg["packs"] if p["name"] == "company_x_kb")
