@@ -6,7 +6,6 @@ a real Prometheus (Debian's ``prometheus``, installed by .ci/run) scraping the t
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.serving_support import APP_KEY, OPERATOR_KEY, bearer, free_port, service_over
+from tests.support.debian import debian_binary
 from tests.support.serve_config import APP_KEY as SERVE_APP_KEY
 from tests.support.serve_config import SCRAPER_KEY
 from tests.support.tcp_proxy import TcpProxy
@@ -120,12 +120,7 @@ def test_429_degraded_legs_and_model_calls_are_counted_in_process(variant, uniqu
 
 
 def _prometheus() -> str:
-    found = shutil.which("prometheus")
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("prometheus is not installed: .ci/run installs Debian's prometheus package")
-        pytest.skip("prometheus is not installed (apt-get install prometheus; .ci/run installs it)")
-    return found
+    return debian_binary("prometheus")
 
 
 def test_a_real_prometheus_scrapes_the_service_and_answers_a_promql_query(serve_url, tmp_path):

@@ -6,8 +6,6 @@ Redis stops (each replica falls back to its own limits, quickly, never unlimited
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -23,15 +21,11 @@ from rag_engine.serving.limits import Limiter
 from rag_engine.serving.metrics import REGISTRY
 from rag_engine.serving.shared_limits import SharedLimiter, limiter_for
 from tests.serving_support import APP_KEY, bearer, free_port, running, service_over
+from tests.support.debian import debian_binary
 
 
 def _redis_server() -> str:
-    found = shutil.which("redis-server")
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("redis-server is not installed: .ci/run installs Debian's redis-server package")
-        pytest.skip("redis-server is not installed (apt-get install redis-server; .ci/run installs it)")
-    return found
+    return debian_binary("redis-server")
 
 
 @pytest.fixture

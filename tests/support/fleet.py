@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 import yaml
 
 from tests.serving_support import free_port
 from tests.support import serve_config
+from tests.support.debian import debian_binary
 
 FLEET_PRINCIPALS = 400
 """Principals the throughput and kill phases rotate through, so the limiter (one principal's rate)
@@ -39,12 +38,7 @@ enough at load 25, 16 requests/s; on an idle machine the fleet outran them and g
 
 
 def haproxy_binary() -> str:
-    found = shutil.which("haproxy")
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("haproxy is not installed: .ci/run installs Debian's haproxy package")
-        pytest.skip("haproxy is not installed (apt-get install haproxy; .ci/run installs it)")
-    return found
+    return debian_binary("haproxy")
 
 
 @dataclass
