@@ -20,11 +20,6 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.sdk.trace.sampling import ParentBasedTraceIdRatio
 
 INSTRUMENTATION = "rag_engine"
 
@@ -49,7 +44,13 @@ def configure(
             return
         old = _state["provider"]
         provider = tracer = None
-        if enabled:
+        if enabled:  # the SDK and the exporter (protobuf, requests) load only when tracing is on
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+            from opentelemetry.sdk.trace import TracerProvider
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor
+            from opentelemetry.sdk.trace.sampling import ParentBasedTraceIdRatio
+
             provider = TracerProvider(
                 resource=Resource.create({SERVICE_NAME: service_name}),
                 sampler=ParentBasedTraceIdRatio(sample_ratio),
