@@ -20,6 +20,8 @@ import httpx
 import uvicorn
 import yaml
 
+from tests.support.processes import stop
+
 APP_KEY = "SENTINEL-app-key-4f1c2b9e7d0a4c3b8e6f5a2d1c0b9a87"
 ANALYST_KEY = "SENTINEL-analyst-key-0a1b2c3d4e5f60718293a4b5c6d7e8f9"
 OPERATOR_KEY = "SENTINEL-operator-key-77aa55cc33ee11ff00dd22bb44996688"
@@ -188,9 +190,4 @@ def serve_process(
         yield url, proc, log_path
     finally:
         if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc, 30)

@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.serving_support import APP_KEY, OPERATOR_KEY, bearer, free_port, service_over
 from tests.support.debian import debian_binary
+from tests.support.processes import stop
 from tests.support.serve_config import APP_KEY as SERVE_APP_KEY
 from tests.support.serve_config import SCRAPER_KEY
 from tests.support.tcp_proxy import TcpProxy
@@ -169,12 +170,7 @@ def test_a_real_prometheus_scrapes_the_service_and_answers_a_promql_query(serve_
                 result = r.json()["data"]["result"]
         targets = httpx.get(f"http://127.0.0.1:{port}/api/v1/targets", timeout=5).json()["data"]["activeTargets"]
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process, 20)
         log.close()
     shown = Path(tmp_path / "prometheus.log").read_text(errors="replace")[-2000:]
     assert result, f"no sample for {promql} within 60 s; targets: {targets}; log: {shown}"

@@ -29,6 +29,7 @@ import yaml
 from tests.serving_support import free_port
 from tests.support import serve_config
 from tests.support.debian import debian_binary
+from tests.support.processes import stop
 
 FLEET_PRINCIPALS = 400
 """Principals the throughput and kill phases rotate through, so the limiter (one principal's rate)
@@ -184,12 +185,7 @@ def haproxy(tmp_path: Path, servers: list[Replica]) -> Iterator[Balancer]:
             time.sleep(0.2)
         yield balancer
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, 10)
         log.close()
 
 
