@@ -16,8 +16,9 @@ def top_k(q: Question, pool: list[Candidate]) -> list[Candidate]:
     """The top k of the pool, with the graph tail, then exact hits first and at most
     ``traversal.max_graph_only_in_top_k`` graph-only ones, whatever the weights (graph/quality_bounds)."""
     ordered = with_graph_tail(pool, q.k, q.engine.cfg.retrieval.graph_tail)
+    taken = {c.chunk_id for c in ordered}  # the pool holds a chunk once
     return bounded(
-        ordered + [c for c in pool if c not in ordered], q.k, q.engine.cfg.traversal.max_graph_only_in_top_k,
+        ordered + [c for c in pool if c.chunk_id not in taken], q.k, q.engine.cfg.traversal.max_graph_only_in_top_k,
         exact=lambda c: c.exact, graph=lambda c: "graph" in c.sources, graph_only=lambda c: c.sources == ("graph",),
     )[: q.k]  # fmt: skip
 
@@ -44,11 +45,35 @@ def reference_expansion(q: Question, ordered: list[Candidate], t: dict[str, Any]
     have = {c.chunk_id for c in ordered}
     seeds = [c.chunk_id for c in ordered if not c.exact][: max(3, limit)]
     by_id = {c.chunk_id: c for c in ordered}
+    cited = q.shared.get("cited")
+    if cited is not None and all(s in cited for s in seeds):  # read with the top candidates
+        rows, t["read"] = cited_by(seeds, cited, limit), "with_top_candidates"
+    else:
+        rows = reads.referenced(q.rx, seeds, q.collections, limit)
     added = []
-    for row in reads.referenced(q.rx, seeds, q.collections, limit):
+    for row in rows:
         if row["chunk_id"] in have:
             continue
         seed_score = by_id[row["from_chunk"]].score if row["from_chunk"] in by_id else 0.0
         added.append(candidate(row, seed_score * 0.5, ("reference",), via=f"{row['via']} <- {row['from_chunk']}"))
     t["added"] = len(added)
     return added
+
+
+def cited_by(seeds: list[str], cited: dict[str, list[dict[str, Any]]], limit: int) -> list[dict[str, Any]]:
+    """What ``reads.referenced`` returns for ``seeds``, from the rows each seed cites (read with the
+    top candidates, ``store.top_reads``): each chunk cited by a seed and not a seed itself, once,
+    through its first seed (then the citation's raw text, nulls last), ordered by that seed's
+    rank, then chunk id; at most ``limit``."""
+    if limit <= 0:
+        return []
+    best: dict[str, tuple[tuple[int, bool, str], dict[str, Any]]] = {}
+    for rank, seed in enumerate(seeds):
+        for row in cited[seed]:
+            if row["chunk_id"] in seeds:
+                continue
+            key = (rank, row["via"] is None, row["via"] or "")
+            if row["chunk_id"] not in best or key < best[row["chunk_id"]][0]:
+                best[row["chunk_id"]] = (key, {**row, "seed_rank": rank, "from_chunk": seed})
+    ordered = sorted(best.values(), key=lambda kv: (kv[0][0], kv[1]["chunk_id"]))
+    return [row for _, row in ordered[:limit]]

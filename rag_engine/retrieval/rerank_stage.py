@@ -15,7 +15,7 @@ from rag_engine.retrieval.fusion_stage import protect_exact
 from rag_engine.retrieval.leg import Question
 from rag_engine.retrieval.rerank import question_stems, rerank_model, text_features
 from rag_engine.retrieval.sentence_evidence import ChunkEvidence, evidence_features, normalized, score_chunk
-from rag_engine.store import reads, units
+from rag_engine.store import reads, top_reads
 from rag_engine.text.sentences import SPLITTER_VERSION
 from rag_engine.text.terms import content_stems
 
@@ -41,12 +41,12 @@ def reranked(q: Question, pool: list[Candidate], mode: RerankMode, t: dict[str, 
     cfg = engine.cfg.retrieval.rerank
     top, rest = pool[: cfg.top_n], pool[cfg.top_n :]
     try:
-        read_titles(q, top)
         if mode.units:
             with tracing.span("rag.sentence_evidence", candidates=len(top)):
                 evidence = sentence_evidence(q, top, t)
             cos = {cid: ev.cosine for cid, ev in evidence.items() if ev.cosine is not None}
         else:
+            read_titles(q, top)
             evidence = {}
             ids = [c.chunk_id for c in top]
             cos = reads.cosines(q.rx, ids, q.query_vec, engine.embedder_identity, q.collections) if q.query_vec else {}
@@ -77,16 +77,28 @@ def reranked(q: Question, pool: list[Candidate], mode: RerankMode, t: dict[str, 
 
 
 def sentence_evidence(q: Question, top: list[Candidate], t: dict[str, Any]) -> dict[str, ChunkEvidence]:
-    """Each of the first ``retrieval.evidence.top_n`` candidates scored by its units (one store
-    read for their cosines and unit vectors; a live row's come from the live leg's evidence, and a
-    live row without them is scored on its words alone); the rest get none."""
+    """Each of the first ``retrieval.evidence.top_n`` candidates scored by its units (a live row's
+    cosines come from the live leg's evidence, and a live row without them is scored on its words
+    alone); the rest get none. One store read (``top_reads``) gives the scored chunks' cosines and
+    unit vectors, the titles of every candidate of ``top`` and, when reference expansion is on,
+    what they cite (``q.shared["cited"]``, for ``expansion.reference_expansion``)."""
     engine = q.engine
     scored = top[: engine.cfg.retrieval.evidence.top_n]
-    stored = [c.chunk_id for c in scored if not is_live(c)]
-    rows = {
-        **units.chunk_evidence(q.rx, stored, q.query_vec, engine.embedder_identity, q.collections, SPLITTER_VERSION),
-        **q.shared.get("live_evidence", {}),
-    }
+    stored = [c.chunk_id for c in top if not is_live(c)]
+    read = top_reads.top_candidates(
+        q.rx,
+        stored,
+        evidence_ids=[c.chunk_id for c in scored if not is_live(c)],
+        embedding=q.query_vec,
+        identity=engine.embedder_identity,
+        collections=q.collections,
+        splitter=SPLITTER_VERSION,
+        references=engine.cfg.retrieval.reference_expansion_k > 0,
+    )
+    q.titles.update(read.titles)
+    if read.cited is not None:
+        q.shared["cited"] = read.cited
+    rows = {**read.evidence, **q.shared.get("live_evidence", {})}
     vec = normalized(q.query_vec)
     stems = question_stems(q.text)
     out = {}

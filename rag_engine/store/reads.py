@@ -17,13 +17,22 @@ from rag_engine.store.names import CHUNK_FULLTEXT
 from rag_engine.store.session import Reads
 
 _LUCENE_SPECIAL = re.compile(r'([+\-!(){}\[\]^"~*?:\\/]|&&|\|\|)')
-_FIELDS = ("chunk_id", "anchor", "heading", "text", "collection", "doc_id", "doc_version")
+FIELDS = ("chunk_id", "anchor", "heading", "text", "collection", "doc_id", "doc_version")
 """What every query-path read returns of a chunk (as columns, or as a map per hit in ``legs``)."""
-_CHUNK_FIELDS = ", ".join(f"c.{f} AS {f}" for f in _FIELDS)
+_CHUNK_FIELDS = ", ".join(f"c.{f} AS {f}" for f in FIELDS)
 
-SERVED = "(c.active AND coalesce(c.eligible, true) AND c.pack IN $packs AND c.collection IN $collections)"
-"""The one predicate of a chunk the query path may return (``c``): current, eligible, of an enabled
-pack, in a permitted collection. Its parameters come from ``scope``."""
+
+def served(var: str) -> str:
+    """The one predicate of a chunk the query path may return (``var``): current, eligible, of an
+    enabled pack, in a permitted collection. Its parameters come from ``scope``."""
+    return (
+        f"({var}.active AND coalesce({var}.eligible, true) AND {var}.pack IN $packs "
+        f"AND {var}.collection IN $collections)"
+    )
+
+
+SERVED = served("c")
+"""``served`` of ``c``, the name every query-path read gives its chunk."""
 
 
 def scope(rx: Reads, collections: tuple[str, ...]) -> dict[str, list[str]]:
@@ -46,12 +55,16 @@ def lucene_escape(text: str) -> str:
 TEXT_FETCH_CAP = 5000
 """The largest fulltext fetch: Lucene scores every match anyway, this bounds what crosses to Cypher."""
 
-_TEXT_HITS = (
-    f"count(*) AS fetched, collect(CASE WHEN {SERVED} THEN {{"
-    + ", ".join(f"{f}: c.{f}" for f in _FIELDS)
-    + ", score: score} END) AS hits"
-)
-"""Of one fulltext fetch: how many index hits it returned, and the permitted current ones in score order."""
+
+def _text_hits(k: str) -> str:
+    """The tail of one fulltext fetch (rows ``c, score`` in score order): ``fetched``, how many index
+    hits it returned, and ``hits``, the first ``k`` (a parameter name) permitted current ones. Only
+    those have their fields read and sent: the fetch is 4x k, since the index cannot filter."""
+    fields = ", ".join(f"{f}: h.c.{f}" for f in FIELDS)
+    return (
+        f"WITH count(*) AS fetched, collect(CASE WHEN {SERVED} THEN {{c: c, score: score}} END)[..${k}] AS kept "
+        f"RETURN fetched, [h IN kept | {{{fields}, score: h.score}}] AS hits"
+    )
 
 
 def fulltext(
@@ -66,14 +79,15 @@ def fulltext(
         return []
     fetch = fetch or k * 4
     while True:
-        row = rx.rows(
+        row = rx.values(
             f"CALL db.index.fulltext.queryNodes('{CHUNK_FULLTEXT}', $q, {{limit: $fetch}}) YIELD node AS c, score "
-            f"WITH c, score ORDER BY score DESC RETURN {_TEXT_HITS}",
+            f"WITH c, score ORDER BY score DESC {_text_hits('k')}",
             q=q,
             **scope(rx, collections),
             fetch=fetch,
+            k=k,
         )[0]
-        hits: list[dict[str, Any]] = row["hits"][:k]
+        hits: list[dict[str, Any]] = row["hits"]
         if len(hits) >= k or row["fetched"] < fetch or fetch >= TEXT_FETCH_CAP:
             return hits
         fetch = min(fetch * 4, TEXT_FETCH_CAP)
@@ -113,7 +127,7 @@ def vector(
     active, _cached = active_index(rx, identity)
     fetch = fetch or vector_fetch(k)
     while True:
-        rows = rx.rows(
+        rows = rx.values(
             "CALL db.index.vector.queryNodes($index, $fetch, $embedding) YIELD node AS c, score "
             f"WHERE {SERVED} "
             f"RETURN {_CHUNK_FIELDS}, score ORDER BY score DESC LIMIT $k",
@@ -129,7 +143,7 @@ def vector(
 
 
 def _hits(leg: str) -> str:
-    return "collect({" + ", ".join(f"{f}: c.{f}" for f in _FIELDS) + f", score: score}}) AS {leg}"
+    return "collect({" + ", ".join(f"{f}: c.{f}" for f in FIELDS) + f", score: score}}) AS {leg}"
 
 
 _LEGS = f"""{epochs.STATE_COLUMNS}
@@ -144,7 +158,7 @@ CALL () {{
   WITH $q AS q WHERE q <> ''
   CALL db.index.fulltext.queryNodes('{CHUNK_FULLTEXT}', q, {{limit: $text_fetch}}) YIELD node AS c, score
   WITH c, score ORDER BY score DESC
-  RETURN {_TEXT_HITS}
+  {_text_hits("lexical_k")}
 }}
 RETURN indexed, index_epoch, graph_epoch, dense, fetched AS text_fetched, hits AS lexical
 """
@@ -171,7 +185,7 @@ def legs(
     ``vector``, which grows the fetch."""
     cached = epochs.cached_index(rx, identity) if embedding is not None else None
     q = lucene_escape(text)
-    row = rx.rows(
+    row = rx.values(
         _LEGS,
         **epochs.STATE_PARAMS,
         expected=cached[0] if cached else None,
@@ -185,7 +199,7 @@ def legs(
         **scope(rx, collections),
     )[0]
     epochs.remember_state(rx, row)
-    lexical: list[dict[str, Any]] = row["lexical"][:lexical_k]
+    lexical: list[dict[str, Any]] = row["lexical"]
     if len(lexical) < lexical_k and row["text_fetched"] >= lexical_k * 4:  # a small permitted share
         lexical = fulltext(rx, text, collections, lexical_k, fetch=lexical_k * 16)
     if cached is None or embedding is None or row["index_epoch"] != cached[0]:

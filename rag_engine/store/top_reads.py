@@ -1,0 +1,98 @@
+"""The query path's one read after fusion: what the stages after it need of the top candidates,
+in one statement of the question's read transaction instead of three.
+
+For each chunk id (served only: ``reads.SERVED``):
+
+- its document's title (the same rule as ``reads.document_titles``: only a document of an enabled
+  pack in a permitted collection gives one);
+- for the ids in ``evidence_ids``: the chunk's cosine to the question and its unit vectors, as
+  ``units.chunk_evidence`` reads them (active index only, checked by ``epochs.active_index``);
+- with ``references``: the chunks it cites (``REFERENCES``, one hop, served), each with the
+  citation's raw text and its own document's title, so reference expansion over any seeds among
+  these ids needs no statement of its own (``retrieval.expansion``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rag_engine.store.epochs import active_index
+from rag_engine.store.reads import FIELDS, scope, served
+from rag_engine.store.session import Reads
+from rag_engine.store.units import UNITS_SUFFIX
+
+_TITLE = (
+    "OPTIONAL MATCH ({d}:Document {{key: {c}.pack + ':' + {c}.doc_id}}) "
+    "WHERE {d}.pack IN $packs AND {d}.collection IN $collections"
+)
+"""A served chunk's document, when its title may be shown (``reads.document_titles``' rule)."""
+
+_TOP = f"""
+UNWIND $ids AS id
+MATCH (c:Chunk {{chunk_id: id}}) WHERE {served("c")}
+{_TITLE.format(d="d", c="c")}
+WITH c, d, c.chunk_id IN $evidence_ids AS scored
+RETURN c.chunk_id AS chunk_id, d.key AS doc_key, d.title AS title,
+  CASE WHEN NOT scored OR $embedding IS NULL OR c[$property] IS NULL THEN null
+  ELSE vector.similarity.cosine(c[$property], $embedding) END AS cosine,
+  CASE WHEN scored AND c.units_splitter = $splitter THEN c[$units] END AS units,
+  CASE WHEN $references THEN COLLECT {{
+    MATCH (c)-[e:REFERENCES]->(t:Chunk) WHERE {served("t")}
+    {_TITLE.format(d="td", c="t")}
+    RETURN {{{", ".join(f"{f}: t.{f}" for f in FIELDS)}, via: e.raw, doc_key: td.key, title: td.title}}
+  }} ELSE [] END AS cited
+"""
+
+
+@dataclass
+class TopReads:
+    """What ``top_candidates`` read: ``evidence`` per scored chunk id (``cosine``, ``units``),
+    ``titles`` per document key (``pack:doc_id``), ``cited`` per chunk id (the rows it cites: the
+    chunk fields, ``via``) when references were read, and ``titles`` of those rows' documents too."""
+
+    evidence: dict[str, dict[str, Any]] = field(default_factory=dict)
+    titles: dict[str, str] = field(default_factory=dict)
+    cited: dict[str, list[dict[str, Any]]] | None = None
+
+
+def top_candidates(
+    rx: Reads,
+    chunk_ids: list[str],
+    *,
+    evidence_ids: list[str],
+    embedding: list[float] | None,
+    identity: str,
+    collections: tuple[str, ...],
+    splitter: str,
+    references: bool,
+) -> TopReads:
+    """One statement over ``chunk_ids`` (see the module docstring); ids not served are absent."""
+    out = TopReads(cited={} if references else None)
+    if not chunk_ids:
+        return out
+    active, _cached = active_index(rx, identity)
+    rows = rx.values(
+        _TOP,
+        ids=chunk_ids,
+        evidence_ids=evidence_ids,
+        property=active.property,
+        units=active.property + UNITS_SUFFIX,
+        embedding=embedding,
+        splitter=splitter,
+        references=references,
+        **scope(rx, collections),
+    )
+    scored = set(evidence_ids)
+    for r in rows:
+        if r["doc_key"] is not None:
+            out.titles[r["doc_key"]] = r["title"] or ""
+        if r["chunk_id"] in scored:
+            out.evidence[r["chunk_id"]] = {"cosine": r["cosine"], "units": r["units"]}
+        if out.cited is not None:
+            cited = [dict(t) for t in r["cited"]]
+            for t in cited:
+                if t["doc_key"] is not None:
+                    out.titles[t["doc_key"]] = t["title"] or ""
+            out.cited[r["chunk_id"]] = cited
+    return out

@@ -1,0 +1,108 @@
+"""The one read after fusion (``store.top_reads``) gives what the three reads it replaced gave: the
+titles of ``reads.document_titles``, the evidence of ``units.chunk_evidence`` and, through
+``expansion.cited_by``, the rows of ``reads.referenced`` (real Neo4j, both shipped packs)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from rag_engine.governance.policy import gate
+from rag_engine.retrieval.expansion import cited_by
+from rag_engine.retrieval.retriever import retrieve
+from rag_engine.store import reads, top_reads, units
+from rag_engine.store.session import read, read_transaction
+from rag_engine.text.sentences import SPLITTER_VERSION
+
+ROLES = ("legal_analyst", "employee")
+
+
+def _citing(engine) -> list[str]:
+    """Active chunks that cite another chunk, and some that cite none, in a fixed order."""
+    rows = read(
+        engine.driver,
+        engine.database,
+        "MATCH (c:Chunk {active: true}) OPTIONAL MATCH (c)-[e:REFERENCES]->() "
+        "RETURN c.chunk_id AS id, count(e) AS n ORDER BY id",
+    )
+    citing = [r["id"] for r in rows if r["n"]]
+    assert len(citing) >= 10, "the shipped packs hold references"
+    return citing + [r["id"] for r in rows if not r["n"]][:20]
+
+
+def _key(row: dict) -> tuple:
+    return (row["chunk_id"], row["via"], row["from_chunk"], row["seed_rank"], *(row[f] for f in reads.FIELDS))
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_expansion_from_the_top_read_equals_the_referenced_statement(ingested_engine, role):
+    engine = ingested_engine
+    collections = gate(engine.cfg, role, None).collections
+    pool = _citing(engine)
+    rng = random.Random(11)
+    compared = expanded = 0
+    with read_transaction(engine.driver, engine.database, packs=engine.packs) as rx:
+        for _ in range(60):
+            top = rng.sample(pool, 20)
+            read_top = top_reads.top_candidates(
+                rx,
+                top,
+                evidence_ids=top,
+                embedding=None,
+                identity=engine.embedder_identity,
+                collections=collections,
+                splitter=SPLITTER_VERSION,
+                references=True,
+            )
+            served = list(read_top.cited)  # a chunk outside the role's collections is not read
+            for limit in (1, 5, 100):
+                seeds = served[: rng.randint(1, 10)]
+                want = reads.referenced(rx, seeds, collections, limit)
+                got = cited_by(seeds, read_top.cited, limit)
+                assert [_key(r) for r in got] == [_key(r) for r in want], (seeds, limit)
+                compared += 1
+                expanded += bool(want)
+    assert compared == 180 and expanded > 30  # the comparison saw real expansions
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_titles_and_evidence_from_the_top_read_equal_their_own_reads(ingested_engine, role):
+    engine = ingested_engine
+    collections = gate(engine.cfg, role, None).collections
+    pool = _citing(engine)
+    vector = engine.embed_texts(["the right to erasure"], purpose="query")[0]
+    with read_transaction(engine.driver, engine.database, packs=engine.packs) as rx:
+        top = pool[:25]
+        scored = top[:12]
+        got = top_reads.top_candidates(
+            rx,
+            top,
+            evidence_ids=scored,
+            embedding=vector,
+            identity=engine.embedder_identity,
+            collections=collections,
+            splitter=SPLITTER_VERSION,
+            references=False,
+        )
+        served = reads.chunks_by_id(rx, top, collections)
+        keys = sorted({f"{r['chunk_id'].split(':', 1)[0]}:{r['doc_id']}" for r in served})
+        want_evidence = units.chunk_evidence(
+            rx, scored, vector, engine.embedder_identity, collections, SPLITTER_VERSION
+        )
+        assert got.titles == reads.document_titles(rx, keys, collections)
+        assert got.evidence == want_evidence
+        assert got.cited is None
+
+
+def test_a_question_reads_the_store_in_four_statements(ingested_engine):
+    # the legs' statement (epochs, fulltext, and the vector leg when the embedding is ready by
+    # then), the vector leg when it was not, the planner's entity lookup, and the top candidates'
+    # read: titles, sentence evidence and reference expansion no longer take a statement each
+    # (there were seven)
+    question = "What is the deadline for notifying a data breach?"
+    retrieve(ingested_engine, question, "legal_analyst")  # the active index and the graph's facts, cached
+    result = retrieve(ingested_engine, question, "legal_analyst")
+    step = next(s for s in result.trace if s["step"] == "reference_expansion")
+    assert step["read"] == "with_top_candidates" and step["added"] >= 0
+    assert step["store_statements"] <= 4, step
