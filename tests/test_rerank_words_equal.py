@@ -21,7 +21,7 @@ from rag_engine.retrieval.rerank import question_stems, text_features
 from rag_engine.retrieval.sentence_evidence import evidence_features, score_chunk
 from rag_engine.store.units import encode
 from rag_engine.text.sentences import MAX_UNITS, split_units
-from rag_engine.text.terms import content_stems, content_words, tokens
+from rag_engine.text.terms import content_stem_list, content_stems, content_words, tokens
 
 QUESTIONS_PER_CHUNK = 3
 
@@ -71,6 +71,7 @@ def test_every_pack_chunk_against_its_golden_questions_gives_the_old_outputs() -
             assert split_units(p.text) == old.split_units(p.text), p.chunk_id
             assert tokens(p.text) == old.tokens(p.text)
             assert content_words(p.text) == old.content_words(p.text)
+            assert content_stem_list(p.text) == [old.stem(w) for w in old.content_words(p.text)]
         for k in range(0, len(chunks), 20):  # groups of 20 candidates, each against three questions
             group = chunks[k : k + 20]
             for i in range(QUESTIONS_PER_CHUNK):
@@ -112,6 +113,7 @@ CORNERS = [
 def test_corner_texts_give_the_old_outputs(text: str) -> None:
     assert tokens(text) == old.tokens(text)
     assert content_words(text) == old.content_words(text)
+    assert content_stem_list(text) == [old.stem(w) for w in old.content_words(text)]
     assert split_units(text) == old.split_units(text)
     for question in ("How long are tickets kept?", "What is the ΟΔΟΣ rule on Straße data?", "how", ""):
         stems = question_stems(question)

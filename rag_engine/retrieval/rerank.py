@@ -36,7 +36,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from rag_engine.errors import ConfigError
-from rag_engine.text.terms import content_words, stem
+from rag_engine.text.terms import content_stem_list, content_stems
 
 FEATURES: tuple[str, ...] = (
     "fused",  # fused score in units of one rank-1 RRF contribution
@@ -105,21 +105,27 @@ def rerank_model(path: Path) -> RerankModel:
     return cached[1]
 
 
-def _window(positions: dict[str, list[int]]) -> int:
-    """Shortest span of token positions holding one occurrence of every key (sliding window)."""
-    events = sorted((p, s) for s, ps in positions.items() for p in ps)
-    need, best, left = len(positions), math.inf, 0
+def _span(events: list[tuple[int, str]], need: int) -> int:
+    """Shortest span of the (position, stem) ``events`` (in position order) holding one occurrence
+    of each of ``need`` distinct stems (sliding window); 0 if there is none."""
+    best, left = math.inf, 0
     have: dict[str, int] = {}
     for pos, s in events:
         have[s] = have.get(s, 0) + 1
         while len(have) == need:
-            best = min(best, pos - events[left][0] + 1)
-            ls = events[left][1]
+            first, ls = events[left]
+            if pos - first + 1 < best:
+                best = pos - first + 1
             have[ls] -= 1
             if not have[ls]:
                 del have[ls]
             left += 1
     return int(best) if best != math.inf else 0
+
+
+def _window(positions: dict[str, list[int]]) -> int:
+    """Shortest span of token positions holding one occurrence of every key (sliding window)."""
+    return _span(sorted([(p, s) for s, ps in positions.items() for p in ps]), len(positions))
 
 
 def proximity(positions: dict[str, list[int]]) -> float:
@@ -128,30 +134,44 @@ def proximity(positions: dict[str, list[int]]) -> float:
     return len(positions) / window if window else 0.0
 
 
-def text_features(question_stems: Sequence[str], title: str, heading: str, text: str) -> dict[str, float]:
-    """The word-level features of one passage against the question's content stems (in order)."""
+def proximity_in(words: Sequence[str], matched: set[str]) -> float:
+    """``proximity`` of the positions in ``words`` of the stems ``matched`` (each of which occurs in
+    ``words``), without building the positions: one stem gives 1.0, none 0.0."""
+    if len(matched) < 2:
+        return float(len(matched))
+    window = _span([(i, s) for i, s in enumerate(words) if s in matched], len(matched))
+    return len(matched) / window if window else 0.0
+
+
+def text_features(
+    question_stems: Sequence[str],
+    title: str,
+    heading: str,
+    text: str,
+    words: Sequence[str] | None = None,
+) -> dict[str, float]:
+    """The word-level features of one passage against the question's content stems (in order).
+    ``words``: the stems of ``text``'s content words (``content_stem_list(text)``) if the caller
+    has them already."""
     terms = set(question_stems)
     if not terms:
         return {}
-    words = [stem(w) for w in content_words(text)]
-    heading_stems = {stem(w) for w in content_words(heading)}
-    title_stems = {stem(w) for w in content_words(title)}
-    body = set(words)
-    positions: dict[str, list[int]] = {}
-    for i, s in enumerate(words):
-        if s in terms:
-            positions.setdefault(s, []).append(i)
+    if words is None:
+        words = content_stem_list(text)
+    heading_stems = content_stems(heading)
+    title_stems = content_stems(title)
+    matched = terms.intersection(words)
     q_bigrams = set(itertools.pairwise(question_stems))
-    p_bigrams = set(itertools.pairwise(words))
+    n = len(terms)
     return {
-        "text_cov": len(terms & (body | heading_stems | title_stems)) / len(terms),
-        "heading_cov": len(terms & heading_stems) / len(terms),
-        "title_cov": len(terms & title_stems) / len(terms),
-        "proximity": proximity(positions),
-        "bigram_cov": len(q_bigrams & p_bigrams) / len(q_bigrams) if q_bigrams else 0.0,
+        "text_cov": len(matched | (terms & heading_stems) | (terms & title_stems)) / n,
+        "heading_cov": len(terms & heading_stems) / n,
+        "title_cov": len(terms & title_stems) / n,
+        "proximity": proximity_in(words, matched),
+        "bigram_cov": len(q_bigrams.intersection(itertools.pairwise(words))) / len(q_bigrams) if q_bigrams else 0.0,
         "log_len": min(1.5, math.log1p(len(words)) / math.log(1000)),
     }
 
 
 def question_stems(question: str) -> list[str]:
-    return [stem(w) for w in content_words(question)]
+    return content_stem_list(question)

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rag_engine.retrieval.rerank import proximity
+from rag_engine.retrieval.rerank import proximity_in
 from rag_engine.store.units import decode
 from rag_engine.text.sentences import MAX_UNITS, split_units
-from rag_engine.text.terms import content_words, stem
+from rag_engine.text.terms import content_stem_list
 
 COVERAGE_WEIGHT = 0.25
 """Weight of a unit's coverage beside its cosine in its score. Not fitted: coverage in [0, 1]
@@ -86,17 +86,15 @@ def score_chunk(
         if len(matrix) == min(len(units), MAX_UNITS):
             norms = np.linalg.norm(matrix, axis=1)
             sims = (matrix @ query_vec) / np.where(norms > 0, norms, 1.0)
-            cosines[: len(sims)] = [float(s) for s in sims]
+            cosines[: len(sims)] = sims.tolist()
+    n = len(terms)
+    context_terms = terms & context_stems
     out = []
     for i, u in enumerate(units):
-        words = [stem(w) for w in content_words(u.text)]
-        have = terms & set(words)
-        coverage = len(have) / len(terms) if terms else 0.0
-        context_coverage = len(terms & (set(words) | context_stems)) / len(terms) if terms else 0.0
-        positions: dict[str, list[int]] = {}
-        for pos, s in enumerate(words):
-            if s in terms:
-                positions.setdefault(s, []).append(pos)
+        words = content_stem_list(u.text)
+        have = terms.intersection(words)
+        coverage = len(have) / n if n else 0.0
+        context_coverage = len(have | context_terms) / n if n else 0.0
         cos = cosines[i]
         score = (cos if cos is not None else 0.0) + COVERAGE_WEIGHT * coverage
         out.append(
@@ -109,7 +107,7 @@ def score_chunk(
                 cosine=None if cos is None else round(cos, 6),
                 coverage=round(coverage, 6),
                 context_coverage=round(context_coverage, 6),
-                proximity=round(proximity(positions), 6),
+                proximity=round(proximity_in(words, have), 6),
                 score=round(score, 6),
             )
         )
