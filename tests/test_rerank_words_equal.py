@@ -56,7 +56,9 @@ def assert_same(question: str, passages: list[Passage], rng: np.random.Generator
         new_ev[p.chunk_id] = score_chunk(p.chunk_id, p.text, context, stems, vec, blob, 0.5)
         old_ev[p.chunk_id] = old.score_chunk(p.chunk_id, p.text, context, stems, vec, blob, 0.5)
         assert new_ev[p.chunk_id] == old_ev[p.chunk_id], (question, p.chunk_id)
-        assert text_features(stems, p.title, p.heading, p.text) == old.text_features(stems, p.title, p.heading, p.text)
+        expected = old.text_features(stems, p.title, p.heading, p.text)
+        assert text_features(stems, p.title, p.heading, p.text) == expected
+        assert text_features(stems, p.title, p.heading, p.text, new_ev[p.chunk_id].words) == expected
     ids = [p.chunk_id for p in passages]
     assert evidence_features(new_ev, ids) == old.evidence_features(old_ev, ids)
 
@@ -64,7 +66,7 @@ def assert_same(question: str, passages: list[Passage], rng: np.random.Generator
 def test_every_pack_chunk_against_its_golden_questions_gives_the_old_outputs() -> None:
     passages, questions = corpus()
     rng = np.random.default_rng(40)
-    checked = 0
+    checked = joined = 0
     for pack, chunks in passages.items():
         asked = questions[pack]
         for p in chunks:
@@ -72,6 +74,9 @@ def test_every_pack_chunk_against_its_golden_questions_gives_the_old_outputs() -
             assert tokens(p.text) == old.tokens(p.text)
             assert content_words(p.text) == old.content_words(p.text)
             assert content_stem_list(p.text) == [old.stem(w) for w in old.content_words(p.text)]
+            words = score_chunk(p.chunk_id, p.text, set(), [], None, None).words
+            assert words is None or words == content_stem_list(p.text), p.chunk_id
+            joined += words is not None
         for k in range(0, len(chunks), 20):  # groups of 20 candidates, each against three questions
             group = chunks[k : k + 20]
             for i in range(QUESTIONS_PER_CHUNK):
@@ -79,6 +84,7 @@ def test_every_pack_chunk_against_its_golden_questions_gives_the_old_outputs() -
                 assert_same(question, group, rng, vectors=i == 0)
                 checked += len(group)
     assert checked >= 3 * sum(len(c) for c in passages.values())
+    assert joined > sum(len(c) for c in passages.values()) / 2  # most chunks' stems come from their units
 
 
 def test_every_golden_question_gives_the_old_stems() -> None:
@@ -99,6 +105,7 @@ CORNERS = [
     "| Data category | Retention period | Starts from |\n| --- | --- | --- |\n"
     "| Customer support tickets | 3 years | ticket closure |\n| Security logs | 24 months | log creation |",
     "Short one.\n| A | B |\n| --- | --- |\n| x | y |\nFinal words of this.",
+    "Retention.\n| Category | Period |\n| --- | --- |\n| support tickets kept | long |\nFinal words of this sentence.",
     "Intro:\n\n1. First item of the list holds words.\n2) Second\n(c) third point here now\n\nTail.",
     "\u200eLeft-to-right mark\u200e before words. Ⅻ roman numeral Ⅻ and ½ fraction and ² superscript.",
     "ǅungla ǈ ǋ titlecase; ﬁnance ﬂow ligatures; ß SS ẞ; K kelvin sign; Å angstrom.",
@@ -120,7 +127,10 @@ def test_corner_texts_give_the_old_outputs(text: str) -> None:
         context = content_stems("Title Heading how")
         new = score_chunk("c", text, context, stems, None, None)
         assert new == old.score_chunk("c", text, context, stems, None, None), text
-        assert text_features(stems, "Title", "how", text) == old.text_features(stems, "Title", "how", text)
+        assert new.words is None or new.words == content_stem_list(text)
+        expected = old.text_features(stems, "Title", "how", text)
+        assert text_features(stems, "Title", "how", text) == expected
+        assert text_features(stems, "Title", "how", text, new.words) == expected
 
 
 FRAGMENTS = [
@@ -171,7 +181,9 @@ def test_random_texts_give_the_old_outputs() -> None:
         context = content_stems(rng.choice(["", "how", "Ticket retention"]))
         new = score_chunk("c", text, context, stems, None, None)
         assert new == old.score_chunk("c", text, context, stems, None, None), text
+        assert new.words is None or new.words == content_stem_list(text), text
         assert text_features(stems, "t", "h", text) == old.text_features(stems, "t", "h", text), text
+        assert text_features(stems, "t", "h", text, new.words) == old.text_features(stems, "t", "h", text), text
 
 
 def test_whitespace_is_never_a_word_character() -> None:

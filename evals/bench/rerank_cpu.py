@@ -106,7 +106,7 @@ def run_new(case: Case, vec: np.ndarray | None) -> Result:
         evidence[p.chunk_id] = score_chunk(p.chunk_id, p.text, context, stems, vec, blob, None)
     ids = [p.chunk_id for p in case.candidates]
     stems = question_stems(case.question)
-    feats = [text_features(stems, p.title, p.heading, p.text) for p in case.candidates]
+    feats = [text_features(stems, p.title, p.heading, p.text, evidence[p.chunk_id].words) for p in case.candidates]
     return evidence, evidence_features(evidence, ids), feats
 
 

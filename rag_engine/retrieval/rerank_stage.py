@@ -50,7 +50,7 @@ def reranked(q: Question, pool: list[Candidate], mode: RerankMode, t: dict[str, 
             evidence = {}
             ids = [c.chunk_id for c in top]
             cos = reads.cosines(q.rx, ids, q.query_vec, engine.embedder_identity, q.collections) if q.query_vec else {}
-        feats = features_of(q, top, cos)
+        feats = features_of(q, top, cos, evidence)
         for f, u in zip(feats, evidence_features(evidence, [c.chunk_id for c in top]), strict=True):
             f.update({name: round(value, 6) for name, value in u.items()})
         top = [
@@ -111,8 +111,11 @@ def sentence_evidence(q: Question, top: list[Candidate], t: dict[str, Any]) -> d
     return out
 
 
-def features_of(q: Question, top: list[Candidate], cosines: dict[str, float]) -> list[dict[str, float]]:
-    """The rerank features (``rerank.FEATURES``) of each candidate of ``top``, in order."""
+def features_of(
+    q: Question, top: list[Candidate], cosines: dict[str, float], evidence: dict[str, ChunkEvidence]
+) -> list[dict[str, float]]:
+    """The rerank features (``rerank.FEATURES``) of each candidate of ``top``, in order (a text's
+    stems from its sentence ``evidence`` where that holds them)."""
     lexical, dense = q.rows.get("lexical", []), q.rows.get("dense", [])
     rrf_k, names_reference = q.engine.cfg.retrieval.rrf_k, bool(q.refs.keys)
     lex_rank = {r["chunk_id"]: i for i, r in enumerate(lexical, 1)}
@@ -137,7 +140,8 @@ def features_of(q: Question, top: list[Candidate], cosines: dict[str, float]) ->
         # the same two for a question naming a rule or article: how far to trust fusion there
         f["ref_fused_rank"] = f["fused_rank"] if names_reference else 0.0
         f["ref_exact"] = f["exact"] if names_reference else 0.0
-        f.update(text_features(stems, q.titles.get(doc_key(c), ""), c.heading, c.text))
+        words = evidence[c.chunk_id].words if c.chunk_id in evidence else None
+        f.update(text_features(stems, q.titles.get(doc_key(c), ""), c.heading, c.text, words))
         out.append({name: round(value, 6) for name, value in f.items()})
     return out
 

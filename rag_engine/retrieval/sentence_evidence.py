@@ -19,14 +19,14 @@ unit is scored by its words alone (cosine None), and said so in the trace.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from rag_engine.retrieval.rerank import proximity_in
 from rag_engine.store.units import decode
-from rag_engine.text.sentences import MAX_UNITS, split_units
-from rag_engine.text.terms import content_stem_list
+from rag_engine.text.sentences import MAX_UNITS, Unit, split_units
+from rag_engine.text.terms import frames_after_how, is_content, stems_of_tokens, tokens
 
 COVERAGE_WEIGHT = 0.25
 """Weight of a unit's coverage beside its cosine in its score. Not fitted: coverage in [0, 1]
@@ -53,6 +53,9 @@ class ChunkEvidence:
     chunk_id: str
     units: tuple[UnitEvidence, ...]  # in text order
     cosine: float | None  # the chunk's own vector against the question
+    words: list[str] | None = field(default=None, compare=False, repr=False)
+    """The stems of the chunk text's content words when its units' give them (``joined_stems``),
+    for ``rerank.text_features``: the text is then not read a second time."""
 
     @property
     def best(self) -> UnitEvidence | None:
@@ -90,8 +93,10 @@ def score_chunk(
     n = len(terms)
     context_terms = terms & context_stems
     out = []
+    unit_tokens = [tokens(u.text) for u in units]
+    unit_words = [stems_of_tokens(t) for t in unit_tokens]
     for i, u in enumerate(units):
-        words = content_stem_list(u.text)
+        words = unit_words[i]
         have = terms.intersection(words)
         coverage = len(have) / n if n else 0.0
         context_coverage = len(have | context_terms) / n if n else 0.0
@@ -111,7 +116,39 @@ def score_chunk(
                 score=round(score, 6),
             )
         )
-    return ChunkEvidence(chunk_id, tuple(out), chunk_cosine)
+    return ChunkEvidence(chunk_id, tuple(out), chunk_cosine, joined_stems(text, units, unit_tokens, unit_words))
+
+
+def joined_stems(
+    text: str, units: list[Unit], unit_tokens: list[list[str]], unit_words: list[list[str]]
+) -> list[str] | None:
+    """The stems of ``text``'s content words (``content_stem_list(text)``) put together from its
+    units' tokens and stems, or None where they cannot be: ``text`` is not ASCII (lowercasing
+    and word characters are then per character), a unit's shown text is not its span's text
+    with whitespace collapsed (a table row, a fragment merged across a table header), or a
+    word stands outside every unit (a table header). Then the units' tokens, in order, are the
+    text's, and the content words are the units' but for the word after a "how" ending the unit
+    before ("how long"), which the text drops and its unit (starting with it) keeps."""
+    if not text.isascii():
+        return None
+    end = 0
+    for u in units:
+        if u.start < end or not _no_word_between(text, end, u.start):
+            return None
+        if u.text != " ".join(text[u.start : u.end].split()):
+            return None
+        end = u.end
+    if not _no_word_between(text, end, len(text)):
+        return None
+    out: list[str] = []
+    previous = ""
+    for toks, words in zip(unit_tokens, unit_words, strict=True):
+        if toks and frames_after_how(previous, toks[0]) and is_content(toks[0]):  # words[0] is its stem
+            out += words[1:]
+        else:
+            out += words
+        previous = toks[-1] if toks else previous
+    return out
 
 
 def evidence_features(evidence: Mapping[str, ChunkEvidence], chunk_ids: Sequence[str]) -> list[dict[str, float]]:
@@ -132,3 +169,12 @@ def evidence_features(evidence: Mapping[str, ChunkEvidence], chunk_ids: Sequence
             }
         )
     return out
+
+
+def _no_word_between(text: str, start: int, end: int) -> bool:
+    """No token of the ASCII ``text`` has a character in ``text[start:end]`` or, where that is
+    empty, runs across ``start``."""
+    if start == end:
+        return not (0 < start < len(text) and text[start - 1].isalnum() and text[start].isalnum())
+    gap = text[start:end]
+    return gap.isspace() or not tokens(gap)

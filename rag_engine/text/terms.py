@@ -95,9 +95,8 @@ def content_words(text: str) -> list[str]:
     return [w for w, s in zip(words, _stems_or_none(words), strict=True) if s is not None]
 
 
-def content_stem_list(text: str) -> list[str]:
-    """The stems of the content words of ``text``, in order (``[stem(w) for w in content_words(text)]``)."""
-    words = tokens(text)
+def stems_of_tokens(words: list[str]) -> list[str]:
+    """The stems of the content words among ``words`` (``tokens`` of one text), in order."""
     if "how" in words:
         return [s for s in _stems_or_none(words) if s is not None]
     try:
@@ -107,6 +106,16 @@ def content_stem_list(text: str) -> list[str]:
         return [s for s in map(table.__getitem__, words) if s is not None]
 
 
+def content_stem_list(text: str) -> list[str]:
+    """The stems of the content words of ``text``, in order (``[stem(w) for w in content_words(text)]``)."""
+    return stems_of_tokens(tokens(text))
+
+
 def content_stems(text: str) -> set[str]:
     """The stems of the content words of ``text``."""
-    return set(content_stem_list(text))
+    return set(stems_of_tokens(tokens(text)))
+
+
+def frames_after_how(previous: str, word: str) -> bool:
+    """``word`` is the question frame after ``previous`` ("how long"), not a content word."""
+    return previous == "how" and word in _HOW
