@@ -139,8 +139,15 @@ def proximity_in(words: Sequence[str], matched: set[str]) -> float:
     ``words``), without building the positions: one stem gives 1.0, none 0.0."""
     if len(matched) < 2:
         return float(len(matched))
-    window = _span([(i, s) for i, s in enumerate(words) if s in matched], len(matched))
-    return len(matched) / window if window else 0.0
+    return _proximity_of([(i, s) for i, s in enumerate(words) if s in matched], len(matched))
+
+
+def _proximity_of(events: list[tuple[int, str]], need: int) -> float:
+    """``proximity`` of the (position, stem) ``events`` in position order, of ``need`` stems."""
+    if need < 2:
+        return float(need)
+    window = _span(events, need)
+    return need / window if window else 0.0
 
 
 def text_features(
@@ -162,13 +169,17 @@ def text_features(
     title_stems = content_stems(title)
     matched = terms.intersection(words)
     q_bigrams = set(itertools.pairwise(question_stems))
+    # the matched stems' occurrences in order: the proximity window's events, and the passage
+    # bigrams that can be question bigrams (both stems matched, at neighbouring positions)
+    events = [(i, s) for i, s in enumerate(words) if s in matched] if matched else []
+    found = {(a, b) for (i, a), (j, b) in itertools.pairwise(events) if j == i + 1}
     n = len(terms)
     return {
         "text_cov": len(matched | (terms & heading_stems) | (terms & title_stems)) / n,
         "heading_cov": len(terms & heading_stems) / n,
         "title_cov": len(terms & title_stems) / n,
-        "proximity": proximity_in(words, matched),
-        "bigram_cov": len(q_bigrams.intersection(itertools.pairwise(words))) / len(q_bigrams) if q_bigrams else 0.0,
+        "proximity": _proximity_of(events, len(matched)),
+        "bigram_cov": len(q_bigrams & found) / len(q_bigrams) if q_bigrams else 0.0,
         "log_len": min(1.5, math.log1p(len(words)) / math.log(1000)),
     }
 

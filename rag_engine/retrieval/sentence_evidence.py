@@ -92,16 +92,20 @@ def score_chunk(
             cosines[: len(sims)] = sims.tolist()
     n = len(terms)
     context_terms = terms & context_stems
-    out = []
+    # a coverage is k/n for k of the n question stems: each rounding (and a score without a
+    # cosine) made once per k, not once per unit
+    shares = [k / n for k in range(n + 1)] if n else [0.0]
+    rounded = [round(share, 6) for share in shares]
+    word_scores = [round(0.0 + COVERAGE_WEIGHT * share, 6) for share in shares]
     unit_tokens = [tokens(u.text) for u in units]
     unit_words = [stems_of_tokens(t) for t in unit_tokens]
+    out = []
     for i, u in enumerate(units):
         words = unit_words[i]
         have = terms.intersection(words)
-        coverage = len(have) / n if n else 0.0
-        context_coverage = len(have | context_terms) / n if n else 0.0
+        k = len(have)
+        near = proximity_in(words, have)  # 0.0 or 1.0 (already rounded) below two stems
         cos = cosines[i]
-        score = (cos if cos is not None else 0.0) + COVERAGE_WEIGHT * coverage
         out.append(
             UnitEvidence(
                 chunk_id=chunk_id,
@@ -110,10 +114,10 @@ def score_chunk(
                 start=u.start,
                 end=u.end,
                 cosine=None if cos is None else round(cos, 6),
-                coverage=round(coverage, 6),
-                context_coverage=round(context_coverage, 6),
-                proximity=round(proximity_in(words, have), 6),
-                score=round(score, 6),
+                coverage=rounded[k],
+                context_coverage=rounded[len(have | context_terms)],
+                proximity=round(near, 6) if k > 1 else near,
+                score=word_scores[k] if cos is None else round(cos + COVERAGE_WEIGHT * shares[k], 6),
             )
         )
     return ChunkEvidence(chunk_id, tuple(out), chunk_cosine, joined_stems(text, units, unit_tokens, unit_words))

@@ -88,6 +88,10 @@ _POINT = re.compile(r";\s+(?:and\s+|or\s+)?(?=\((?:[a-z]{1,4}|\d{1,3})\)\s)")
 _LIST_ITEM = re.compile(r"^\s*(?:[-*\u2022]|\d{1,3}[.)]|\((?:[a-z]{1,4}|\d{1,3})\))\s+")
 _TABLE_SEPARATOR = re.compile(r"^\s*\|?\s*:?-{3,}")
 _WORD = re.compile(r"[^\W_]+")
+_AT_LEAST_MIN_WORDS = re.compile(rf"[^\W_]+(?:[\W_]+[^\W_]+){{{MIN_WORDS - 1}}}").search
+"""Finds ``MIN_WORDS`` runs of letters and digits (``_words(text) >= MIN_WORDS``) without counting
+them all: it stops at the fourth word, and ``_WORD`` and its complement never overlap, so it does
+not backtrack."""
 
 
 @dataclass(frozen=True)
@@ -117,10 +121,11 @@ def _prose_cuts(text: str, base: int) -> list[tuple[int, int]]:
     """Spans (absolute) of the sentences of one prose block starting at ``base``."""
     cuts: list[int] = []
     for m in _END.finditer(text):
-        before = text[: m.start(1)].rsplit(None, 1)
-        word = before[-1].lower().lstrip("(\"'") if before else ""
-        if m.group(1) == "." and (word.rstrip(".") in _ABBREVIATIONS or (len(word) == 1 and word.isalpha())):
-            continue
+        if m.group(1) == ".":  # not after an abbreviation or a lone initial
+            before = text[: m.start(1)].rsplit(None, 1)
+            word = before[-1].lower().lstrip("(\"'") if before else ""
+            if word.rstrip(".") in _ABBREVIATIONS or (len(word) == 1 and word.isalpha()):
+                continue
         cuts.append(m.end())
     cuts += [m.start() + 1 for m in _POINT.finditer(text)]
     bounds = [0, *sorted(set(cuts)), len(text)]
@@ -194,7 +199,8 @@ def split_units(text: str) -> list[Unit]:
             raw.append((start, end, shown, embedded))
             continue
         spans = _prose_cuts(text[start:end], start) if kind == "prose" else [(start, end)]
-        if kind == "item" and _words(text[start:end]) > 40:  # a long list item reads as prose
+        # a long list item reads as prose (41 words take at least 81 characters)
+        if kind == "item" and end - start > 80 and _words(text[start:end]) > 40:
             spans = _prose_cuts(text[start:end], start)
         for a, b in spans:
             shown = " ".join(text[a:b].split())
@@ -205,7 +211,7 @@ def split_units(text: str) -> list[Unit]:
         if pending is not None:
             start, shown, embedded = pending[0], f"{pending[1]} {shown}", f"{pending[2]} {embedded}"
             pending = None
-        if _words(shown) < MIN_WORDS:
+        if _AT_LEAST_MIN_WORDS(shown) is None:
             pending = (start, shown, embedded)
             continue
         units.append(Unit(start, end, shown, _clip(embedded)))
