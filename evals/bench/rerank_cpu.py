@@ -157,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     engine.close()
     vec = query_vector()
     equal = all(run_new(c, vec) == run_old(c, vec) for c in work)  # also warms both stem caches
+    load_before = os.getloadavg()
     repeats: list[dict[str, float]] = []
     for r in range(args.repeat):
         repeats.append(timed(work, vec, new_first=r % 2 == 1))
@@ -170,11 +171,11 @@ def main(argv: list[str] | None = None) -> int:
         "speedup_wall": round(med["old"] / med["new"], 2),
         "speedup_cpu": round(med["old_cpu"] / med["new_cpu"], 2),
         "outputs_equal": equal,
-        "load_average": [round(x, 2) for x in load],
+        "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in load]},
         "python": sys.version.split()[0],
     }
-    loads = " ".join(f"{x:.2f}" for x in load)
-    print(f"{len(work)} questions x {TOP_N} candidates, {args.repeat} repeats, load average {loads}")
+    loads = " / ".join(" ".join(f"{x:.2f}" for x in avg) for avg in (load_before, load))
+    print(f"{len(work)} questions x {TOP_N} candidates, {args.repeat} repeats, load average (before / after) {loads}")
     print("  ms/question (median)  old      new      old/new")
     print(f"  wall clock            {med['old']:7.2f}  {med['new']:7.2f}  {out['speedup_wall']:.2f}")
     print(f"  process CPU           {med['old_cpu']:7.2f}  {med['new_cpu']:7.2f}  {out['speedup_cpu']:.2f}")
