@@ -1,6 +1,7 @@
 """The one read after fusion (``store.top_reads``) gives what the three reads it replaced gave: the
-titles of ``reads.document_titles``, the evidence of ``units.chunk_evidence`` and, through
-``expansion.cited_by``, the rows of ``reads.referenced`` (real Neo4j, both shipped packs)."""
+titles of ``reads.document_titles``, the evidence of the statement sentence evidence ran before
+(``EVIDENCE``, kept here as the reference) and, through ``expansion.cited_by``, the rows of
+``reads.referenced`` (real Neo4j, both shipped packs)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,36 @@ import pytest
 from rag_engine.governance.policy import gate
 from rag_engine.retrieval.expansion import cited_by
 from rag_engine.retrieval.retriever import retrieve
-from rag_engine.store import reads, top_reads, units
+from rag_engine.store import reads, top_reads
+from rag_engine.store.epochs import active_index
+from rag_engine.store.units import UNITS_SUFFIX
 from rag_engine.store.session import read, read_transaction
 from rag_engine.text.sentences import SPLITTER_VERSION
 
 ROLES = ("legal_analyst", "employee")
+
+EVIDENCE = (
+    f"MATCH (c:Chunk) WHERE c.chunk_id IN $ids AND {reads.SERVED} "
+    "RETURN c.chunk_id AS chunk_id, "
+    "CASE WHEN $embedding IS NULL OR c[$property] IS NULL THEN null "
+    "ELSE vector.similarity.cosine(c[$property], $embedding) END AS cosine, "
+    "CASE WHEN c.units_splitter = $splitter THEN c[$units] END AS units"
+)
+"""Sentence evidence's own statement before the one read (cosines and unit vectors of the scored chunks)."""
+
+
+def _evidence(rx, ids, embedding, identity, collections) -> dict:
+    active, _ = active_index(rx, identity)
+    rows = rx.values(
+        EVIDENCE,
+        ids=ids,
+        property=active.property,
+        units=active.property + UNITS_SUFFIX,
+        embedding=embedding,
+        splitter=SPLITTER_VERSION,
+        **reads.scope(rx, collections),
+    )
+    return {r["chunk_id"]: {"cosine": r["cosine"], "units": r["units"]} for r in rows}
 
 
 def _citing(engine) -> list[str]:
@@ -87,9 +113,7 @@ def test_titles_and_evidence_from_the_top_read_equal_their_own_reads(ingested_en
         )
         served = reads.chunks_by_id(rx, top, collections)
         keys = sorted({f"{r['chunk_id'].split(':', 1)[0]}:{r['doc_id']}" for r in served})
-        want_evidence = units.chunk_evidence(
-            rx, scored, vector, engine.embedder_identity, collections, SPLITTER_VERSION
-        )
+        want_evidence = _evidence(rx, scored, vector, engine.embedder_identity, collections)
         assert got.titles == reads.document_titles(rx, keys, collections)
         assert got.evidence == want_evidence
         assert got.cited is None

@@ -6,7 +6,7 @@ For each chunk id (served only: ``reads.SERVED``):
 - its document's title (the same rule as ``reads.document_titles``: only a document of an enabled
   pack in a permitted collection gives one);
 - for the ids in ``evidence_ids``: the chunk's cosine to the question and its unit vectors, as
-  ``units.chunk_evidence`` reads them (active index only, checked by ``epochs.active_index``);
+  stored by ``ingest.unit_vectors`` (active index only, checked by ``epochs.active_index``);
 - with ``references``: the chunks it cites (``REFERENCES``, one hop, served), each with the
   citation's raw text and its own document's title, so reference expansion over any seeds among
   these ids needs no statement of its own (``retrieval.expansion``).
