@@ -14,8 +14,8 @@ from rag_engine.retrieval.expansion import cited_by
 from rag_engine.retrieval.retriever import retrieve
 from rag_engine.store import reads, top_reads
 from rag_engine.store.epochs import active_index
-from rag_engine.store.units import UNITS_SUFFIX
 from rag_engine.store.session import read, read_transaction
+from rag_engine.store.units import UNITS_SUFFIX
 from rag_engine.text.sentences import SPLITTER_VERSION
 
 ROLES = ("legal_analyst", "employee")
