@@ -9,7 +9,8 @@ question to the next so the machine's load moves both alike: first at idle, then
 ``rag ingest --pack P`` indexes the pack at full speed in a child process (its own empty embedding
 cache, so every passage really goes to the server), for at most ``--seconds``; the ingest is then
 stopped. Prints p50 / p95 per mode and phase, the ratio of busy to idle p95, and the count of
-``dense_degraded`` events (a question answered without its dense leg), with the load average.
+``dense_degraded`` events (a question answered without its dense leg), with the load average,
+and how many of the pack's chunks the ingest put in the vector index during the phase.
 Loopback only, bounded in questions and time.
 """
 
@@ -31,6 +32,7 @@ from evals.runner import default_role, load_golden
 from rag_engine import DEFAULT_CONFIG
 from rag_engine.config import load_config
 from rag_engine.engine import Engine, project_root
+from rag_engine.ops.status import collect_status
 from rag_engine.retrieval.retriever import retrieve
 
 MODES = ("in_process", "server")
@@ -59,6 +61,12 @@ def questions(engine: Engine, limit: int) -> list[tuple[str, str]]:
         role = golden.get("role") or default_role(engine, golden["pack"])
         out += [(q["question"], q.get("role", role)) for q in golden["queries"]]
     return out[:limit]
+
+
+def embedded(engine: Engine, pack: str) -> int:
+    """Active chunks of ``pack`` in the active vector index now (``rag status``' count)."""
+    row = next(p for p in collect_status(engine)["packs"] if p["pack"] == pack)
+    return int(row["embedded"] or 0)
 
 
 def run_phase(engs: dict[str, Engine], qs: list[tuple[str, str]], until: float | None) -> dict[str, Any]:
@@ -115,7 +123,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         try:
             time.sleep(10)  # past documents and chunks: the ingest is embedding
+            before = embedded(engs["server"], args.pack)
             busy = run_phase(engs, qs, time.monotonic() + args.seconds)
+            # what the ingest indexed meanwhile: questions first does not mean the ingest stood still
+            busy["ingest_chunks_embedded"] = embedded(engs["server"], args.pack) - before
         finally:
             ingest.terminate()
             try:
@@ -135,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             )
     for m in MODES:
         print(f"{m}: p95 while ingesting / idle = {result[f'{m}_p95_busy_over_idle']}")
+    print(f"the ingest embedded {busy['ingest_chunks_embedded']} chunks of {args.pack} during the phase")
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     return 0
