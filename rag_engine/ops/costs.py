@@ -16,7 +16,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
@@ -31,14 +30,8 @@ def _money(value: Any) -> str:
 
 
 def _plain(value: Any) -> Any:
-    """JSON-safe scalars: Decimal as exact text, pandas NA as null."""
-    if value is None or (not isinstance(value, (str, Decimal)) and pd.isna(value)):
-        return None
-    if isinstance(value, Decimal):
-        return format(value, "f")
-    if hasattr(value, "item"):  # numpy scalar
-        return value.item()
-    return value
+    """JSON-safe scalars: Decimal as exact text."""
+    return format(value, "f") if isinstance(value, Decimal) else value
 
 
 def costs_summary(
@@ -54,22 +47,22 @@ def costs_summary(
     ledger = UsageLedger(ledger_url(cfg, os.environ if env is None else env, root))
     by = "actor" if by_actor else "run_id"
     try:
-        frame = ledger.summary_frame(run_id, by=by)
+        summary = ledger.summary(run_id, by=by)
     finally:
         ledger.dispose()
-    known = [c for c in frame["cost"] if c is not None] if len(frame) else []
+    known = [r["cost"] for r in summary if r["cost"] is not None]
     totals = {
-        "calls": int(frame["calls"].sum()) if len(frame) else 0,
-        "errors": int(frame["errors"].sum()) if len(frame) else 0,
+        "calls": sum(r["calls"] for r in summary),
+        "errors": sum(r["errors"] for r in summary),
         "cost": format(sum(known, Decimal(0)), "f") if known else None,
-        "unknown_cost_calls": int(frame["unknown_cost_calls"].sum()) if len(frame) else 0,
-        "estimated_calls": int(frame["estimated_calls"].sum()) if len(frame) else 0,
+        "unknown_cost_calls": sum(r["unknown_cost_calls"] for r in summary),
+        "estimated_calls": sum(r["estimated_calls"] for r in summary),
     }
     try:
         currency: str | None = pricing_for(cfg, root).currency
     except ConfigError:
         currency = None
-    rows = [{k: _plain(v) for k, v in row.items()} for row in frame.to_dict(orient="records")]
+    rows = [{k: _plain(v) for k, v in row.items()} for row in summary]
     return {"run_id": run_id, "by": by, "rows": rows, "totals": totals, "currency": currency}
 
 

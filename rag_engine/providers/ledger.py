@@ -16,11 +16,11 @@ nullable, so every old row stays valid) are added in place; nothing is ever drop
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import (
     Boolean,
@@ -49,9 +49,6 @@ from rag_engine.config import EngineConfig
 from rag_engine.errors import LedgerUnavailable
 from rag_engine.providers.sql_migrations import Migration, run_migrations
 from rag_engine.usage import UsageRecord
-
-if TYPE_CHECKING:  # pandas is imported only by the summary: writers in worker processes start faster
-    import pandas as pd
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
@@ -194,7 +191,8 @@ class UsageLedger:
             for row in conn.execution_options(yield_per=batch).execute(query):
                 yield tuple(row)
 
-    def summary_frame(self, run_id: str | None = None, by: str = "run_id") -> pd.DataFrame:
+    def summary(self, run_id: str | None = None, by: str = "run_id") -> list[dict[str, Any]]:
+        """``summarize`` of the records (of one run)."""
         return summarize(self.records(run_id), by=by)
 
     def dispose(self) -> None:
@@ -251,62 +249,61 @@ SUMMARY_COLUMNS = [
 ]
 
 
-def _known_sum(values: pd.Series) -> Decimal | None:
-    import pandas as pd
-
-    known = [v for v in values if v is not None and not pd.isna(v)]
+def _known_sum(values: Iterable[Decimal | None]) -> Decimal | None:
+    known = [v for v in values if v is not None]
     return sum(known, Decimal(0)) if known else None
 
 
-def _distinct(values: pd.Series) -> str:
-    import pandas as pd
+def _optional_sum(values: Iterable[int | None]) -> int | None:
+    """The sum of the values given, None when none is (a count no provider reported stays unknown)."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
 
-    return ",".join(sorted({str(v) for v in values if v is not None and not pd.isna(v)}))
+
+def _distinct(values: Iterable[str | None]) -> str:
+    return ",".join(sorted({str(v) for v in values if v is not None}))
 
 
 SUMMARY_GROUPS = ("run_id", "actor")
 """What the summary's third key may be: the run, or the principal the calls were made for."""
 
 
-def summarize(records: list[UsageRecord], by: str = "run_id") -> pd.DataFrame:
-    """Totals per provider / requested model / run (``by="actor"``: per principal instead).
+def summarize(records: list[UsageRecord], by: str = "run_id") -> list[dict[str, Any]]:
+    """Totals per provider / requested model / run (``by="actor"``: per principal instead), one
+    row each in ``SUMMARY_COLUMNS`` order (``by`` in place of ``run_id``), sorted by those keys.
 
     ``cost`` sums the calls whose cost is known (Decimal, exact) and is None when none is;
     ``unknown_cost_calls`` keeps the unpriced calls visible instead of counting them as free;
     ``estimated_calls`` counts the calls whose token counts (so their cost) were estimated, not reported.
     A missing run id or actor is grouped as ``(none)``.
     """
-    import pandas as pd
-
     if by not in SUMMARY_GROUPS:
         raise ValueError(f"summarize by one of {SUMMARY_GROUPS}, not {by!r}")
-    columns = [by if c == "run_id" else c for c in SUMMARY_COLUMNS]
-    if not records:
-        return pd.DataFrame(columns=columns)
-    frame = pd.DataFrame([r.model_dump() for r in records])
-    frame[by] = frame[by].astype(object).where(frame[by].notna(), "(none)")
-    frame["is_error"] = frame["status"] == "error"
-    frame["unknown_cost"] = frame["cost"].isna()
-    frame["is_estimated"] = frame["estimated"].eq(True)
-    for col in ("cached_input_tokens", "reasoning_tokens"):
-        frame[col] = pd.array(frame[col], dtype="Int64")
-    grouped = frame.groupby(["provider", "requested_model", by], sort=True, dropna=False)
-    out = grouped.agg(
-        calls=("status", "size"),
-        errors=("is_error", "sum"),
-        input_tokens=("input_tokens", "sum"),
-        cached_input_tokens=("cached_input_tokens", lambda s: s.sum(min_count=1)),
-        output_tokens=("output_tokens", "sum"),
-        reasoning_tokens=("reasoning_tokens", lambda s: s.sum(min_count=1)),
-        cost=("cost", _known_sum),
-        unknown_cost_calls=("unknown_cost", "sum"),
-        estimated_calls=("is_estimated", "sum"),
-        reported_models=("reported_model", _distinct),
-        pricing_versions=("pricing_version", _distinct),
-    ).reset_index()
-    for col in ("calls", "errors", "input_tokens", "output_tokens", "unknown_cost_calls", "estimated_calls"):
-        out[col] = out[col].astype(int)
-    return out[columns]
+    groups: dict[tuple[str, str, str], list[UsageRecord]] = {}
+    for r in records:
+        key = getattr(r, by)
+        groups.setdefault((r.provider, r.requested_model, "(none)" if key is None else key), []).append(r)
+    rows = []
+    for (provider, model, key), calls in sorted(groups.items()):
+        rows.append(
+            {
+                "provider": provider,
+                "requested_model": model,
+                by: key,
+                "calls": len(calls),
+                "errors": sum(1 for c in calls if c.status == "error"),
+                "input_tokens": sum(c.input_tokens for c in calls),
+                "cached_input_tokens": _optional_sum(c.cached_input_tokens for c in calls),
+                "output_tokens": sum(c.output_tokens for c in calls),
+                "reasoning_tokens": _optional_sum(c.reasoning_tokens for c in calls),
+                "cost": _known_sum(c.cost for c in calls),
+                "unknown_cost_calls": sum(1 for c in calls if c.cost is None),
+                "estimated_calls": sum(1 for c in calls if c.estimated is True),
+                "reported_models": _distinct(c.reported_model for c in calls),
+                "pricing_versions": _distinct(c.pricing_version for c in calls),
+            }
+        )
+    return rows
 
 
 # -- where the ledger lives --------------------------------------------------------------

@@ -18,7 +18,7 @@ from rag_engine.config import (
     ProviderConfig,
     StorageConfig,
 )
-from rag_engine.providers.ledger import UsageLedger, ledger_url
+from rag_engine.providers.ledger import SUMMARY_COLUMNS, UsageLedger, ledger_url
 from rag_engine.usage import UsageRecord
 
 
@@ -67,23 +67,26 @@ def test_summary_keeps_unknown_costs_visible(ledger: UsageLedger) -> None:
         )
     )
     ledger.record(_rec(run_id="r2", provider="local", requested_model="llama", cost=None))
-    frame = ledger.summary_frame()
-    assert sorted(frame["run_id"]) == ["r1", "r2"]
-    r1 = frame[frame["run_id"] == "r1"].iloc[0]
+    rows = ledger.summary()
+    assert sorted(r["run_id"] for r in rows) == ["r1", "r2"]
+    r1 = next(r for r in rows if r["run_id"] == "r1")
     assert r1["calls"] == 4 and r1["errors"] == 1
     assert r1["input_tokens"] == 30 and r1["output_tokens"] == 15
     assert r1["cached_input_tokens"] == 4
     assert r1["cost"] == Decimal("0.003")
     assert r1["unknown_cost_calls"] == 1
     assert r1["reported_models"] == "m-2024"
-    r2 = frame[frame["run_id"] == "r2"].iloc[0]
+    assert r1["reasoning_tokens"] is None  # no call reported one: unknown, not 0
+    r2 = next(r for r in rows if r["run_id"] == "r2")
     assert r2["cost"] is None and r2["unknown_cost_calls"] == 1
-    assert list(ledger.summary_frame(run_id="r2")["run_id"]) == ["r2"]
+    assert [r["run_id"] for r in ledger.summary(run_id="r2")] == ["r2"]
 
 
-def test_empty_summary_has_the_columns(ledger: UsageLedger) -> None:
-    frame = ledger.summary_frame()
-    assert frame.empty and {"provider", "requested_model", "run_id", "cost", "unknown_cost_calls"} <= set(frame.columns)
+def test_summary_rows_hold_the_summary_columns_in_order(ledger: UsageLedger) -> None:
+    assert ledger.summary() == []
+    ledger.record(_rec(run_id="r1", cost=Decimal("0.001")))
+    assert list(ledger.summary()[0]) == SUMMARY_COLUMNS
+    assert list(ledger.summary(by="actor")[0]) == [c if c != "run_id" else "actor" for c in SUMMARY_COLUMNS]
 
 
 def _cfg() -> EngineConfig:

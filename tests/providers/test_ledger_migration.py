@@ -63,7 +63,7 @@ def _check_migrated(url: str) -> None:
             UsageRecord(run_id="new-run", actor="analyst", purpose="answer", provider="p", requested_model="m")
         )
         assert ledger.records("new-run") == [new] and new.actor == "analyst"
-        assert ledger.summary_frame(by="actor")["actor"].tolist() == ["(none)", "analyst"]
+        assert [r["actor"] for r in ledger.summary(by="actor")] == ["(none)", "analyst"]
     finally:
         ledger.dispose()
     again = UsageLedger(url)  # a second open finds nothing to add and keeps every row
