@@ -10,7 +10,7 @@ question to the next so the machine's load moves both alike: first at idle, then
 cache, so every passage really goes to the server), for at most ``--seconds``; the ingest is then
 stopped. Prints p50 / p95 per mode and phase, the ratio of busy to idle p95, and the count of
 ``dense_degraded`` events (a question answered without its dense leg), with the load average,
-and how many of the pack's chunks the ingest put in the vector index during the phase.
+and the ingest's own embedding calls and tokens during the phase (from the usage ledger).
 Loopback only, bounded in questions and time.
 """
 
@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,6 @@ from evals.runner import default_role, load_golden
 from rag_engine import DEFAULT_CONFIG
 from rag_engine.config import load_config
 from rag_engine.engine import Engine, project_root
-from rag_engine.ops.status import collect_status
 from rag_engine.retrieval.retriever import retrieve
 
 MODES = ("in_process", "server")
@@ -63,10 +63,14 @@ def questions(engine: Engine, limit: int) -> list[tuple[str, str]]:
     return out[:limit]
 
 
-def embedded(engine: Engine, pack: str) -> int:
-    """Active chunks of ``pack`` in the active vector index now (``rag status``' count)."""
-    row = next(p for p in collect_status(engine)["packs"] if p["pack"] == pack)
-    return int(row["embedded"] or 0)
+def indexing(engine: Engine, since: datetime) -> dict[str, int]:
+    """The indexing embedding calls the ledger holds since ``since`` (any process: the ingest's)
+    and their input tokens: what the ingest embedded while the questions ran."""
+    calls = tokens = 0
+    for purpose, n, created in engine.ledger.stream("purpose", "input_tokens", "created_at"):
+        if purpose == "index" and (created if created.tzinfo else created.replace(tzinfo=UTC)) >= since:
+            calls, tokens = calls + 1, tokens + int(n or 0)
+    return {"calls": calls, "input_tokens": tokens}
 
 
 def run_phase(engs: dict[str, Engine], qs: list[tuple[str, str]], until: float | None) -> dict[str, Any]:
@@ -123,10 +127,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         try:
             time.sleep(10)  # past documents and chunks: the ingest is embedding
-            before = embedded(engs["server"], args.pack)
+            since = datetime.now(UTC)
             busy = run_phase(engs, qs, time.monotonic() + args.seconds)
-            # what the ingest indexed meanwhile: questions first does not mean the ingest stood still
-            busy["ingest_chunks_embedded"] = embedded(engs["server"], args.pack) - before
+            # what the ingest embedded meanwhile: questions first does not mean the ingest stood still
+            busy["ingest_embedding"] = indexing(engs["server"], since)
         finally:
             ingest.terminate()
             try:
@@ -146,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
             )
     for m in MODES:
         print(f"{m}: p95 while ingesting / idle = {result[f'{m}_p95_busy_over_idle']}")
-    print(f"the ingest embedded {busy['ingest_chunks_embedded']} chunks of {args.pack} during the phase")
+    done = busy["ingest_embedding"]
+    print(f"the ingest's embedding calls during the phase: {done['calls']}, {done['input_tokens']} input tokens")
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     return 0
