@@ -48,6 +48,30 @@ def test_help_and_version_import_no_driver_and_no_engine(args):
     assert done.stdout.splitlines()[-1] == "LOADED []", done.stdout[-400:]
 
 
+def test_a_one_off_query_imports_neither_pandas_nor_the_model_sdk():
+    """A one-off `rag query` imports what answering needs: the Neo4j driver without its optional
+    pandas support (about 0.25 s), and its question embedded over plain HTTP without the openai SDK
+    (about 0.6 s; the SDK is imported at the first chat completion). pandas stays importable for
+    `rag costs` afterwards."""
+    probe = (
+        "import sys\n"
+        "from rag_engine.cli.app import main\n"
+        "main(['query', '--help'])\n"
+        "from rag_engine.retrieval.query import run_query\n"  # the query command's own imports
+        "from rag_engine.governance.audit import audit_trail\n"
+        "from rag_engine.engine import Engine\n"
+        "import neo4j\n"
+        "eng = Engine.from_path()\n"
+        "eng.packs, eng.query_embedder, eng.client(eng.cfg.defaults.generation_model)\n"
+        "print('LOADED', sorted(m for m in ('pandas', 'openai') if m in sys.modules))\n"
+        "import pandas\n"
+        "print('PANDAS', pandas.DataFrame({'a': [1]}).shape)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-2:] == ["LOADED []", "PANDAS (1, 1)"], done.stdout[-400:]
+
+
 def test_driver_notifications_are_off(base_config, neo4j_driver, caplog):
     """A query naming a label, a relationship type and a property the store has never held
     (a fresh store) logs nothing: the server is asked for no notifications at all."""
