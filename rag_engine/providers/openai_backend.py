@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import ssl
 import sys
 import threading
 import time
@@ -75,6 +76,12 @@ class _Redactor:
         if self._secret:
             text = text.replace(self._secret, "***")
         return _KEYLIKE.sub("***", text)
+
+
+_NO_CA = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+"""The TLS context of a plain-HTTP endpoint's client (a local server): it trusts no certificate
+authority, so a redirect to https fails verification instead of trusting anything; httpx's default
+loads the CA bundle, 30-60 ms that every process embedding over loopback would pay for nothing."""
 
 
 class _HttpStatus(Exception):
@@ -179,6 +186,7 @@ class OpenAIBackend:
             timeout=provider.timeout_s,
             follow_redirects=True,  # as the SDK's client
             headers={"Authorization": f"Bearer {self._api_key}"},
+            verify=_NO_CA if base_url.lower().startswith("http://") else True,
         )
 
     @property
