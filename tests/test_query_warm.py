@@ -47,3 +47,23 @@ def test_a_store_with_nothing_set_up_leaves_the_warm_up_to_the_first_request(ing
     finally:
         empty.close()
     assert out["warmed"] is False and out["reason"]
+
+
+def test_the_warm_up_loads_the_clients_of_the_models_a_question_may_call():
+    """An OpenAI-style answer model's SDK (about 0.6 s to import) is loaded at start, not by the
+    first request; a model whose client cannot be built is left to its requests."""
+    from types import SimpleNamespace
+
+    from rag_engine.errors import MissingCredential
+    from rag_engine.retrieval.warm import _prepare_clients
+
+    prepared: list[str] = []
+
+    def client(name: str):
+        if name == "keyless":
+            raise MissingCredential("no key")
+        return SimpleNamespace(prepare=lambda: prepared.append(name))
+
+    defaults = SimpleNamespace(generation_model="chat", local_inference_model="keyless", local_rerank_model="chat")
+    _prepare_clients(SimpleNamespace(cfg=SimpleNamespace(defaults=defaults), client=client))
+    assert prepared == ["chat"]

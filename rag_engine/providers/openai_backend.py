@@ -192,6 +192,9 @@ class OpenAIBackend:
     @property
     def _sdk(self) -> openai.OpenAI:
         """The SDK client, built (and the SDK imported) at the first chat completion."""
+        return self._load_sdk()
+
+    def _load_sdk(self) -> openai.OpenAI:
         with self._sdk_lock:
             if self._sdk_client is None:
                 import openai
@@ -206,6 +209,11 @@ class OpenAIBackend:
 
     def __repr__(self) -> str:
         return f"OpenAIBackend({self._spec.identity})"
+
+    def prepare(self) -> None:
+        """The SDK imported and its client built now (``ModelClient.prepare``), not at the first
+        chat completion."""
+        self._load_sdk()
 
     @property
     def name(self) -> str:

@@ -374,8 +374,10 @@ def test_embeddings_never_import_the_sdk(make_client, server: FakeOpenAI) -> Non
     )
     subprocess.run([sys.executable, "-c", code], check=True)
     server.enqueue(fake.Reply())
-    backend = _embedder(make_client)._backend
-    assert backend.embed(["a"]).vectors and backend._sdk_client is None
+    client = _embedder(make_client)
+    assert client.embed(["a"], purpose="t").vectors and client._backend._sdk_client is None
+    client.prepare()  # what `rag serve`'s warm-up calls: the SDK loaded before the first request
+    assert client._backend._sdk_client is not None
 
 
 # -- construction ---------------------------------------------------------------------
