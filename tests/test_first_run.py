@@ -187,3 +187,26 @@ def test_costs_is_a_table_whose_rows_stay_whole_in_a_pipe(tmp_path: Path):
     assert "usage and cost" in res.stdout and "total: 2 calls, 0 errors, cost 0.025000 USD" in res.stdout
     data = json.loads(rag("costs", "--json", env={"RAG_LEDGER_URL": url}).stdout)
     assert data["totals"] == {"calls": 2, "errors": 0, "cost": "0.0250", "unknown_cost_calls": 0, "estimated_calls": 0}
+
+
+def test_closing_the_engine_closes_its_ledger_and_audit_connections(tmp_path: Path):
+    """The console script exits without the interpreter's final garbage collection (`cli.app.run`),
+    so nothing may rely on it: closing the engine closes the ledger's and the audit trail's
+    connections, and a SQLite ledger is left without its write-ahead log."""
+    from rag_engine.engine import Engine
+    from rag_engine.governance.audit import audit_trail
+
+    ledger = tmp_path / "ledger.sqlite"
+    eng = Engine.from_path(env={"RAG_LEDGER_URL": f"sqlite:///{ledger}"})
+    eng.ledger.count()
+    audit_trail(eng).count()
+    assert ledger.with_name("ledger.sqlite-wal").exists()  # open connections hold it
+    eng.close()
+    assert not ledger.with_name("ledger.sqlite-wal").exists()
+
+
+def test_the_console_script_exits_with_the_commands_code():
+    for args, code in ((["--version"], 0), (["query", "?"], 2)):  # no --role: bad input
+        cmd = [sys.executable, "-m", "rag_engine.cli", *args]
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, timeout=60)
+        assert done.returncode == code, done.stderr[-400:]
