@@ -210,8 +210,8 @@ class OpenAIBackend:
     def __repr__(self) -> str:
         return f"OpenAIBackend({self._spec.identity})"
 
-    def prepare(self) -> None:
-        """The SDK imported and its client built now (``ModelClient.prepare``), not at the first
+    def preload(self) -> None:
+        """The SDK imported and its client built now (``ModelClient.preload``), not at the first
         chat completion."""
         self._load_sdk()
 

@@ -376,7 +376,7 @@ def test_embeddings_never_import_the_sdk(make_client, server: FakeOpenAI) -> Non
     server.enqueue(fake.Reply())
     client = _embedder(make_client)
     assert client.embed(["a"], purpose="t").vectors and client._backend._sdk_client is None
-    client.prepare()  # what `rag serve`'s warm-up calls: the SDK loaded before the first request
+    client.preload()  # what `rag serve`'s warm-up calls: the SDK loaded before the first request
     assert client._backend._sdk_client is not None
 
 
