@@ -25,9 +25,11 @@ def package_version() -> str:
 class _DriverWithoutPandas:
     """Import hook: the Neo4j driver's optional pandas support (``neo4j._optional_deps`` imports
     pandas whenever it is installed, about 0.25 s) is refused, and only that import. The engine
-    hands the driver no pandas objects and reads no results as DataFrames; pandas is for the cost
-    summaries (``rag costs``), which import it themselves. A process that imported pandas before
-    the driver keeps the driver's pandas support (the import system never asks this hook then)."""
+    does not depend on pandas, hands the driver no pandas objects and reads no results as
+    DataFrames; but an environment may hold pandas anyway (a virtualenv set up before pandas was
+    dropped, another package's dependency), and the driver would import it into every process.
+    Anything else imports pandas as usual; a process that imported pandas before the driver keeps
+    the driver's pandas support (the import system never asks this hook then)."""
 
     def find_spec(self, name: str, path: object = None, target: object = None) -> None:
         if name != "pandas":
