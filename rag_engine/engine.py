@@ -276,3 +276,6 @@ class Engine:
             self.driver.close()
         if "live_sources" in self.__dict__:
             self.live_sources.dispose()
+        for built in ("ledger", "_audit_trail"):  # their connections closed (SQLite: the WAL checkpointed)
+            if built in self.__dict__:
+                self.__dict__[built].dispose()

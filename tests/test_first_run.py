@@ -48,6 +48,32 @@ def test_help_and_version_import_no_driver_and_no_engine(args):
     assert done.stdout.splitlines()[-1] == "LOADED []", done.stdout[-400:]
 
 
+def test_a_one_off_query_imports_neither_pandas_nor_the_model_sdk():
+    """A one-off `rag query` imports what answering needs: the Neo4j driver without its optional
+    pandas support (about 0.25 s), and its question embedded over plain HTTP without the openai SDK
+    (about 0.6 s; the SDK is imported at the first chat completion). pandas, where installed anyway,
+    stays importable by other code."""
+    probe = (
+        "import sys\n"
+        "from rag_engine.cli.app import main\n"
+        "main(['query', '--help'])\n"
+        "from rag_engine.retrieval.query import run_query\n"  # the query command's own imports
+        "from rag_engine.governance.audit import audit_trail\n"
+        "from rag_engine.engine import Engine\n"
+        "import neo4j\n"
+        "eng = Engine.from_path()\n"
+        "eng.packs, eng.query_embedder, eng.client(eng.cfg.defaults.generation_model)\n"
+        "print('LOADED', sorted(m for m in ('pandas', 'openai') if m in sys.modules))\n"
+        "import importlib.util\n"
+        "if importlib.util.find_spec('pandas'):\n"  # installed anyway: other code still imports it
+        "    import pandas\n"
+        "    assert pandas.DataFrame({'a': [1]}).shape == (1, 1)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == "LOADED []", done.stdout[-400:]
+
+
 def test_driver_notifications_are_off(base_config, neo4j_driver, caplog):
     """A query naming a label, a relationship type and a property the store has never held
     (a fresh store) logs nothing: the server is asked for no notifications at all."""
@@ -163,3 +189,26 @@ def test_costs_is_a_table_whose_rows_stay_whole_in_a_pipe(tmp_path: Path):
     assert "usage and cost" in res.stdout and "total: 2 calls, 0 errors, cost 0.025000 USD" in res.stdout
     data = json.loads(rag("costs", "--json", env={"RAG_LEDGER_URL": url}).stdout)
     assert data["totals"] == {"calls": 2, "errors": 0, "cost": "0.0250", "unknown_cost_calls": 0, "estimated_calls": 0}
+
+
+def test_closing_the_engine_closes_its_ledger_and_audit_connections(tmp_path: Path):
+    """The console script exits without the interpreter's final garbage collection (`cli.app.run`),
+    so nothing may rely on it: closing the engine closes the ledger's and the audit trail's
+    connections, and a SQLite ledger is left without its write-ahead log."""
+    from rag_engine.engine import Engine
+    from rag_engine.governance.audit import audit_trail
+
+    ledger = tmp_path / "ledger.sqlite"
+    eng = Engine.from_path(env={"RAG_LEDGER_URL": f"sqlite:///{ledger}"})
+    eng.ledger.count()
+    audit_trail(eng).count()
+    assert ledger.with_name("ledger.sqlite-wal").exists()  # open connections hold it
+    eng.close()
+    assert not ledger.with_name("ledger.sqlite-wal").exists()
+
+
+def test_the_console_script_exits_with_the_commands_code():
+    for args, code in ((["--version"], 0), (["query", "?"], 2)):  # no --role: bad input
+        cmd = [sys.executable, "-m", "rag_engine.cli", *args]
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, timeout=60)
+        assert done.returncode == code, done.stderr[-400:]

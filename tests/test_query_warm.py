@@ -47,3 +47,35 @@ def test_a_store_with_nothing_set_up_leaves_the_warm_up_to_the_first_request(ing
     finally:
         empty.close()
     assert out["warmed"] is False and out["reason"]
+
+
+def test_the_warm_up_loads_the_clients_of_the_models_a_question_may_call():
+    """An OpenAI-style answer model's SDK (about 0.6 s to import) is loaded at start, not by the
+    first request; a model whose client cannot be built is left to its requests."""
+    from types import SimpleNamespace
+
+    from rag_engine.errors import MissingCredential
+    from rag_engine.retrieval.warm import _preload_clients
+
+    preloaded: list[str] = []
+
+    def client(name: str):
+        if name == "keyless":
+            raise MissingCredential("no key")
+        return SimpleNamespace(preload=lambda: preloaded.append(name))
+
+    defaults = SimpleNamespace(generation_model="chat", local_inference_model="keyless", local_rerank_model="chat")
+    _preload_clients(SimpleNamespace(cfg=SimpleNamespace(defaults=defaults), client=client))
+    assert preloaded == ["chat"]
+
+
+def test_preloading_a_plain_client_leaves_the_question_embedder_check_alone(engine):
+    """``ModelClient.preload`` is not the question embedder's ``prepare`` (its check against the
+    server): an embedder without ``in_process`` has no check to make."""
+    spec = engine.registry.embedding
+    if spec.model.in_process is not None:
+        cfg_models = [
+            m.model_copy(update={"in_process": None}) if m.name == spec.name else m for m in engine.cfg.models
+        ]
+        engine = Engine(engine.cfg.model_copy(update={"models": cfg_models}), engine.root, engine.env)
+    assert engine.prepare_question_embedder() is False

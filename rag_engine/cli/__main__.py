@@ -1,5 +1,3 @@
-import sys
+from rag_engine.cli.app import run
 
-from rag_engine.cli.app import main
-
-sys.exit(main())
+run()

@@ -8,8 +8,10 @@ credentials are typed errors too (``Unauthenticated``, ``Forbidden``: ``cli.auth
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import logging
+import sys
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -142,9 +144,19 @@ _mount_optional()
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console-script entry; returns the exit code (callers such as the demo script use it)."""
+    """Runs one command; returns the exit code (callers such as the demo script use it)."""
     try:
         app(args=argv, prog_name="rag")
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     return 0
+
+
+def run() -> None:
+    """The ``rag`` console script (and ``python -m rag_engine.cli``): ``main``, then exit with its
+    code. The command has closed what it opened (the store driver, committed its records); the
+    objects left are frozen out of the interpreter's final garbage collection, which otherwise
+    walks every one of them on the way out (0.15-0.2 s of a one-off `rag query` at idle)."""
+    code = main()
+    gc.freeze()
+    sys.exit(code)

@@ -114,6 +114,14 @@ class ModelClient:
         return f"ModelClient({self.spec.identity}, backend={self._backend!r})"
 
     # -- public API -------------------------------------------------------------------
+    def preload(self) -> None:
+        """Load now what the first call would (an SDK import), without calling the model: for a
+        long-running process at start, so its first request does not pay for it. (Not
+        ``prepare``: a question embedder's ``prepare`` checks it against the server.)"""
+        preload = getattr(self._backend, "preload", None)
+        if preload is not None:
+            preload()
+
     def generate(
         self,
         messages: list[dict[str, Any]],

@@ -1,10 +1,17 @@
-"""Calls to OpenAI and OpenAI-compatible servers (llama.cpp, Ollama, vLLM) through the official SDK.
+"""Calls to OpenAI and OpenAI-compatible servers (llama.cpp, Ollama, vLLM): chat completions
+through the official SDK, embeddings over plain HTTP.
 
 Schema-constrained requests are sent in the form the provider's server accepts
 (``structured_request``): the servers differ on the wire although all speak "the OpenAI API".
 
-The SDK does the HTTP and the wire types; this module owns everything that must not depend on
-the SDK version: retries and their timing (see ``retry``), the client-side rate limit, mapping
+Embeddings are one POST of a JSON body to ``<endpoint>/embeddings`` and one JSON answer, sent
+with httpx (the SDK's own transport) as the SDK would send them: no SDK there, so a process that
+only embeds (a one-off ``rag query`` embedding its question) never imports it (about 0.6 s); the
+SDK is imported at the first chat completion. The HTTP failures map onto the same typed errors
+as the SDK's exceptions.
+
+The SDK does the HTTP and the wire types of chat completions; this module owns everything that
+must not depend on the SDK version: retries and their timing (see ``retry``), the client-side rate limit, mapping
 failures onto our typed errors, and keeping the API key out of every message. Exceptions are
 raised ``from None`` so SDK exceptions (whose request objects carry the Authorization header)
 never ride along in ``__cause__``/``__context__``.
@@ -15,11 +22,15 @@ from __future__ import annotations
 import json
 import logging
 import re
+import ssl
+import sys
+import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import openai
+import httpx
 from pydantic import BaseModel, ValidationError
 
 from rag_engine.config import StructuredOutputForm
@@ -36,6 +47,9 @@ from rag_engine.providers.registry import ModelSpec
 from rag_engine.providers.results import Completion, Embeddings, TokenUsage
 from rag_engine.providers.retry import RETRYABLE_STATUS, RetryPolicy, parse_retry_after
 from rag_engine.providers.vectors import check_vectors
+
+if TYPE_CHECKING:
+    import openai
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +76,40 @@ class _Redactor:
         if self._secret:
             text = text.replace(self._secret, "***")
         return _KEYLIKE.sub("***", text)
+
+
+_NO_CA = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+"""The TLS context of a plain-HTTP endpoint's client (a local server): it trusts no certificate
+authority, so a redirect to https fails verification instead of trusting anything; httpx's default
+loads the CA bundle, 30-60 ms that every process embedding over loopback would pay for nothing."""
+
+
+class _HttpStatus(Exception):
+    """An error status from the embeddings endpoint: what the SDK raises as ``APIStatusError``."""
+
+    def __init__(self, status_code: int, headers: httpx.Headers, message: str):
+        super().__init__(f"HTTP {status_code}")
+        self.status_code = status_code
+        self.headers = headers
+        self.message = message
+
+
+def _error_message(response: httpx.Response) -> str:
+    """The ``error.message`` of an error body (or its top-level ``message``), as the SDK reads it."""
+    try:
+        body = json.loads(response.content)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return ""
+    error = body.get("error", body) if isinstance(body, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    return message if isinstance(message, str) else ""
+
+
+def _sdk_error(exc: BaseException, name: str) -> bool:
+    """Whether ``exc`` is the SDK's exception ``name`` (only a call through the SDK raises one,
+    and only once it is imported)."""
+    sdk = sys.modules.get("openai")
+    return sdk is not None and isinstance(exc, getattr(sdk, name))
 
 
 class _Failure:
@@ -130,15 +178,42 @@ class OpenAIBackend:
         self._limiter = limiter
         self._sleep = sleep
         self._policy = RetryPolicy(max_retries=provider.max_retries, backoff_base_s=provider.backoff_base_s)
-        self._sdk = openai.OpenAI(
-            api_key=api_key or NO_KEY,
-            base_url=base_url,
+        self._base_url = base_url
+        self._api_key = api_key or NO_KEY
+        self._sdk_client: openai.OpenAI | None = None
+        self._sdk_lock = threading.Lock()
+        self._http = httpx.Client(
             timeout=provider.timeout_s,
-            max_retries=0,  # retries are ours: see retry.py
+            follow_redirects=True,  # as the SDK's client
+            headers={"Authorization": f"Bearer {self._api_key}"},
+            verify=_NO_CA if base_url.lower().startswith("http://") else True,
         )
+
+    @property
+    def _sdk(self) -> openai.OpenAI:
+        """The SDK client, built (and the SDK imported) at the first chat completion."""
+        return self._load_sdk()
+
+    def _load_sdk(self) -> openai.OpenAI:
+        with self._sdk_lock:
+            if self._sdk_client is None:
+                import openai
+
+                self._sdk_client = openai.OpenAI(
+                    api_key=self._api_key,
+                    base_url=self._base_url,
+                    timeout=self._spec.provider.timeout_s,
+                    max_retries=0,  # retries are ours: see retry.py
+                )
+            return self._sdk_client
 
     def __repr__(self) -> str:
         return f"OpenAIBackend({self._spec.identity})"
+
+    def preload(self) -> None:
+        """The SDK imported and its client built now (``ModelClient.preload``), not at the first
+        chat completion."""
+        self._load_sdk()
 
     @property
     def name(self) -> str:
@@ -171,13 +246,22 @@ class OpenAIBackend:
     def embed(self, texts: list[str], *, input_mode: str | None = None) -> Embeddings:
         served = self._spec.model.served_model
         estimate = estimate_tokens(list(texts))
-        kwargs: dict[str, Any] = {"model": served, "input": list(texts), "encoding_format": "float"}
+        body: dict[str, Any] = {"model": served, "input": list(texts), "encoding_format": "float"}
         modes = self._spec.model.input_modes
         if input_mode is not None and modes is not None:
             # not an OpenAI parameter: servers of asymmetric embedders read it from the body
-            kwargs["extra_body"] = {modes.field: input_mode}
-        response = self._call(lambda: self._sdk.embeddings.create(**kwargs), estimate)
+            body[modes.field] = input_mode
+        response = self._call(lambda: self._post("/embeddings", body), estimate)
         return self._embeddings(response, len(texts))
+
+    def _post(self, path: str, body: dict[str, Any]) -> Any:
+        """POST ``body`` as JSON to ``<endpoint><path>``; the answer's JSON objects as attribute
+        objects (the shape the SDK's response types have for ``_embeddings``). Raises httpx's
+        errors, ``_HttpStatus`` for an error status, a JSON or Unicode error for a broken body."""
+        response = self._http.post(f"{self._base_url.rstrip('/')}{path}", json=body)
+        if response.status_code >= 400:
+            raise _HttpStatus(response.status_code, response.headers, _error_message(response))
+        return json.loads(response.content, object_hook=lambda obj: SimpleNamespace(**obj))
 
     # -- the retry loop -------------------------------------------------------------
     def _call(self, send: Callable[[], _T], estimate: int, deadline: float | None = None) -> _T:
@@ -187,35 +271,10 @@ class OpenAIBackend:
             failure: _Failure | None = None
             try:
                 response = send()
-            except openai.APITimeoutError:
-                failure = _Failure(
-                    ProviderTimeout(
-                        f"provider {self.name!r} did not answer within {self._spec.provider.timeout_s}s "
-                        f"(after {retry + 1} attempt(s))"
-                    ),
-                    retryable=True,
-                    label="timeout",
-                )
-            except openai.APIConnectionError:
-                failure = _Failure(
-                    ProviderError(
-                        f"provider {self.name!r}: connection failed{self._where} (after {retry + 1} attempt(s))"
-                    ),
-                    retryable=True,
-                    label="connection error",
-                )
-            except openai.APIStatusError as exc:
-                failure = self._status_failure(exc, retry + 1)
-            except (json.JSONDecodeError, UnicodeDecodeError, openai.APIResponseValidationError):
-                failure = _Failure(
-                    ProviderResponseInvalid(f"provider {self.name!r} answered with a body that is not valid JSON"),
-                    retryable=False,
-                )
-            except openai.OpenAIError as exc:
-                failure = _Failure(
-                    ProviderError(f"provider {self.name!r}: {type(exc).__name__}: {self._redact(str(exc))[:300]}"),
-                    retryable=False,
-                )
+            except Exception as exc:
+                failure = self._failure(exc, retry)
+                if failure is None:  # not a provider failure: a bug, never retried or renamed
+                    raise
             if failure is None:
                 self._limiter.settle(estimate, _reported_total(response, estimate))
                 return response
@@ -236,16 +295,49 @@ class OpenAIBackend:
             self._sleep(delay)
             retry += 1
 
-    def _status_failure(self, exc: openai.APIStatusError, attempts: int) -> _Failure:
-        status = exc.status_code
-        retry_after = parse_retry_after(dict(exc.response.headers)) if status in (429, 503) else None
+    def _failure(self, exc: Exception, retry: int) -> _Failure | None:
+        """What a failed attempt means: the SDK's exceptions (chat completions) and httpx's
+        (embeddings) alike; None for anything else."""
+        if isinstance(exc, httpx.TimeoutException) or _sdk_error(exc, "APITimeoutError"):
+            return _Failure(
+                ProviderTimeout(
+                    f"provider {self.name!r} did not answer within {self._spec.provider.timeout_s}s "
+                    f"(after {retry + 1} attempt(s))"
+                ),
+                retryable=True,
+                label="timeout",
+            )
+        if isinstance(exc, httpx.HTTPError) or _sdk_error(exc, "APIConnectionError"):
+            return _Failure(
+                ProviderError(f"provider {self.name!r}: connection failed{self._where} (after {retry + 1} attempt(s))"),
+                retryable=True,
+                label="connection error",
+            )
+        if isinstance(exc, _HttpStatus) or _sdk_error(exc, "APIStatusError"):
+            status: Any = exc  # both carry status_code and message; the SDK's headers are on its response
+            headers = status.headers if isinstance(exc, _HttpStatus) else status.response.headers
+            return self._status_failure(status.status_code, headers, str(status.message or ""), retry + 1)
+        if isinstance(exc, (json.JSONDecodeError, UnicodeDecodeError)) or _sdk_error(exc, "APIResponseValidationError"):
+            return _Failure(
+                ProviderResponseInvalid(f"provider {self.name!r} answered with a body that is not valid JSON"),
+                retryable=False,
+            )
+        if _sdk_error(exc, "OpenAIError"):
+            return _Failure(
+                ProviderError(f"provider {self.name!r}: {type(exc).__name__}: {self._redact(str(exc))[:300]}"),
+                retryable=False,
+            )
+        return None
+
+    def _status_failure(self, status: int, headers: Any, message: str, attempts: int) -> _Failure:
+        retry_after = parse_retry_after(dict(headers)) if status in (429, 503) else None
         where = f"provider {self.name!r} answered HTTP {status}"
         if status in (401, 403):
             # Auth error bodies often echo (part of) the key: never pass them on.
             env = self._spec.provider.credential_env
             hint = f"; check the key in environment variable {env}" if env else ""
             return _Failure(ProviderError(f"{where}: authentication failed{hint}"), retryable=False)
-        detail = _SDK_PREFIX.sub("", self._redact(str(getattr(exc, "message", "") or "")))[:200]
+        detail = _SDK_PREFIX.sub("", self._redact(message))[:200]
         if status == 429:
             wait = f"; asked to wait {retry_after:.1f}s" if retry_after is not None else ""
             err: ProviderError = ProviderRateLimited(f"{where} (rate limited) after {attempts} attempt(s){wait}")

@@ -3,7 +3,9 @@ later one finds ready: the store connection, the checked vector index and the pl
 caches (store epochs), the server's plans of the query path's statements, the rerank model and
 the question-side text analysis. One retrieval of a fixed question with the dense and live legs
 off, then the active vector index checked against the embedder and cached: no model call, no
-usage record, no audit record (retrieval alone writes none)."""
+usage record, no audit record (retrieval alone writes none). Then the clients of the models a
+question may call are built and loaded (``ModelClient.preload``: an OpenAI-style provider's SDK,
+about 0.6 s to import, is otherwise imported at the first chat completion), again without a call."""
 
 from __future__ import annotations
 
@@ -42,6 +44,20 @@ def warm(engine: Any) -> dict[str, Any]:
     except (RagError, Neo4jError, *UNREACHABLE) as exc:
         log.warning("query path not warmed (%s): the first request pays for it", type(exc).__name__)
         return {"warmed": False, "reason": type(exc).__name__}
+    _preload_clients(engine)
     ms = round((time.perf_counter() - started) * 1000, 1)
     log.info("query path warmed in %s ms (%d steps)", ms, len(result.trace))
     return {"warmed": True, "ms": ms}
+
+
+def _preload_clients(engine: Any) -> None:
+    """The clients of the question's models (answer, local inference, rerank endpoint), loaded; a
+    model whose client cannot be built (a missing key) is left to fail its requests as before."""
+    d = engine.cfg.defaults
+    for name in dict.fromkeys((d.generation_model, d.local_inference_model, d.local_rerank_model)):
+        if not name:
+            continue
+        try:
+            engine.client(name).preload()
+        except RagError as exc:
+            log.info("model %s not preloaded (%s): its first call loads it", name, type(exc).__name__)

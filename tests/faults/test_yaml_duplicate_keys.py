@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rag_engine.config import load_config
 from rag_engine.errors import ConfigError, EvalInputError, PackError
@@ -114,3 +115,33 @@ def test_no_module_reads_yaml_around_the_strict_loader():
             if "yaml.safe_load(" in text or "yaml.load(" in text or "yaml.full_load(" in text:
                 offenders.append(str(path.relative_to(ROOT)))
     assert offenders == []
+
+
+def test_libyamls_reader_and_the_pure_python_one_read_every_project_yaml_alike():
+    """``load`` reads with libyaml's C reader when PyYAML has it (ten times faster: every process
+    reads the engine config and the pack manifests) and falls back to the pure-Python reader on any
+    document libyaml refuses; the two must agree on every YAML file the project ships."""
+    from rag_engine import yaml_safe
+
+    if not yaml_safe.LIBYAML:
+        pytest.skip("PyYAML without libyaml: only the pure-Python reader exists")
+    files = sorted(
+        p
+        for pattern in ("*.yaml", "*.yml")
+        for p in ROOT.rglob(pattern)
+        if not any(part.startswith(".") or part in ("var", "node_modules") for part in p.relative_to(ROOT).parts)
+    )
+    texts = {p: p.read_text(encoding="utf-8") for p in files}
+    for doc in sorted(ROOT.glob("packs/*/corpus/**/*.md")):  # front matter: YAML between --- lines
+        head = doc.read_text(encoding="utf-8").split("\n---\n", 1)
+        if head[0].startswith("---\n") and len(head) == 2:
+            texts[doc] = head[0][4:]
+    assert len(files) > 10 and len(texts) > len(files)
+    for path, text in texts.items():
+        reads = []
+        for cls in (yaml_safe._FastLoader, yaml_safe._StrictLoader):
+            try:
+                reads.append(yaml_safe._read(cls, text, path, 1, allow_aliases=True))
+            except yaml.YAMLError as exc:
+                reads.append(type(exc).__name__)
+        assert reads[0] == reads[1], path

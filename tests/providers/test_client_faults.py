@@ -1,4 +1,5 @@
-"""ModelClient through the real openai SDK against the loopback server, one fault at a time."""
+"""ModelClient against the loopback server, one fault at a time: chat completions through the real
+openai SDK, embeddings over plain HTTP (no SDK), the same faults mapped onto the same errors."""
 
 from __future__ import annotations
 
@@ -302,6 +303,81 @@ def test_embedding_dimension_mismatch_is_invalid(make_client, server: FakeOpenAI
     client = make_client(role="embedding", capabilities=("embeddings",), dimension=16)
     with pytest.raises(ProviderResponseInvalid, match="dimension"):
         client.embed(["a"], purpose="t")
+
+
+# -- embeddings speak HTTP themselves (no SDK): the same faults map onto the same errors -------
+
+
+def _embedder(make_client, **kw):
+    return make_client(role="embedding", capabilities=("embeddings",), **kw)
+
+
+def test_embeddings_retry_a_429_after_its_wait_then_succeed(make_client, server: FakeOpenAI) -> None:
+    server.enqueue(fake.rate_limited(retry_after_s=0.2), fake.Reply())
+    start = time.monotonic()
+    assert len(_embedder(make_client).embed(["a"], purpose="t").vectors) == 1
+    assert time.monotonic() - start >= 0.2
+    assert len(server.calls("/embeddings")) == 2
+
+
+def test_embeddings_persistent_500_fails_after_max_retries(make_client, server: FakeOpenAI) -> None:
+    server.enqueue(*[fake.server_error(500)] * 3)
+    with pytest.raises(ProviderError) as info:
+        _embedder(make_client, max_retries=1, backoff_base_s=0.01).embed(["a"], purpose="t")
+    assert type(info.value) is ProviderError
+    assert "HTTP 500" in str(info.value) and "2 attempt" in str(info.value)
+    assert len(server.calls("/embeddings")) == 2
+
+
+def test_embeddings_client_error_names_the_servers_message_and_is_not_retried(make_client, server) -> None:
+    server.enqueue(fake.Reply(status=400, body={"error": {"message": "input too long"}}))
+    with pytest.raises(ProviderError) as info:
+        _embedder(make_client).embed(["a"], purpose="t")
+    assert "HTTP 400" in str(info.value) and "input too long" in str(info.value)
+    assert len(server.calls("/embeddings")) == 1
+
+
+def test_embeddings_timeout_raises_provider_timeout(make_client, server: FakeOpenAI) -> None:
+    server.enqueue(fake.slow(5), fake.slow(5))
+    start = time.monotonic()
+    with pytest.raises(ProviderTimeout):
+        _embedder(make_client, timeout_s=0.3, max_retries=1).embed(["a"], purpose="t")
+    assert 0.6 <= time.monotonic() - start < 3
+    assert len(server.calls("/embeddings")) == 2
+
+
+def test_embeddings_connection_refused_is_a_provider_error(make_client) -> None:
+    with FakeOpenAI() as gone:
+        url = gone.base_url
+    with pytest.raises(ProviderError) as info:
+        _embedder(make_client, endpoint=url, max_retries=0).embed(["a"], purpose="t")
+    assert "connection failed" in str(info.value)
+
+
+@pytest.mark.parametrize("reply", [fake.invalid_json(), fake.wrong_shape()], ids=["invalid", "shape"])
+def test_broken_embeddings_bodies_raise_response_invalid(make_client, server: FakeOpenAI, reply) -> None:
+    server.enqueue(reply)
+    with pytest.raises(ProviderResponseInvalid):
+        _embedder(make_client).embed(["a"], purpose="t")
+    assert len(server.calls("/embeddings")) == 1
+
+
+def test_embeddings_never_import_the_sdk(make_client, server: FakeOpenAI) -> None:
+    """A process that only embeds (a one-off `rag query`) does not pay for importing the SDK."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from rag_engine.providers.openai_backend import OpenAIBackend\n"
+        "assert 'openai' not in sys.modules, 'the backend module imported the SDK'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+    server.enqueue(fake.Reply())
+    client = _embedder(make_client)
+    assert client.embed(["a"], purpose="t").vectors and client._backend._sdk_client is None
+    client.preload()  # what `rag serve`'s warm-up calls: the SDK loaded before the first request
+    assert client._backend._sdk_client is not None
 
 
 # -- construction ---------------------------------------------------------------------
