@@ -30,6 +30,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from rag_engine.providers.sqlite_wal import to_wal
 from rag_engine.providers.vectors import vector_problem
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ class EmbeddingCache:
 
     def _create(self) -> None:
         with closing(self._connect()) as db, db:
-            db.execute("PRAGMA journal_mode=WAL")
+            to_wal(db, self._timeout)
             db.execute(_SCHEMA)
 
     def _guarded(self, work: Callable[[], _T], fallback: _T) -> _T:

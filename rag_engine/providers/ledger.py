@@ -48,6 +48,7 @@ from sqlalchemy.types import TypeDecorator
 from rag_engine.config import EngineConfig
 from rag_engine.errors import LedgerUnavailable
 from rag_engine.providers.sql_migrations import Migration, run_migrations
+from rag_engine.providers.sqlite_wal import to_wal
 from rag_engine.usage import UsageRecord
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -132,7 +133,7 @@ def _make_engine(url: str) -> Engine:
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
         if not in_memory:
-            cur.execute("PRAGMA journal_mode = WAL")
+            to_wal(cur, SQLITE_BUSY_TIMEOUT_MS / 1000)
             cur.execute("PRAGMA synchronous = NORMAL")
         cur.close()
 

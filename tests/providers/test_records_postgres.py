@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import sqlite3
+import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -138,6 +141,32 @@ def test_writers_on_one_postgres_database_lose_nothing_and_migrate_once(fresh_pg
 def test_writers_on_one_sqlite_file_lose_nothing_and_migrate_once(tmp_path):
     url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
     _check(url, _race(url, WRITERS))
+
+
+def test_a_ledger_opens_while_another_writer_holds_a_fresh_sqlite_file(tmp_path):
+    """The moment the SQLite race above can meet, made certain: another connection holds the write
+    lock of a new (not yet WAL) file. Converting it to WAL then fails at once with "database is
+    locked", whatever the busy timeout; the ledger retries it until the writer is done."""
+    path = tmp_path / "ledger.sqlite"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("CREATE TABLE other (x)")
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("INSERT INTO other VALUES (1)")
+    release = threading.Timer(0.3, lambda: holder.execute("COMMIT"))
+    release.start()
+    started = time.monotonic()
+    ledger = UsageLedger(f"sqlite:///{path}")
+    try:
+        assert time.monotonic() - started >= 0.25  # it waited for the writer, it did not skip WAL
+        ledger.record(UsageRecord(run_id="r", actor="a", purpose="answer", provider="p", requested_model="m"))
+        assert len(ledger.records()) == 1
+    finally:
+        release.join()
+        ledger.dispose()
+        holder.close()
+    check = sqlite3.connect(path)
+    assert check.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    check.close()
 
 
 def test_reopening_a_migrated_database_applies_nothing(fresh_pg_url):
