@@ -189,12 +189,8 @@ class OpenAIBackend:
             verify=_NO_CA if base_url.lower().startswith("http://") else True,
         )
 
-    @property
-    def _sdk(self) -> openai.OpenAI:
-        """The SDK client, built (and the SDK imported) at the first chat completion."""
-        return self._load_sdk()
-
     def _load_sdk(self) -> openai.OpenAI:
+        """The SDK client, built (and the SDK imported) at the first chat completion or ``preload``."""
         with self._sdk_lock:
             if self._sdk_client is None:
                 import openai
@@ -240,7 +236,7 @@ class OpenAIBackend:
         if schema is not None and structured:
             kwargs.update(structured_request(schema, self._spec.provider.structured_output_form or "json_schema"))
         estimate = estimate_tokens([json.dumps(m.get("content", ""), default=str) for m in messages], max_tokens)
-        response = self._call(lambda: self._sdk.chat.completions.create(**kwargs), estimate, deadline)
+        response = self._call(lambda: self._load_sdk().chat.completions.create(**kwargs), estimate, deadline)
         return self._completion(response)
 
     def embed(self, texts: list[str], *, input_mode: str | None = None) -> Embeddings:

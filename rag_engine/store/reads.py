@@ -35,6 +35,13 @@ SERVED = served("c")
 """``served`` of ``c``, the name every query-path read gives its chunk."""
 
 
+def title_shown(var: str) -> str:
+    """The one predicate of a document whose title the query path may show (``var``): of an
+    enabled pack, in a permitted collection (a title is document metadata: never one of a
+    collection the caller may not read). Its parameters come from ``scope``."""
+    return f"({var}.pack IN $packs AND {var}.collection IN $collections)"
+
+
 def scope(rx: Reads, collections: tuple[str, ...]) -> dict[str, list[str]]:
     """The parameters of ``SERVED``: the permitted collections and the enabled packs."""
     return {"collections": list(collections), "packs": list(rx.packs)}
@@ -289,8 +296,7 @@ def document_titles(rx: Reads, keys: list[str], collections: tuple[str, ...]) ->
     if not keys:
         return {}
     rows = rx.rows(
-        "MATCH (d:Document) WHERE d.key IN $keys AND d.pack IN $packs AND d.collection IN $collections "
-        "RETURN d.key AS key, d.title AS title",
+        f"MATCH (d:Document) WHERE d.key IN $keys AND {title_shown('d')} RETURN d.key AS key, d.title AS title",
         keys=keys,
         **scope(rx, collections),
     )

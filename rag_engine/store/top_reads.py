@@ -3,8 +3,8 @@ in one statement of the question's read transaction instead of three.
 
 For each chunk id (served only: ``reads.SERVED``):
 
-- its document's title (the same rule as ``reads.document_titles``: only a document of an enabled
-  pack in a permitted collection gives one);
+- its document's title (``reads.title_shown``, the rule of ``reads.document_titles``: only a
+  document of an enabled pack in a permitted collection gives one);
 - for the ids in ``evidence_ids``: the chunk's cosine to the question and its unit vectors, as
   stored by ``ingest.unit_vectors`` (active index only, checked by ``epochs.active_index``);
 - with ``references``: the chunks it cites (``REFERENCES``, one hop, served), each with the
@@ -18,20 +18,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rag_engine.store.epochs import active_index
-from rag_engine.store.reads import FIELDS, scope, served
+from rag_engine.store.reads import FIELDS, scope, served, title_shown
 from rag_engine.store.session import Reads
 from rag_engine.store.units import UNITS_SUFFIX
 
-_TITLE = (
-    "OPTIONAL MATCH ({d}:Document {{key: {c}.pack + ':' + {c}.doc_id}}) "
-    "WHERE {d}.pack IN $packs AND {d}.collection IN $collections"
-)
-"""A served chunk's document, when its title may be shown (``reads.document_titles``' rule)."""
+
+def _title(d: str, c: str) -> str:
+    """A served chunk's (``c``) document (``d``), when its title may be shown (``reads.title_shown``)."""
+    return f"OPTIONAL MATCH ({d}:Document {{key: {c}.pack + ':' + {c}.doc_id}}) WHERE {title_shown(d)}"
+
 
 _TOP = f"""
 UNWIND $ids AS id
 MATCH (c:Chunk {{chunk_id: id}}) WHERE {served("c")}
-{_TITLE.format(d="d", c="c")}
+{_title("d", "c")}
 WITH c, d, c.chunk_id IN $evidence_ids AS scored
 RETURN c.chunk_id AS chunk_id, d.key AS doc_key, d.title AS title,
   CASE WHEN NOT scored OR $embedding IS NULL OR c[$property] IS NULL THEN null
@@ -39,7 +39,7 @@ RETURN c.chunk_id AS chunk_id, d.key AS doc_key, d.title AS title,
   CASE WHEN scored AND c.units_splitter = $splitter THEN c[$units] END AS units,
   CASE WHEN $references THEN COLLECT {{
     MATCH (c)-[e:REFERENCES]->(t:Chunk) WHERE {served("t")}
-    {_TITLE.format(d="td", c="t")}
+    {_title("td", "t")}
     RETURN {{{", ".join(f"{f}: t.{f}" for f in FIELDS)}, via: e.raw, doc_key: td.key, title: td.title}}
   }} ELSE [] END AS cited
 """
