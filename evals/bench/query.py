@@ -16,11 +16,12 @@ what the vectors mean. Its fusion weight is forced to 1.0 so the dense leg runs.
 must hold no index of another embedder (use an empty one).
 
     python -m evals.bench.query [--sizes 1000 10000 100000] [--repeat 3] [--json out.json]
-                                [--pack NAME --keep]
+                                [--pack NAME --keep] [--no-rerank]
 
 ``--pack NAME --keep`` keeps the synthetic chunks for a later run with the same pack name, which
 grows them only as far as its sizes need: two versions of the engine can be measured in turn on
-one dataset.
+one dataset. ``--no-rerank`` measures the engine without its rerank stage: what every other stage
+costs over the raw query, the floor under any rerank stage.
 """
 
 from __future__ import annotations
@@ -201,10 +202,16 @@ def _pct(times: list[float], p: float) -> float:
 
 
 def measure(
-    engine: Engine, qs: list[str], repeat: int, stages: dict[str, list[float]] | None = None
+    engine: Engine,
+    qs: list[str],
+    repeat: int,
+    stages: dict[str, list[float]] | None = None,
+    *,
+    rerank: bool | None = None,
 ) -> list[dict[str, float]]:
     """Per repeat: engine and raw p50/p95 over all questions, run interleaved (same load); each
-    trace step's ms of every engine question added to ``stages`` (where the engine's time goes)."""
+    trace step's ms of every engine question added to ``stages`` (where the engine's time goes).
+    ``rerank=False``: the engine without its rerank stage (``retrieve``'s ``rerank``)."""
     collections = list(gate(engine.cfg, ROLE, None).collections)
     meta = schema.current_embedder(engine.driver, engine.database)
     assert meta is not None
@@ -217,7 +224,7 @@ def measure(
         raw_ms: list[float] = []
         for q in qs:
             t0 = time.perf_counter()
-            result = retrieve(engine, q, ROLE, weights=WEIGHTS)
+            result = retrieve(engine, q, ROLE, weights=WEIGHTS, rerank=rerank)
             t1 = time.perf_counter()
             for step in result.trace:
                 if stages is not None:
@@ -292,6 +299,12 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="also write the per-repeat figures here")
     ap.add_argument("--pack", help="name of the synthetic pack (default: a fresh one)")
     ap.add_argument("--keep", action="store_true", help="keep the synthetic chunks for a later run")
+    ap.add_argument(
+        "--no-rerank",
+        action="store_true",
+        help="the engine without its rerank stage (sentence evidence and the feature reranker): "
+        "what every other stage costs over the raw query",
+    )
     args = ap.parse_args()
 
     logging.getLogger("neo4j").setLevel(logging.ERROR)  # the driver's notifications are not results
@@ -304,13 +317,16 @@ def main() -> None:
     have = chunk_count(engine.driver, engine.database, pack)
     rng = random.Random(7 + have)  # a resumed build does not repeat the first chunks' sentences
     load = os.getloadavg()
-    print(f"{len(qs)} golden questions x {args.repeat} repeats per size; load average {load[0]:.2f} {load[1]:.2f}")
+    print(
+        f"{len(qs)} golden questions x {args.repeat} repeats per size; load average {load[0]:.2f} {load[1]:.2f}"
+        + ("; the engine without its rerank stage" if args.no_rerank else "")
+    )
     try:
         for size in sorted(args.sizes):
             seconds = grow(engine, pack, pool, have, size, rng) if size > have else 0.0
             have = max(have, size)
             stages: dict[str, list[float]] = {}
-            reps = measure(engine, qs, args.repeat, stages)
+            reps = measure(engine, qs, args.repeat, stages, rerank=False if args.no_rerank else None)
             result = {"size": have, "build_s": round(seconds, 1), "repeats": reps, "load": os.getloadavg()[0]}
             results.append({**result, "stages": stages})
             print(f"{have:>7} synthetic chunks (built in {seconds:.1f}s); load {os.getloadavg()[0]:.2f}", flush=True)
