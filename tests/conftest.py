@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import neo4j
@@ -107,6 +109,32 @@ def postgres_url() -> str:
     except Exception as exc:  # pragma: no cover
         pytest.fail(f"PostgreSQL is not reachable at {url} ({exc}); run `make postgres-start` or use `make test`")
     return url
+
+
+@contextmanager
+def fresh_pg_database(postgres_url: str, prefix: str) -> Iterator[str]:
+    """A fresh database (no tables yet) on the test PostgreSQL server (``RAG_TEST_PG_LEDGER_URL``'s,
+    else ``postgres_url``'s), named ``prefix`` and a random suffix, dropped after."""
+    import sqlalchemy
+
+    base = os.environ.get("RAG_TEST_PG_LEDGER_URL") or postgres_url.rsplit("/", 1)[0] + "/rag_ledger"
+    name = prefix + uuid.uuid4().hex[:10]
+    admin = sqlalchemy.create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sqlalchemy.text(f"CREATE DATABASE {name}"))
+    try:
+        yield base.rsplit("/", 1)[0] + "/" + name
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sqlalchemy.text(f"DROP DATABASE {name} WITH (FORCE)"))
+        admin.dispose()
+
+
+@pytest.fixture
+def fresh_pg_url(postgres_url: str) -> Iterator[str]:
+    """``fresh_pg_database`` for one test."""
+    with fresh_pg_database(postgres_url, "rag_test_") as url:
+        yield url
 
 
 @pytest.fixture

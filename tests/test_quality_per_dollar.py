@@ -5,15 +5,12 @@ the audit trail's daily summary asset."""
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
 import dagster as dg
 import pytest
-import sqlalchemy
 import yaml
 
 from rag_engine.config import LocalCostConfig, load_config
@@ -106,22 +103,6 @@ def setup(tmp_path: Path) -> tuple[Path, Path]:
     return cfg_path, reports
 
 
-@pytest.fixture
-def pg_ledger_url(postgres_url: str) -> Iterator[str]:
-    """A fresh database on the test PostgreSQL server (RAG_TEST_PG_LEDGER_URL's), dropped after."""
-    import os
-
-    base = os.environ.get("RAG_TEST_PG_LEDGER_URL") or postgres_url.rsplit("/", 1)[0] + "/rag_ledger"
-    name = "rag_qpd_" + uuid.uuid4().hex[:10]
-    admin = sqlalchemy.create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sqlalchemy.text(f"CREATE DATABASE {name}"))
-    yield base.rsplit("/", 1)[0] + "/" + name
-    with admin.connect() as conn:
-        conn.execute(sqlalchemy.text(f"DROP DATABASE {name} WITH (FORCE)"))
-    admin.dispose()
-
-
 def _replay_rate() -> LocalCostConfig:
     replay = load_config(ROOT / "config" / "engine.yaml").provider("demo_replay")
     assert replay is not None and replay.local_cost is not None
@@ -173,11 +154,11 @@ def test_by_model_on_sqlite(setup, tmp_path):
 
 
 @pytest.mark.postgres
-def test_by_model_on_postgres(setup, pg_ledger_url):
+def test_by_model_on_postgres(setup, fresh_pg_url):
     cfg_path, _ = setup
-    _fill(pg_ledger_url)
-    assert UsageLedger(pg_ledger_url).dialect == "postgresql"
-    _check_table(cfg_path, pg_ledger_url)
+    _fill(fresh_pg_url)
+    assert UsageLedger(fresh_pg_url).dialect == "postgresql"
+    _check_table(cfg_path, fresh_pg_url)
 
 
 def test_cli_costs_by_model_text_and_json(setup, tmp_path):
@@ -273,7 +254,7 @@ def test_usage_costs_asset_by_model(setup, tmp_path, monkeypatch):
 @pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_audit_daily_summary_asset(backend, setup, tmp_path, monkeypatch, request):
     cfg_path, _ = setup
-    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}" if backend == "sqlite" else request.getfixturevalue("pg_ledger_url")
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}" if backend == "sqlite" else request.getfixturevalue("fresh_pg_url")
     trail = AuditTrail(url)
     now = datetime.now(UTC)
     yesterday = now - timedelta(days=1)

@@ -9,20 +9,18 @@ the real PostgreSQL alike; the longest allowed id is stored whole on both.
 
 from __future__ import annotations
 
-import os
 import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import sqlalchemy
 
 from rag_engine.engine import Engine
 from rag_engine.errors import QueryInputError
 from rag_engine.governance.audit import audit_trail
 from rag_engine.retrieval.query import run_query
-from tests.conftest import ROOT, _embed_env, _neo4j_uri, with_artifacts
+from tests.conftest import ROOT, _embed_env, _neo4j_uri, fresh_pg_database, with_artifacts
 from tests.support.cli import rag
 from tests.support.packs import POLICY, RUNBOOK, temp_pack
 
@@ -34,15 +32,8 @@ def ledger_url(request: pytest.FixtureRequest, tmp_path: Path, postgres_url: str
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'ledger.sqlite'}"
         return
-    base = os.environ.get("RAG_TEST_PG_LEDGER_URL") or postgres_url.rsplit("/", 1)[0] + "/rag_ledger"
-    name = "rag_session_" + uuid.uuid4().hex[:10]
-    admin = sqlalchemy.create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sqlalchemy.text(f"CREATE DATABASE {name}"))
-    yield base.rsplit("/", 1)[0] + "/" + name
-    with admin.connect() as conn:
-        conn.execute(sqlalchemy.text(f"DROP DATABASE {name} WITH (FORCE)"))
-    admin.dispose()
+    with fresh_pg_database(postgres_url, "rag_session_") as url:
+        yield url
 
 
 @pytest.fixture

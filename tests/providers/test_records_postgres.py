@@ -12,16 +12,12 @@ start together, and are bounded in time (``JOIN_SECONDS``).
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import sqlite3
 import threading
 import time
-import uuid
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 import sqlalchemy
 
 from rag_engine.governance.approvals import Approval, require
@@ -116,22 +112,6 @@ def _check(url: str, results: list[tuple[str, list[str], dict[str, list[int]], s
     finally:
         ledger.dispose()
         trail.dispose()
-
-
-@pytest.fixture
-def fresh_pg_url(postgres_url: str) -> Iterator[str]:
-    """A fresh database on the test PostgreSQL server (no tables yet), dropped after."""
-    base = os.environ.get("RAG_TEST_PG_LEDGER_URL") or postgres_url.rsplit("/", 1)[0] + "/rag_ledger"
-    name = "rag_fleet_" + uuid.uuid4().hex[:10]
-    admin = sqlalchemy.create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sqlalchemy.text(f"CREATE DATABASE {name}"))
-    try:
-        yield base.rsplit("/", 1)[0] + "/" + name
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sqlalchemy.text(f"DROP DATABASE {name} WITH (FORCE)"))
-        admin.dispose()
 
 
 def test_writers_on_one_postgres_database_lose_nothing_and_migrate_once(fresh_pg_url):
