@@ -36,7 +36,6 @@ import pytest
 import yaml
 
 from rag_engine.governance.audit import AuditTrail
-from tests.providers.test_records_postgres import fresh_pg_url  # noqa: F401 - a fixture
 from tests.serving_support import bearer, free_port
 from tests.support import serve_config
 from tests.support.fleet import Load, Outcome, fleet_config, haproxy, replicas, run_load
@@ -185,7 +184,7 @@ def _promql(proc: subprocess.Popen[bytes]) -> list[dict[str, Any]]:
 
 def test_a_fleet_behind_haproxy_holds_limits_survives_a_killed_replica_and_loses_no_audit_record(
     tmp_path,
-    fresh_pg_url,  # noqa: F811 - the imported fixture
+    fresh_pg_url: str,
     redis_url,  # noqa: F811 - the imported fixture
 ):
     fleet = fleet_config(tmp_path / "engine.yaml", LIMITS)
