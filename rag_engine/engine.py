@@ -66,6 +66,7 @@ class Engine:
             endpoint=t.endpoint,
             service_name=t.service_name,
             sample_ratio=t.sample_ratio,
+            accept_incoming=t.accept_incoming,
             headers={k.strip(): v.strip() for k, v in headers.items()},
             timeout_seconds=t.timeout_seconds,
         )

@@ -9,7 +9,11 @@ costs the exporter's timeout on its own thread, never a query.
 
 The spans nest through OpenTelemetry's context (a context variable), so a stage run in another
 thread nests under the query only if that thread runs in a copy of the caller's context (the
-query path's embedding thread does: ``contextvars.copy_context``).
+query path's embedding thread does: ``contextvars.copy_context``, as does ``rag serve``'s pool).
+
+A caller's own trace continues through ``incoming``: ``rag serve`` makes an HTTP request's W3C
+``traceparent`` current for the request (unless ``tracing.accept_incoming`` is false), so the
+query's root span is a child of the caller's span.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ from opentelemetry import trace
 INSTRUMENTATION = "rag_engine"
 
 _lock = threading.Lock()
-_state: dict[str, Any] = {"key": None, "provider": None, "tracer": None}
+_state: dict[str, Any] = {"key": None, "provider": None, "tracer": None, "accept_incoming": False}
+TRACE_HEADERS = ("traceparent", "tracestate")
+"""The W3C trace context headers ``incoming`` reads."""
 
 
 def configure(
@@ -35,10 +41,20 @@ def configure(
     sample_ratio: float = 1.0,
     headers: Mapping[str, str] | None = None,
     timeout_seconds: float = 5.0,
+    accept_incoming: bool = True,
 ) -> None:
     """Turn tracing on (a provider exporting to ``endpoint``) or off, for this process. The same
-    settings twice keep the provider; others flush and shut the previous one down first."""
-    key = (enabled, endpoint, service_name, sample_ratio, tuple(sorted((headers or {}).items())), timeout_seconds)
+    settings twice keep the provider; others flush and shut the previous one down first.
+    ``accept_incoming``: whether ``incoming`` continues a caller's trace."""
+    key = (
+        enabled,
+        endpoint,
+        service_name,
+        sample_ratio,
+        tuple(sorted((headers or {}).items())),
+        timeout_seconds,
+        accept_incoming,
+    )
     with _lock:
         if key == _state["key"]:
             return
@@ -58,7 +74,7 @@ def configure(
             exporter = OTLPSpanExporter(endpoint=endpoint, headers=dict(headers or {}), timeout=timeout_seconds)
             provider.add_span_processor(BatchSpanProcessor(exporter))
             tracer = provider.get_tracer(INSTRUMENTATION)
-        _state.update(key=key, provider=provider, tracer=tracer)
+        _state.update(key=key, provider=provider, tracer=tracer, accept_incoming=enabled and accept_incoming)
     if old is not None:
         old.shutdown()
 
@@ -97,6 +113,29 @@ def _recording(
             for key, value in (facts or {}).items():
                 if isinstance(value, int | float | bool):
                     current.set_attribute(f"rag.{key}", value)
+
+
+def incoming(headers: Mapping[str, str]) -> AbstractContextManager[None]:
+    """The caller's W3C trace context (``TRACE_HEADERS`` in ``headers``, lowercase names) current
+    for the block, so the spans started in it (and in threads running a copy of its context)
+    continue the caller's trace. A no-op (the shared one) when tracing is off, when
+    ``accept_incoming`` is false, or without a ``traceparent``; a malformed one is ignored by the
+    propagator, and the query starts a trace of its own."""
+    if not _state["accept_incoming"] or "traceparent" not in headers:
+        return _OFF
+    return _continued(headers)
+
+
+@contextmanager
+def _continued(headers: Mapping[str, str]) -> Iterator[None]:
+    from opentelemetry import context
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    token = context.attach(TraceContextTextMapPropagator().extract(dict(headers)))
+    try:
+        yield None
+    finally:
+        context.detach(token)
 
 
 def trace_id() -> str | None:

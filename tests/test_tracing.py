@@ -19,12 +19,17 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from rag_engine import tracing
 from rag_engine.config import TracingConfig
+from rag_engine.config.serving import PrincipalConfig
 from rag_engine.engine import Engine
 from rag_engine.governance.audit import audit_trail
 from tests.conftest import ROOT, _embed_env, _neo4j_uri, with_artifacts
 from tests.support.packs import POLICY, RUNBOOK, temp_pack
 
 QUESTION = "What does the runbook say to do with a lost laptop?"
+CALLER_KEY = "SENTINEL-trace-caller-key-5e4d3c2b1a09f8e7d6c5b4a3"
+CALLER_KEY_ENV = "RAG_TEST_TRACE_CALLER_KEY_SHA256"
+CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+CALLER_SPAN = "00f067aa0ba902b7"
 # one span per stage of the query path; the graph leg's traversal runs only when the planner says so
 STAGES = {
     "rag.query",
@@ -97,11 +102,21 @@ def receiver() -> Iterator[str]:
     tracing.configure(enabled=False)  # the tests after this one run untraced, as by default
 
 
-def _engine(base_config, tmp_path: Path, unique: str, tracing_cfg: TracingConfig) -> Engine:
+def _engine(
+    base_config, tmp_path: Path, unique: str, tracing_cfg: TracingConfig, env: dict[str, str] | None = None
+) -> Engine:
     from rag_engine.ingest.pipeline import ingest_pack
 
     cfg = with_artifacts(base_config, tmp_path / "artifacts").model_copy(update={"tracing": tracing_cfg})
-    env = {"NEO4J_URI": _neo4j_uri(), "RAG_LEDGER_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}", **_embed_env()}
+    if env:  # served: one principal, its key's hash in the variable CALLER_KEY_ENV
+        principal = PrincipalConfig(id="caller", roles=("employee",), key_sha256_env=CALLER_KEY_ENV)
+        cfg = cfg.model_copy(update={"serving": cfg.serving.model_copy(update={"principals": (principal,)})})
+    env = {
+        "NEO4J_URI": _neo4j_uri(),
+        "RAG_LEDGER_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}",
+        **_embed_env(),
+        **(env or {}),
+    }
     pack = temp_pack(
         Engine(cfg, ROOT, env, packs=[]), unique, tmp_path / "corpus", {"policy.md": POLICY, "runbook.md": RUNBOOK}
     )
@@ -171,3 +186,62 @@ def test_without_tracing_the_audit_record_has_no_trace_id(base_config, tmp_path,
     finally:
         eng.close()
     assert record.payload["trace_id"] is None
+
+
+def _served_query(eng: Engine, session: str, headers: dict[str, str]) -> dict[str, Any]:
+    """One /v1/query to ``eng`` served on loopback, with ``headers``; the spans flushed; returns
+    the query's root span and its audit record's trace id."""
+    import httpx
+
+    from rag_engine.serving.app import create_app
+    from tests.serving_support import bearer, running
+
+    with running(create_app(eng)) as url:
+        response = httpx.post(
+            f"{url}/v1/query",
+            json={"question": QUESTION, "role": "employee", "session_id": session, "generate": False},
+            headers={**bearer(CALLER_KEY), **headers},
+            timeout=60,
+        )
+    assert response.status_code == 200, response.text
+    assert tracing.flush()
+    [record] = audit_trail(eng).records(session_id=session, event="query")
+    [root] = [s for s in Receiver.spans if s["name"] == "rag.query"]
+    return {"root": root, "audited": record.payload["trace_id"], "spans": list(Receiver.spans)}
+
+
+@pytest.mark.parametrize("accept", [True, False])
+def test_a_served_query_continues_the_callers_trace_unless_told_not_to(
+    base_config, tmp_path, unique, neo4j_driver, receiver, accept
+):
+    """An HTTP caller's W3C traceparent makes the query's root span a child of the caller's span,
+    in the caller's trace, and the audit record carries that trace's id; with
+    ``tracing.accept_incoming: false`` the query starts a trace of its own."""
+    from tests.serving_support import sha
+
+    cfg = TracingConfig(enabled=True, endpoint=receiver, service_name="rag-engine-test", accept_incoming=accept)
+    eng = _engine(base_config, tmp_path, unique, cfg, env={CALLER_KEY_ENV: sha(CALLER_KEY)})
+    try:
+        got = _served_query(eng, f"s-{unique}", {"traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"})
+    finally:
+        eng.close()
+    root = got["root"]
+    if accept:
+        assert (root["trace_id"], root["parent"]) == (CALLER_TRACE, CALLER_SPAN)
+        assert {s["trace_id"] for s in got["spans"]} == {CALLER_TRACE}
+    else:
+        assert root["trace_id"] != CALLER_TRACE and root["parent"] is None
+    assert got["audited"] == root["trace_id"]
+
+
+def test_a_malformed_traceparent_is_ignored(base_config, tmp_path, unique, neo4j_driver, receiver):
+    from tests.serving_support import sha
+
+    cfg = TracingConfig(enabled=True, endpoint=receiver, service_name="rag-engine-test")
+    eng = _engine(base_config, tmp_path, unique, cfg, env={CALLER_KEY_ENV: sha(CALLER_KEY)})
+    try:
+        got = _served_query(eng, f"s-{unique}", {"traceparent": "00-not-a-trace-01"})
+    finally:
+        eng.close()
+    assert got["root"]["parent"] is None and len(got["root"]["trace_id"]) == 32
+    assert got["audited"] == got["root"]["trace_id"]

@@ -86,6 +86,11 @@ class TracingConfig(Frozen):
     service_name: str = "rag-engine"
     sample_ratio: float = Field(1.0, ge=0, le=1)
     """Share of queries traced (by trace id; a traced caller's decision is kept)."""
+    accept_incoming: bool = True
+    """Continue a caller's trace: an HTTP request's W3C ``traceparent`` (and ``tracestate``) makes
+    the query's spans children of the caller's span, in the caller's trace (whose id the audit
+    record then carries), and the caller's sampled flag decides. False: every query starts a
+    trace of its own, whatever the request says."""
     headers_env: str | None = Field(None, pattern=r"^[A-Z_][A-Z0-9_]*$")
     """The NAME of an environment variable holding the exporter's headers (``key=value,...``, e.g.
     a collector's API key): never the value in this file."""

@@ -64,6 +64,7 @@ from rag_engine.serving.logs import PATH_ONLY
 from rag_engine.serving.mcp_server import build_mcp
 from rag_engine.serving.metrics import Metered, exposition
 from rag_engine.serving.shared_limits import limiter_for
+from rag_engine.serving.trace_context import IncomingTrace
 from rag_engine.serving.wire import bearer, first_line
 
 __version__ = package_version()
@@ -401,6 +402,7 @@ def create_app(engine: Engine, registry: PrincipalRegistry | None = None) -> Fas
         )
 
     app.mount("/", mcp_only(mcp_app))  # after the routes: it answers /mcp, any other path is 404
+    app.add_middleware(IncomingTrace)  # innermost: a refused request starts no query to trace
     app.add_middleware(
         Door,
         registry=principals,
