@@ -206,8 +206,9 @@ def _served_query(eng: Engine, session: str, headers: dict[str, str]) -> dict[st
     assert response.status_code == 200, response.text
     assert tracing.flush()
     [record] = audit_trail(eng).records(session_id=session, event="query")
-    [root] = [s for s in Receiver.spans if s["name"] == "rag.query"]
-    return {"root": root, "audited": record.payload["trace_id"], "spans": list(Receiver.spans)}
+    roots = [s for s in Receiver.spans if s["name"] == "rag.query"]
+    assert len(roots) <= 1, roots
+    return {"root": roots[0] if roots else None, "audited": record.payload["trace_id"], "spans": list(Receiver.spans)}
 
 
 @pytest.mark.parametrize("accept", [True, False])
@@ -226,6 +227,7 @@ def test_a_served_query_continues_the_callers_trace_unless_told_not_to(
     finally:
         eng.close()
     root = got["root"]
+    assert root is not None
     if accept:
         assert (root["trace_id"], root["parent"]) == (CALLER_TRACE, CALLER_SPAN)
         assert {s["trace_id"] for s in got["spans"]} == {CALLER_TRACE}
@@ -245,3 +247,56 @@ def test_a_malformed_traceparent_is_ignored(base_config, tmp_path, unique, neo4j
         eng.close()
     assert got["root"]["parent"] is None and len(got["root"]["trace_id"]) == 32
     assert got["audited"] == got["root"]["trace_id"]
+
+
+def test_a_caller_that_does_not_sample_its_trace_is_not_traced_here(
+    base_config, tmp_path, unique, neo4j_driver, receiver
+):
+    """The caller's sampled flag decides (a parent-based sampler): a traceparent with flags 00
+    exports no span of the query, and its audit record has no trace id, whatever sample_ratio is."""
+    from tests.serving_support import sha
+
+    cfg = TracingConfig(enabled=True, endpoint=receiver, service_name="rag-engine-test", sample_ratio=1.0)
+    eng = _engine(base_config, tmp_path, unique, cfg, env={CALLER_KEY_ENV: sha(CALLER_KEY)})
+    try:
+        got = _served_query(eng, f"s-{unique}", {"traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-00"})
+    finally:
+        eng.close()
+    assert got["root"] is None and got["spans"] == []
+    assert got["audited"] is None
+
+
+def test_an_mcp_tool_call_continues_the_callers_trace(base_config, tmp_path, unique, neo4j_driver, receiver):
+    """The same over MCP at /mcp (the official SDK's client, streamable HTTP): the `ask` tool's
+    query is a child of the span named by the HTTP request's traceparent, and audited under its trace."""
+    import asyncio
+
+    import httpx2
+    from mcp.client.client import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    from rag_engine.serving.app import create_app
+    from tests.serving_support import running, sha
+
+    cfg = TracingConfig(enabled=True, endpoint=receiver, service_name="rag-engine-test")
+    eng = _engine(base_config, tmp_path, unique, cfg, env={CALLER_KEY_ENV: sha(CALLER_KEY)})
+    headers = {"Authorization": f"Bearer {CALLER_KEY}", "traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"}
+
+    async def ask(url: str) -> Any:
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=60) as http,
+            Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client,
+        ):
+            return await client.call_tool("ask", {"question": QUESTION, "role": "employee", "generate": False})
+
+    try:
+        with running(create_app(eng)) as url:
+            asked = asyncio.run(ask(url))
+        assert not asked.is_error, asked.content
+        assert tracing.flush()
+        [record] = audit_trail(eng).records(event="query")
+    finally:
+        eng.close()
+    [root] = [s for s in Receiver.spans if s["name"] == "rag.query"]
+    assert (root["trace_id"], root["parent"]) == (CALLER_TRACE, CALLER_SPAN)
+    assert record.payload["trace_id"] == CALLER_TRACE
