@@ -59,13 +59,14 @@ from rag_engine.serving import calls
 from rag_engine.serving.connections import DRAIN_SECONDS, ConnectionGuard, descriptor_budget, guarded_protocol
 from rag_engine.serving.door import MCP_PATHS, Door
 from rag_engine.serving.follow import IndexFollower, query_on, retrieve_on
-from rag_engine.serving.limits import EnginePool, bounded, store_gone
+from rag_engine.serving.limits import EnginePool, bounded
 from rag_engine.serving.logs import PATH_ONLY
 from rag_engine.serving.mcp_server import build_mcp
 from rag_engine.serving.metrics import Metered, exposition
 from rag_engine.serving.shared_limits import limiter_for
 from rag_engine.serving.trace_context import IncomingTrace
 from rag_engine.serving.wire import bearer, first_line
+from rag_engine.store.connection import store_gone
 
 __version__ = package_version()
 

@@ -30,7 +30,7 @@ from typing import TypeVar
 from rag_engine.config import ServingLimitsConfig
 from rag_engine.errors import RateLimited, RequestTimeout, StoreUnavailable
 from rag_engine.serving.metrics import POOL_BUSY, POOL_WORKERS
-from rag_engine.store.connection import store_unreachable
+from rag_engine.store.connection import store_gone
 
 T = TypeVar("T")
 
@@ -144,13 +144,6 @@ class EnginePool:
     def shutdown(self) -> None:
         """Wait for the calls in flight; called when the service stops."""
         self._executor.shutdown(wait=True, cancel_futures=True)
-
-
-def store_gone(exc: BaseException) -> StoreUnavailable | None:
-    """A driver error saying the store stopped answering (or an error raised because of one) as
-    ``StoreUnavailable``; None for any other error."""
-    gone = store_unreachable(exc)
-    return None if gone is None else StoreUnavailable(f"Neo4j is not answering ({type(gone).__name__}); retry later")
 
 
 async def bounded(limiter: Limiter, pool: EnginePool, principal: str, fn: Callable[[], T]) -> T:

@@ -147,3 +147,10 @@ def store_unreachable(exc: BaseException) -> BaseException | None:
         seen.add(id(current))
         current = current.__cause__ or current.__context__
     return None
+
+
+def store_gone(exc: BaseException) -> StoreUnavailable | None:
+    """A driver error saying the store stopped answering (or an error raised because of one) as
+    ``StoreUnavailable``; None for any other error."""
+    gone = store_unreachable(exc)
+    return None if gone is None else StoreUnavailable(f"Neo4j is not answering ({type(gone).__name__}); retry later")

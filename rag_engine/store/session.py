@@ -7,6 +7,10 @@ Sessions are opened in READ access mode, so over a ``neo4j://`` routing URI ever
 a reader of the cluster.
 
 ``read`` is the one-off form (reports, checks): one query in its own managed read transaction.
+
+A store that stops answering (the driver's ``ServiceUnavailable`` or ``SessionExpired``) comes out of
+both as the engine's typed ``StoreUnavailable``, the driver's error as its cause: a caller of the
+engine's Python API sees the same error the CLI and ``rag serve`` map to exit code and 503.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from contextlib import contextmanager
 from typing import Any
 
 import neo4j
+
+from rag_engine.store.connection import UNREACHABLE, store_gone
 
 
 class Reads:
@@ -53,12 +59,15 @@ class Reads:
 def read_transaction(driver: neo4j.Driver, database: str, *, packs: Iterable[str]) -> Iterator[Reads]:
     """One explicit read transaction for a question's reads; nothing in it can write. ``packs``:
     the enabled packs (``engine.packs``); a chunk of any other pack is never read (``reads.SERVED``)."""
-    with (
-        driver.session(database=database, default_access_mode=neo4j.READ_ACCESS) as session,
-        session.begin_transaction() as tx,
-    ):
-        yield Reads(tx, driver, database, packs)
-        tx.commit()
+    try:
+        with (
+            driver.session(database=database, default_access_mode=neo4j.READ_ACCESS) as session,
+            session.begin_transaction() as tx,
+        ):
+            yield Reads(tx, driver, database, packs)
+            tx.commit()
+    except UNREACHABLE as exc:
+        raise store_gone(exc) or exc from exc
 
 
 def read(driver: neo4j.Driver, database: str, query: str, **params: Any) -> list[dict[str, Any]]:
@@ -67,5 +76,8 @@ def read(driver: neo4j.Driver, database: str, query: str, **params: Any) -> list
     def work(tx: neo4j.ManagedTransaction) -> list[dict[str, Any]]:
         return [r.data() for r in tx.run(query, **params)]
 
-    with driver.session(database=database, default_access_mode=neo4j.READ_ACCESS) as session:
-        return session.execute_read(work)
+    try:
+        with driver.session(database=database, default_access_mode=neo4j.READ_ACCESS) as session:
+            return session.execute_read(work)
+    except UNREACHABLE as exc:
+        raise store_gone(exc) or exc from exc

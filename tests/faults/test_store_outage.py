@@ -130,3 +130,31 @@ def test_dagster_run_with_the_store_stopped_fails_at_once_in_one_line(variant, u
         assert failure.metadata["error_type"].value == "StoreUnavailable"
     assert elapsed < 30, elapsed  # the connect timeout, not the driver's retries per partition
     engine.close()
+
+
+def test_a_question_asked_through_the_python_api_while_the_store_is_gone_is_one_typed_error(
+    base_config, unique, tmp_path, neo4j_driver
+):
+    """Below the CLI and `rag serve` (a notebook, a Dagster asset): a question whose store stopped
+    answering raises the engine's StoreUnavailable, the driver's error as its cause, not the
+    driver's own exception."""
+    import neo4j
+
+    from rag_engine.retrieval.query import run_query
+
+    target = urlparse(_neo4j_uri())
+    with TcpProxy(target.hostname or "127.0.0.1", target.port or 7687) as proxy:
+        env = {**engine_env(tmp_path), "NEO4J_URI": f"bolt://127.0.0.1:{proxy.port}"}
+        engine = Engine(pick_embedder(with_artifacts(base_config, tmp_path / "artifacts")), ROOT, env)
+        try:
+            pack = temp_pack(engine, unique, tmp_path / "corpus", {"note1.md": _doc(1)})
+            engine = Engine(engine.cfg, ROOT, env, packs=[pack])
+            ingest_pack(engine, pack, extract=False)
+            asked = run_query(engine, "Are laptops encrypted?", "employee", generate=False, local_inference=False)
+            assert asked.retrieval.candidates
+            proxy.cut()
+            with pytest.raises(StoreUnavailable, match=r"^Neo4j is not answering \(\w+\); retry later$") as raised:
+                run_query(engine, "Are laptops encrypted?", "employee", generate=False, local_inference=False)
+        finally:
+            engine.close()
+    assert isinstance(raised.value.__cause__, (neo4j.exceptions.ServiceUnavailable, neo4j.exceptions.SessionExpired))
