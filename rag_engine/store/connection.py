@@ -149,8 +149,13 @@ def store_unreachable(exc: BaseException) -> BaseException | None:
     return None
 
 
+def not_answering(gone: BaseException) -> StoreUnavailable:
+    """The typed error for ``gone``, a driver error of ``UNREACHABLE``."""
+    return StoreUnavailable(f"Neo4j is not answering ({type(gone).__name__}); retry later")
+
+
 def store_gone(exc: BaseException) -> StoreUnavailable | None:
     """A driver error saying the store stopped answering (or an error raised because of one) as
     ``StoreUnavailable``; None for any other error."""
     gone = store_unreachable(exc)
-    return None if gone is None else StoreUnavailable(f"Neo4j is not answering ({type(gone).__name__}); retry later")
+    return None if gone is None else not_answering(gone)

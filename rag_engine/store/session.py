@@ -21,7 +21,7 @@ from typing import Any
 
 import neo4j
 
-from rag_engine.store.connection import UNREACHABLE, store_gone
+from rag_engine.store.connection import UNREACHABLE, not_answering
 
 
 class Reads:
@@ -67,7 +67,7 @@ def read_transaction(driver: neo4j.Driver, database: str, *, packs: Iterable[str
             yield Reads(tx, driver, database, packs)
             tx.commit()
     except UNREACHABLE as exc:
-        raise store_gone(exc) or exc from exc
+        raise not_answering(exc) from exc
 
 
 def read(driver: neo4j.Driver, database: str, query: str, **params: Any) -> list[dict[str, Any]]:
@@ -80,4 +80,4 @@ def read(driver: neo4j.Driver, database: str, query: str, **params: Any) -> list
         with driver.session(database=database, default_access_mode=neo4j.READ_ACCESS) as session:
             return session.execute_read(work)
     except UNREACHABLE as exc:
-        raise store_gone(exc) or exc from exc
+        raise not_answering(exc) from exc

@@ -145,10 +145,14 @@ def test_a_question_asked_through_the_python_api_while_the_store_is_gone_is_one_
     target = urlparse(_neo4j_uri())
     with TcpProxy(target.hostname or "127.0.0.1", target.port or 7687) as proxy:
         env = {**engine_env(tmp_path), "NEO4J_URI": f"bolt://127.0.0.1:{proxy.port}"}
-        engine = Engine(pick_embedder(with_artifacts(base_config, tmp_path / "artifacts")), ROOT, env)
+        cfg = pick_embedder(with_artifacts(base_config, tmp_path / "artifacts"))
+        packless = Engine(cfg, ROOT, env)
         try:
-            pack = temp_pack(engine, unique, tmp_path / "corpus", {"note1.md": _doc(1)})
-            engine = Engine(engine.cfg, ROOT, env, packs=[pack])
+            pack = temp_pack(packless, unique, tmp_path / "corpus", {"note1.md": _doc(1)})
+        finally:
+            packless.close()
+        engine = Engine(cfg, ROOT, env, packs=[pack])
+        try:
             ingest_pack(engine, pack, extract=False)
             asked = run_query(engine, "Are laptops encrypted?", "employee", generate=False, local_inference=False)
             assert asked.retrieval.candidates
