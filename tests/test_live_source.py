@@ -22,7 +22,7 @@ from rag_engine.governance.audit import audit_trail
 from rag_engine.ingest.pipeline import ingest_pack
 from rag_engine.packs import load_pack
 from rag_engine.retrieval.context import render_document
-from rag_engine.retrieval.live_source import statement
+from rag_engine.retrieval.live_query import statement
 from rag_engine.retrieval.outcome import QueryOutcome
 from rag_engine.retrieval.query import run_query
 from tests.conftest import ROOT, _embed_env, _neo4j_uri, with_artifacts

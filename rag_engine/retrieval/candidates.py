@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rag_engine.retrieval.live_source import LiveProvenance
+from rag_engine.retrieval.live_rows import LiveProvenance
 
 
 class Candidate(BaseModel):

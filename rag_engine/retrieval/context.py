@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from rag_engine.config import ContextBudgetsConfig
 from rag_engine.retrieval.candidates import Candidate
-from rag_engine.retrieval.live_source import LiveProvenance
+from rag_engine.retrieval.live_rows import LiveProvenance
 from rag_engine.text.token_count import estimated_tokens
 
 Category = Literal["system", "documents", "conversation", "tools"]

@@ -11,7 +11,8 @@ from typing import Any
 from rag_engine.retrieval.dense_leg import QUESTION_POOL
 from rag_engine.retrieval.leg import Leg, Question, register_leg
 from rag_engine.retrieval.live_dense import place_on_dense
-from rag_engine.retrieval.live_source import LiveLeg, start_live_leg
+from rag_engine.retrieval.live_rows import LiveLeg
+from rag_engine.retrieval.live_source import start_live_leg
 
 
 @register_leg("live")
