@@ -50,8 +50,10 @@ def test_help_and_version_import_no_driver_and_no_engine(args):
 
 def test_a_one_off_query_imports_neither_pandas_nor_the_model_sdk():
     """A one-off `rag query` imports what answering needs: not pandas (no dependency of ours; the
-    Neo4j driver imports it whenever it is installed, about 0.25 s), and its question embedded over
-    plain HTTP without the openai SDK (about 0.6 s; the SDK is imported at the first chat completion)."""
+    Neo4j driver imports it whenever it is installed, about 0.25 s), its question embedded over
+    plain HTTP without the openai SDK (about 0.6 s; the SDK is imported at the first chat completion),
+    and no SQLAlchemy (about 0.1 s) while no record has been read (the appends of a SQLite file:
+    tests/providers/test_sqlite_records.py)."""
     probe = (
         "import sys\n"
         "from rag_engine.cli.app import main\n"
@@ -62,7 +64,7 @@ def test_a_one_off_query_imports_neither_pandas_nor_the_model_sdk():
         "import neo4j\n"
         "eng = Engine.from_path()\n"
         "eng.packs, eng.query_embedder, eng.client(eng.cfg.defaults.generation_model)\n"
-        "print('LOADED', sorted(m for m in ('pandas', 'openai') if m in sys.modules))\n"
+        "print('LOADED', sorted(m for m in ('pandas', 'openai', 'sqlalchemy') if m in sys.modules))\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]

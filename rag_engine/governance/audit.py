@@ -1,9 +1,10 @@
 """Append-only audit trail: who asked what, with which role, what was withheld, what was cited.
 
 Kept in the usage ledger's database (same URL: SQLite file by default, PostgreSQL by URL, through
-SQLAlchemy Core), so one backup and one retention policy cover cost and governance; its schema is
-versioned beside the ledger's (``AUDIT_MIGRATIONS``, run once per database under a lock: replicas
-and ingest may write one PostgreSQL trail together). Approvals live here too: each check, granted
+SQLAlchemy Core; an append to a SQLite file through ``sqlite_records`` without it), so one backup
+and one retention policy cover cost and governance; its schema is versioned beside the ledger's
+(``records_sql.AUDIT_MIGRATIONS``, run once per database under a lock: replicas and ingest may
+write one PostgreSQL trail together). Approvals live here too: each check, granted
 or refused, and each approval request is an audit record. One record per
 query (``event = "query"``) and one per governance event: ``collections_blocked``,
 ``local_inference_degraded``, ``generation_fallback``, ``freshness_breach`` and
@@ -22,21 +23,23 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Mapping
+import sqlite3
+from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import Column, DateTime, Index, Integer, MetaData, RowMapping, String, Table, Text, func, select
-from sqlalchemy.exc import SQLAlchemyError
 
 from rag_engine.errors import ApprovalMismatch, AuditError, QueryInputError
 from rag_engine.governance.approvals import DELETE_AUDIT_RECORDS, Approval, require
-from rag_engine.providers.ledger import _make_engine, ledger_url, usage_records
-from rag_engine.providers.sql_migrations import Migration, run_migrations
+from rag_engine.providers.ledger import ledger_url
+from rag_engine.providers.records_db import RecordsDatabase
 
 if TYPE_CHECKING:
-    from rag_engine.engine import Engine
+    from sqlalchemy import RowMapping
+
+    from rag_engine.engine import Engine as RagEngine
+    from rag_engine.providers.sql_migrations import Migration
 
 log = logging.getLogger(__name__)
 
@@ -49,26 +52,6 @@ GOVERNANCE_EVENTS = (
 )
 SUMMARY_EVENTS = ("query", *GOVERNANCE_EVENTS, "approval_refused")
 """What the daily summary counts: queries (the denominator), governance events, refused approvals."""
-
-_metadata = MetaData()
-audit_records = Table(
-    "audit_records",
-    _metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("created_at", DateTime(timezone=True), nullable=False),
-    Column("event", String(64), nullable=False),
-    Column("query_id", String(64), nullable=True),
-    Column("session_id", String(200), nullable=True),
-    Column("role", String(200), nullable=True),
-    Column("actor", String(200), nullable=True),
-    Column("payload", Text, nullable=False),
-    Index("ix_audit_records_created_at", "created_at"),
-    Index("ix_audit_records_session_id", "session_id"),
-    Index("ix_audit_records_event", "event"),
-)
-
-AUDIT_MIGRATIONS = (Migration("audit", 1, "audit_records", lambda conn: audit_records.create(conn, checkfirst=True)),)
-"""The trail's schema, step by step: a new step gets the next version, an applied one never changes."""
 
 
 class AuditRecord(BaseModel):
@@ -144,23 +127,17 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
         raise AuditError(f"--since {text!r}: use 7d, 24h, 30m, a date (2025-06-01) or an ISO date-time") from None
 
 
-class AuditTrail:
-    """Append and read audit records; delete only expired ones, only with an approval."""
+class AuditTrail(RecordsDatabase):
+    """Append and read audit records; delete only expired ones, only with an approval. On a SQLite
+    file an append imports no SQLAlchemy (``records_db``)."""
 
-    def __init__(self, url: str):
-        self._engine = _make_engine(url)
-        self.applied = run_migrations(self._engine, AUDIT_MIGRATIONS)
-        """The schema steps this open applied (``component:version``); empty when none was due."""
+    def _migrations(self) -> Sequence[Migration]:
+        from rag_engine.providers.records_sql import AUDIT_MIGRATIONS
 
-    def __repr__(self) -> str:
-        return f"AuditTrail({self._engine.url.render_as_string(hide_password=True)!r})"
+        return AUDIT_MIGRATIONS
 
-    @property
-    def dialect(self) -> str:
-        return self._engine.dialect.name
-
-    def dispose(self) -> None:
-        self._engine.dispose()
+    def _open_failed(self, exc: Exception) -> None:
+        raise AuditError(f"audit trail could not be opened ({type(exc).__name__})") from None
 
     # -- write ---------------------------------------------------------------------------
     @staticmethod
@@ -172,6 +149,16 @@ class AuditTrail:
 
     def append(self, *records: AuditRecord) -> list[AuditRecord]:
         """Append records in one transaction; returns them with their ids."""
+        try:
+            ids = self._append("audit_records", [self._row(rec) for rec in records])
+        except sqlite3.Error as exc:
+            raise AuditError(f"audit trail write failed ({type(exc).__name__})") from None
+        if ids is not None:
+            return [rec.model_copy(update={"id": i}) for rec, i in zip(records, ids, strict=True)]
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from rag_engine.providers.records_sql import audit_records
+
         out = []
         try:
             with self._engine.begin() as conn:
@@ -223,6 +210,10 @@ class AuditTrail:
         query_id: str | None = None,
         limit: int | None = None,
     ) -> list[AuditRecord]:
+        from sqlalchemy import select
+
+        from rag_engine.providers.records_sql import audit_records
+
         t = audit_records.c
         query = select(audit_records).order_by(t.id)
         for col, value in ((t.session_id, session_id), (t.role, role), (t.event, event), (t.query_id, query_id)):
@@ -239,6 +230,10 @@ class AuditTrail:
     def daily_counts(self, since: datetime, events: tuple[str, ...] = SUMMARY_EVENTS) -> list[dict[str, Any]]:
         """Per UTC day since ``since`` (oldest first, every day listed): how many records of each of
         ``events`` were written. Counted while streaming, so the window may be large."""
+        from sqlalchemy import select
+
+        from rag_engine.providers.records_sql import audit_records
+
         t = audit_records.c
         first = _utc(since).date()
         days = {
@@ -254,18 +249,30 @@ class AuditTrail:
 
     def call_ids(self, run_id: str, since: datetime) -> list[int]:
         """Ids of the usage records metered under ``run_id`` since ``since`` (the same database)."""
+        from sqlalchemy import select
+
+        from rag_engine.providers.records_sql import usage_records
+
         t = usage_records.c
         q = select(t.id).where(t.run_id == run_id, t.created_at >= since).order_by(t.id)
         with self._engine.connect() as conn:
             return [int(r[0]) for r in conn.execute(q)]
 
     def count(self) -> int:
+        from sqlalchemy import func, select
+
+        from rag_engine.providers.records_sql import audit_records
+
         with self._engine.connect() as conn:
             return int(conn.execute(select(func.count()).select_from(audit_records)).scalar_one())
 
     # -- deletion: the one mutating operation, behind an approval ------------------------------
     def deletion_plan(self, retention_days: int, today: date | None = None) -> dict[str, Any]:
         """What ``delete_expired`` would remove: the canonical inputs an approval binds."""
+        from sqlalchemy import func, select
+
+        from rag_engine.providers.records_sql import audit_records
+
         cutoff = retention_cutoff(retention_days, today)
         t = audit_records.c
         with self._engine.connect() as conn:
@@ -282,6 +289,10 @@ class AuditTrail:
     ) -> dict[str, Any]:
         """Delete records older than the retention cut-off; refuse (nothing deleted) without an
         approval bound to exactly this plan. The approval and the deletion are both recorded."""
+        from sqlalchemy import func, select
+
+        from rag_engine.providers.records_sql import audit_records
+
         plan = self.deletion_plan(retention_days, today)
         require(approval, DELETE_AUDIT_RECORDS, plan, audit=self)
         cutoff = datetime.fromisoformat(plan["before"])
@@ -311,7 +322,7 @@ def _to_record(row: RowMapping) -> AuditRecord:
     return AuditRecord.model_validate(data)
 
 
-def audit_trail(engine: Engine) -> AuditTrail:
+def audit_trail(engine: RagEngine) -> AuditTrail:
     """The engine's audit trail (the ledger URL), built once per engine."""
     cache = engine.__dict__
     if "_audit_trail" not in cache:

@@ -29,3 +29,12 @@ def to_wal(cursor: Any, timeout_s: float) -> None:
                 raise
         time.sleep(delay)
         delay = min(delay * 2, 0.1)
+
+
+def configure(cursor: Any, busy_timeout_ms: int) -> None:
+    """The settings of every connection to an engine SQLite file (not in memory): the busy timeout
+    first, so switching to WAL waits for other writers instead of failing, then WAL and
+    ``synchronous = NORMAL`` (safe in WAL mode: a power cut may lose the last commits, never the file)."""
+    cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+    to_wal(cursor, busy_timeout_ms / 1000)
+    cursor.execute("PRAGMA synchronous = NORMAL")

@@ -12,7 +12,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy.exc import SQLAlchemyError
 
 from rag_engine import tracing
 from rag_engine.errors import AuditError, RagError
@@ -175,7 +174,7 @@ class QueryAudit:
         records = self.build(outcome)
         try:
             return audit_trail(self.engine).append(*records)
-        except (RagError, SQLAlchemyError) as exc:
+        except RagError as exc:  # the trail's own errors are AuditError or LedgerUnavailable
             if cfg.on_write_error == "fail":
                 raise AuditError(
                     f"the query's audit record could not be written ({exc}); no unaudited answer "
