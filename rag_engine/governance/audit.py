@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import sqlite3
 from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Any
@@ -34,6 +33,7 @@ from rag_engine.errors import ApprovalMismatch, AuditError, QueryInputError
 from rag_engine.governance.approvals import DELETE_AUDIT_RECORDS, Approval, require
 from rag_engine.providers.ledger import ledger_url
 from rag_engine.providers.records_db import RecordsDatabase
+from rag_engine.providers.records_steps import AUDIT_STEPS
 
 if TYPE_CHECKING:
     from sqlalchemy import RowMapping
@@ -131,13 +131,15 @@ class AuditTrail(RecordsDatabase):
     """Append and read audit records; delete only expired ones, only with an approval. On a SQLite
     file an append imports no SQLAlchemy (``records_db``)."""
 
+    _STEPS = AUDIT_STEPS
+
     def _migrations(self) -> Sequence[Migration]:
         from rag_engine.providers.records_sql import AUDIT_MIGRATIONS
 
         return AUDIT_MIGRATIONS
 
-    def _open_failed(self, exc: Exception) -> None:
-        raise AuditError(f"audit trail could not be opened ({type(exc).__name__})") from None
+    def _failed(self, doing: str, exc: Exception) -> None:
+        raise AuditError(f"audit trail {doing} failed ({type(exc).__name__})") from None
 
     # -- write ---------------------------------------------------------------------------
     @staticmethod
@@ -149,26 +151,8 @@ class AuditTrail(RecordsDatabase):
 
     def append(self, *records: AuditRecord) -> list[AuditRecord]:
         """Append records in one transaction; returns them with their ids."""
-        try:
-            ids = self._append("audit_records", [self._row(rec) for rec in records])
-        except sqlite3.Error as exc:
-            raise AuditError(f"audit trail write failed ({type(exc).__name__})") from None
-        if ids is not None:
-            return [rec.model_copy(update={"id": i}) for rec, i in zip(records, ids, strict=True)]
-        from sqlalchemy.exc import SQLAlchemyError
-
-        from rag_engine.providers.records_sql import audit_records
-
-        out = []
-        try:
-            with self._engine.begin() as conn:
-                for rec in records:
-                    key = conn.execute(audit_records.insert().values(**self._row(rec))).inserted_primary_key
-                    assert key is not None, "a single-row INSERT always reports its primary key"
-                    out.append(rec.model_copy(update={"id": key[0]}))
-        except SQLAlchemyError as exc:
-            raise AuditError(f"audit trail write failed ({type(exc).__name__})") from None
-        return out
+        ids = self._insert("audit_records", [self._row(rec) for rec in records])
+        return [rec.model_copy(update={"id": i}) for rec, i in zip(records, ids, strict=True)]
 
     def record_approval(
         self,
@@ -249,6 +233,9 @@ class AuditTrail(RecordsDatabase):
 
     def call_ids(self, run_id: str, since: datetime) -> list[int]:
         """Ids of the usage records metered under ``run_id`` since ``since`` (the same database)."""
+        ids = self._ids("usage_records", {"run_id": run_id}, {"created_at": since})
+        if ids is not None:
+            return ids
         from sqlalchemy import select
 
         from rag_engine.providers.records_sql import usage_records

@@ -433,7 +433,8 @@ def client_from_config(
 ) -> ModelClient:
     """A metered client for a configured model: the ledger and pricing the config names, unless given.
 
-    For the CLI and Dagster resources; build once and reuse (each call opens a ledger connection pool).
+    For the CLI and Dagster resources; build once and reuse (each call opens the ledger: a SQLite file's
+    connection, or a SQLAlchemy pool).
     """
     from rag_engine.providers.ledger import ledger_url
     from rag_engine.providers.pricing import pricing_for

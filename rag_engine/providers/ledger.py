@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from rag_engine.config import EngineConfig
 from rag_engine.providers.records_db import RecordsDatabase
-from rag_engine.providers.sqlite_records import sqlite_file
+from rag_engine.providers.records_steps import LEDGER_STEPS
+from rag_engine.providers.sqlite_records import sqlite_file, sqlite_url
 from rag_engine.usage import UsageRecord
 
 if TYPE_CHECKING:
@@ -31,6 +32,8 @@ class UsageLedger(RecordsDatabase):
     """Append and read usage records. There is deliberately no update or delete. On a SQLite file
     an append imports no SQLAlchemy (``records_db``)."""
 
+    _STEPS = LEDGER_STEPS
+
     def _migrations(self) -> Sequence[Migration]:
         from rag_engine.providers.records_sql import LEDGER_MIGRATIONS
 
@@ -42,15 +45,7 @@ class UsageLedger(RecordsDatabase):
         values = rec.model_dump(exclude={"id"})
         created = values["created_at"]
         values["created_at"] = (created if created.tzinfo else created.replace(tzinfo=UTC)).astimezone(UTC)
-        ids = self._append("usage_records", [values])
-        if ids is not None:
-            return rec.model_copy(update={"id": ids[0]})
-        from rag_engine.providers.records_sql import usage_records
-
-        with self._engine.begin() as conn:
-            key = conn.execute(usage_records.insert().values(**values)).inserted_primary_key
-        assert key is not None, "a single-row INSERT always reports its primary key"
-        return rec.model_copy(update={"id": key[0]})
+        return rec.model_copy(update={"id": self._insert("usage_records", [values])[0]})
 
     # -- read ------------------------------------------------------------------------
     def records(self, run_id: str | None = None) -> list[UsageRecord]:
@@ -189,7 +184,7 @@ def ledger_url(cfg: EngineConfig, env: Mapping[str, str], root: str | Path) -> s
     raw = env.get(ledger.url_env) or ledger.default_url
     plain = sqlite_file(raw)
     if plain is not None:  # the usual case, read without SQLAlchemy (see UsageLedger)
-        return f"sqlite:///{_under(Path(plain), root)}"
+        return sqlite_url(str(_under(Path(plain), root)))
     if not raw.startswith("sqlite"):
         return raw
     from sqlalchemy.engine import make_url

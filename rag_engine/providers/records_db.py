@@ -1,19 +1,22 @@
 """What the usage ledger and the audit trail share: one records database at a URL.
 
-A plain SQLite file (``sqlite_records.sqlite_file``) is appended to through ``sqlite3`` and opened
+A plain SQLite file (``sqlite_records.sqlite_file``) is appended to through ``sqlite3`` once its
+``schema_migrations`` lists every step of the kind of record (``records_steps``), and opened
 through SQLAlchemy (``records_sql``, which migrates it) only when it is first read, or when an
-append finds its table or a column missing (a new file, an older schema): a process that only
-appends, a one-off `rag query`, never imports SQLAlchemy. Any other URL (PostgreSQL, SQLite in
-memory or with options) is opened and migrated at once, so an unreachable database is one typed
-error at the start.
+append finds a step, a table or a column missing (a new file, an older schema): a process that
+only appends, a one-off `rag query`, never imports SQLAlchemy. Its sqlite3 connection is opened at
+construction, so a file that cannot be used is one typed error before any model call. Any other
+URL (PostgreSQL, SQLite in memory or with options) is opened and migrated at construction.
 """
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from rag_engine.providers.records_steps import Step
 from rag_engine.providers.sqlite_records import SqliteRecords, sqlite_file
 
 if TYPE_CHECKING:
@@ -23,24 +26,28 @@ if TYPE_CHECKING:
 
 
 class RecordsDatabase:
-    """A records database: ``_append`` without SQLAlchemy where it can, ``_engine`` for the rest."""
+    """A records database: ``_insert`` and ``_ids`` without SQLAlchemy where they can, ``_engine``
+    for the rest. A subclass names its ``_STEPS`` and ``_migrations``."""
+
+    _STEPS: tuple[Step, ...] = ()
 
     def __init__(self, url: str):
         self._url = url
         self._opened: tuple[Engine, list[str]] | None = None
         self._open_lock = threading.Lock()
+        self._listed = False  # the file lists every step of _STEPS (checked at the first append)
         path = sqlite_file(url)
         self._sqlite = SqliteRecords(path) if path is not None else None
         if self._sqlite is None:
             self._engine  # noqa: B018 - opened (and migrated) now
 
     def _migrations(self) -> Sequence[Migration]:
-        """The schema steps of this kind of record (``records_sql``)."""
+        """The schema steps of this kind of record with what applies them (``records_sql``)."""
         raise NotImplementedError
 
-    def _open_failed(self, exc: Exception) -> None:
-        """Called with a SQLAlchemy error of the open (migrating); raise a typed error here, or the
-        error itself is raised."""
+    def _failed(self, doing: str, exc: Exception) -> None:
+        """Called with a database error while ``doing`` ("open", "write"); raise a typed error here,
+        or the error itself is raised."""
 
     def _open(self) -> tuple[Engine, list[str]]:
         """The SQLAlchemy engine and the schema steps its open applied, opened once (threads wait)."""
@@ -56,7 +63,7 @@ class RecordsDatabase:
                     self._opened = engine, run_migrations(engine, self._migrations())
                 except SQLAlchemyError as exc:
                     engine.dispose()
-                    self._open_failed(exc)
+                    self._failed("open", exc)
                     raise
             return self._opened
 
@@ -66,13 +73,49 @@ class RecordsDatabase:
 
     @property
     def applied(self) -> list[str]:
-        """The schema steps the SQLAlchemy open applied (``component:version``); empty when none was due."""
+        """The schema steps the SQLAlchemy open applied (``component:version``); empty when none was
+        due. Reading it opens the database through SQLAlchemy."""
         return self._open()[1]
 
-    def _append(self, table: str, rows: Sequence[Mapping[str, Any]]) -> list[int] | None:
-        """The rows appended without SQLAlchemy, their ids; None (nothing written) when this is not a
-        plain SQLite file or it lacks the table or a column: then append through ``_engine``."""
-        return self._sqlite.insert(table, rows) if self._sqlite is not None else None
+    def _insert(self, table: str, rows: Sequence[Mapping[str, Any]]) -> list[int]:
+        """Append ``rows`` to ``table`` in one transaction; their ids. Through sqlite3 when the file
+        is plain SQLite and holds the schema, else through SQLAlchemy (migrating first)."""
+        sqlite = self._sqlite
+        try:
+            if sqlite is not None:
+                self._listed = self._listed or sqlite.steps_listed((c, v) for c, v, _ in self._STEPS)
+                ids = sqlite.insert(table, rows) if self._listed else None
+                if ids is not None:
+                    return ids
+        except sqlite3.Error as exc:
+            self._failed("write", exc)
+            raise
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from rag_engine.providers.records_sql import TABLES
+
+        out = []
+        try:
+            with self._engine.begin() as conn:
+                for row in rows:
+                    key = conn.execute(TABLES[table].insert().values(**row)).inserted_primary_key
+                    assert key is not None, "a single-row INSERT always reports its primary key"
+                    out.append(int(key[0]))
+        except SQLAlchemyError as exc:
+            self._failed("write", exc)
+            raise
+        return out
+
+    def _ids(self, table: str, equal: Mapping[str, Any], at_least: Mapping[str, Any]) -> list[int] | None:
+        """``SqliteRecords.ids`` on a plain SQLite file; None elsewhere or without the table (then
+        read through ``_engine``)."""
+        if self._sqlite is None:
+            return None
+        try:
+            return self._sqlite.ids(table, equal, at_least)
+        except sqlite3.Error as exc:
+            self._failed("read", exc)
+            raise
 
     def __repr__(self) -> str:
         if self._sqlite is not None:  # a file path: no password to mask

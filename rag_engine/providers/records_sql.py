@@ -37,6 +37,7 @@ from sqlalchemy.pool import StaticPool
 from sqlalchemy.types import TypeDecorator
 
 from rag_engine.errors import LedgerUnavailable
+from rag_engine.providers.records_steps import AUDIT_STEPS, LEDGER_STEPS
 from rag_engine.providers.sql_migrations import Migration
 from rag_engine.providers.sqlite_records import SQLITE_BUSY_TIMEOUT_MS
 from rag_engine.providers.sqlite_wal import configure
@@ -163,12 +164,22 @@ def migrate(conn: Connection) -> list[str]:
     return added
 
 
-LEDGER_MIGRATIONS = (
-    Migration("ledger", 1, "usage_records", lambda conn: usage_records.create(conn, checkfirst=True)),
-    Migration("ledger", 2, "usage_records actor, estimated", migrate),
+LEDGER_MIGRATIONS = tuple(
+    Migration(component, version, name, apply)
+    for (component, version, name), apply in zip(
+        LEDGER_STEPS, (lambda conn: usage_records.create(conn, checkfirst=True), migrate), strict=True
+    )
 )
-"""The ledger's schema, step by step: a new step gets the next version, an applied one never changes."""
+"""The ledger's schema, step by step (``records_steps.LEDGER_STEPS``, each with what applies it)."""
 
 
-AUDIT_MIGRATIONS = (Migration("audit", 1, "audit_records", lambda conn: audit_records.create(conn, checkfirst=True)),)
-"""The trail's schema, step by step: a new step gets the next version, an applied one never changes."""
+AUDIT_MIGRATIONS = tuple(
+    Migration(component, version, name, apply)
+    for (component, version, name), apply in zip(
+        AUDIT_STEPS, (lambda conn: audit_records.create(conn, checkfirst=True),), strict=True
+    )
+)
+"""The trail's schema, step by step (``records_steps.AUDIT_STEPS``, each with what applies it)."""
+
+TABLES = {t.name: t for t in (usage_records, audit_records)}
+"""Each records table by name: where ``records_db`` appends through SQLAlchemy."""

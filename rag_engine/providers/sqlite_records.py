@@ -2,27 +2,30 @@
 library alone.
 
 The records are SQLAlchemy Core tables (``records_sql``): reads, PostgreSQL and the schema's
-migrations go through SQLAlchemy. Importing it costs a fresh process about 0.1 s, a tenth of a
-one-off `rag query`, which only appends a usage record and an audit record. On a SQLite file
-those appends go through ``sqlite3`` here instead, with the connection settings SQLAlchemy's
-connections get (``sqlite_wal.configure``) and each value stored as SQLAlchemy stores it
-(``column_value``), so a row reads back the same whichever path wrote it
-(tests/providers/test_sqlite_records.py).
+migrations go through SQLAlchemy. Importing it costs a fresh process 0.1-0.2 s, a fifth of a
+one-off `rag query`, which only appends a usage record and an audit record (and, with a session,
+reads the ids of its usage records). On a SQLite file those go through ``sqlite3`` here instead,
+with the connection settings SQLAlchemy's connections get (``sqlite_wal.configure``) and each value
+stored as SQLAlchemy stores it (``column_value``), so a row reads back the same whichever path
+wrote it (tests/providers/test_sqlite_records.py).
 
-Creating or migrating a table is not this module's: a file without the table, or without a column
-of the row (a new file, an older schema), makes ``insert`` return None, and the caller opens the
-file through SQLAlchemy, which migrates it, and appends there.
+Creating or migrating a table is not this module's: ``steps_listed`` tells the caller whether the
+file's ``schema_migrations`` lists every step it expects, and only then does it append here; else
+it opens the file through SQLAlchemy, which migrates it. ``insert`` also declines (returns None,
+nothing written) on a table or column the file lacks, whatever the list says.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
 from rag_engine.errors import LedgerUnavailable
 from rag_engine.providers.sqlite_wal import configure
@@ -32,16 +35,23 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 _PREFIX = "sqlite:///"
 _MISSING = ("no such table", "has no column named")
+"""SQLite's messages for a table or a column the file does not have (pinned by a test)."""
 
 
 def sqlite_file(url: str) -> str | None:
     """The file of a plain SQLite URL (``sqlite:///relative`` or ``sqlite:////absolute``, no driver
-    name, no query string), else None: in memory, another database, or options only SQLAlchemy
-    reads."""
+    name, no query string), percent-escapes decoded as SQLAlchemy decodes them; else None: in
+    memory, another database, or options only SQLAlchemy reads."""
     if not url.startswith(_PREFIX) or "?" in url:
         return None
-    path = url[len(_PREFIX) :]
+    path = unquote(url[len(_PREFIX) :])
     return None if path in ("", ":memory:") else path
+
+
+def sqlite_url(path: str) -> str:
+    """The plain SQLite URL of ``path``, escaped as SQLAlchemy renders it (``sqlite_file`` and
+    SQLAlchemy both read ``path`` back from it, a ``%`` or ``?`` in it included)."""
+    return _PREFIX + quote(path, safe=" +/")
 
 
 def column_value(value: Any) -> Any:
@@ -61,50 +71,94 @@ def column_value(value: Any) -> Any:
 
 
 class SqliteRecords:
-    """Appends to one SQLite records file: one connection, opened at the first append and shared
-    by the process's threads (one at a time)."""
+    """One SQLite records file, through one connection shared by the process's threads, one at a
+    time (SQLite takes one writer at a time anyway). It is opened at construction, so a file that
+    cannot be used is an error at once, not at the first record. A thread waits for the others and
+    for other processes' writers together at most the busy timeout, as each pooled SQLAlchemy
+    connection did."""
 
     def __init__(self, path: str):
         self.path = path
-        self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = self._connect()
 
-    def _connection(self) -> sqlite3.Connection:
-        if self._conn is None:
-            try:
-                conn = sqlite3.connect(self.path, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
-                configure(conn, SQLITE_BUSY_TIMEOUT_MS)
-            except sqlite3.Error as exc:
-                where = str(Path(self.path).name)
-                raise LedgerUnavailable(
-                    f"the records file {where} cannot be opened ({type(exc).__name__}: {exc}); storage.ledger "
-                    "names it (its url_env, else default_url)"
-                ) from None
-            self._conn = conn
-        return self._conn
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(self.path, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise self._unavailable(exc) from None
+        try:
+            configure(conn, SQLITE_BUSY_TIMEOUT_MS)
+        except sqlite3.Error as exc:  # "file is not a database", a lock outlasting the timeout
+            conn.close()
+            raise self._unavailable(exc) from None
+        return conn
+
+    def _unavailable(self, exc: sqlite3.Error) -> LedgerUnavailable:
+        return LedgerUnavailable(
+            f"the records file {self.path} cannot be used ({type(exc).__name__}: {exc}); storage.ledger "
+            "names it (its url_env, else default_url)"
+        )
+
+    @contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        """The connection, this thread's alone until the block ends, its busy timeout what is left of
+        SQLITE_BUSY_TIMEOUT_MS after waiting for the process's other threads."""
+        deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+        if not self._lock.acquire(timeout=SQLITE_BUSY_TIMEOUT_MS / 1000):
+            raise sqlite3.OperationalError("database is locked (this process's other writers held it)")
+        try:
+            if self._conn is None:  # closed, used again
+                self._conn = self._connect()
+            left = max(1, round((deadline - time.monotonic()) * 1000))
+            self._conn.execute(f"PRAGMA busy_timeout = {left}")
+            yield self._conn
+        finally:
+            self._lock.release()
+
+    def steps_listed(self, steps: Iterable[tuple[str, int]]) -> bool:
+        """Whether the file's ``schema_migrations`` lists every (component, version) of ``steps``."""
+        try:
+            with self._connection() as conn:
+                listed = set(conn.execute("SELECT component, version FROM schema_migrations"))
+        except sqlite3.OperationalError as exc:
+            if any(m in str(exc) for m in _MISSING):
+                return False
+            raise
+        return all((c, v) in listed for c, v in steps)
 
     def insert(self, table: str, rows: Sequence[Mapping[str, Any]]) -> list[int] | None:
         """Append ``rows`` (column -> value) to ``table`` in one transaction; their ids, or None
         (nothing written) when the file lacks the table or one of the columns."""
-        with self._lock:
-            conn = self._connection()
-            ids: list[int] = []
-            try:
-                with conn:  # one transaction: committed, or rolled back on any error
-                    for row in rows:
-                        columns = ", ".join(row)
-                        marks = ", ".join("?" * len(row))
-                        cur = conn.execute(
-                            f"INSERT INTO {table} ({columns}) VALUES ({marks})",
-                            [column_value(v) for v in row.values()],
-                        )
-                        assert cur.lastrowid is not None, "an INSERT into a rowid table reports its rowid"
-                        ids.append(cur.lastrowid)
-            except sqlite3.OperationalError as exc:
-                if any(m in str(exc) for m in _MISSING):
-                    return None
-                raise
-            return ids
+        ids: list[int] = []
+        try:
+            with self._connection() as conn, conn:  # one transaction: committed, or rolled back on any error
+                for row in rows:
+                    cur = conn.execute(
+                        f"INSERT INTO {table} ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                        [column_value(v) for v in row.values()],
+                    )
+                    assert cur.lastrowid is not None, "an INSERT into a rowid table reports its rowid"
+                    ids.append(cur.lastrowid)
+        except sqlite3.OperationalError as exc:
+            if any(m in str(exc) for m in _MISSING):
+                return None
+            raise
+        return ids
+
+    def ids(self, table: str, equal: Mapping[str, Any], at_least: Mapping[str, Any]) -> list[int] | None:
+        """Ids of ``table``'s rows whose columns equal ``equal`` and are at least ``at_least``
+        (compared as stored, ``column_value``), in id order; None when the file lacks the table."""
+        where = [f"{c} = ?" for c in equal] + [f"{c} >= ?" for c in at_least]
+        values = [column_value(v) for v in (*equal.values(), *at_least.values())]
+        try:
+            with self._connection() as conn:
+                rows = conn.execute(f"SELECT id FROM {table} WHERE {' AND '.join(where) or '1'} ORDER BY id", values)
+                return [int(r[0]) for r in rows]
+        except sqlite3.OperationalError as exc:
+            if any(m in str(exc) for m in _MISSING):
+                return None
+            raise
 
     def close(self) -> None:
         with self._lock:

@@ -135,10 +135,10 @@ def test_a_ledger_opens_while_another_writer_holds_a_fresh_sqlite_file(tmp_path)
     release = threading.Timer(0.3, lambda: holder.execute("COMMIT"))
     release.start()
     started = time.monotonic()
-    ledger = UsageLedger(f"sqlite:///{path}")  # a SQLite file is opened at its first append
+    ledger = UsageLedger(f"sqlite:///{path}")
     try:
-        ledger.record(UsageRecord(run_id="r", actor="a", purpose="answer", provider="p", requested_model="m"))
         assert time.monotonic() - started >= 0.25  # it waited for the writer, it did not skip WAL
+        ledger.record(UsageRecord(run_id="r", actor="a", purpose="answer", provider="p", requested_model="m"))
         assert len(ledger.records()) == 1
     finally:
         release.join()

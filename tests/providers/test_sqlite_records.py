@@ -1,22 +1,27 @@
-"""Appends to a SQLite records file without SQLAlchemy (``sqlite_records``): the rows are the ones
-SQLAlchemy writes, a missing table or column falls back to SQLAlchemy (which migrates), and a
-process that only appends never imports SQLAlchemy."""
+"""Appends to a SQLite records file without SQLAlchemy (``sqlite_records``, ``records_db``): the rows
+are the ones SQLAlchemy writes, a missing step, table or column falls back to SQLAlchemy (which
+migrates), appends and reads reach the same file whatever its path holds, a file that cannot be
+used is an error at once, and a process that only appends never imports SQLAlchemy."""
 
 from __future__ import annotations
 
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
-from rag_engine.errors import AuditError, LedgerUnavailable
+from rag_engine.config import load_config
+from rag_engine.errors import LedgerUnavailable
 from rag_engine.governance.audit import AuditRecord, AuditTrail
-from rag_engine.providers.ledger import UsageLedger
-from rag_engine.providers.sqlite_records import SqliteRecords, column_value, sqlite_file
+from rag_engine.providers import sqlite_records
+from rag_engine.providers.ledger import UsageLedger, ledger_url
+from rag_engine.providers.sqlite_records import SqliteRecords, column_value, sqlite_file, sqlite_url
 from rag_engine.usage import UsageRecord
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,14 +109,18 @@ def test_the_first_append_migrates_through_sqlalchemy_and_the_next_rows_are_the_
 
 
 def test_an_older_ledger_gets_its_missing_column_before_the_append(tmp_path: Path) -> None:
-    """A ledger made before a column existed: the standard-library append declines (no column),
-    SQLAlchemy adds the column in place and writes the record."""
+    """A ledger made before a column existed: the standard-library append declines (a step not
+    listed, and no column), SQLAlchemy adds the column in place and writes the record."""
     path = tmp_path / "ledger.sqlite"
     UsageLedger(f"sqlite:///{path}").record(_usage())
     with sqlite3.connect(path) as conn:
         conn.execute("ALTER TABLE usage_records DROP COLUMN actor")
         conn.execute("DELETE FROM schema_migrations WHERE version = 2")
-    assert SqliteRecords(str(path)).insert("usage_records", [{"actor": "x"}]) is None
+    records = SqliteRecords(str(path))
+    assert not records.steps_listed([("ledger", 1), ("ledger", 2)])
+    assert records.insert("usage_records", [{"actor": "x"}]) is None  # SQLite's "has no column named"
+    assert records.insert("no_such_table", [{"x": 1}]) is None  # its "no such table"
+    records.close()
     ledger = UsageLedger(f"sqlite:///{path}")
     try:
         rec = ledger.record(_usage(actor="bob"))
@@ -121,12 +130,69 @@ def test_an_older_ledger_gets_its_missing_column_before_the_append(tmp_path: Pat
         ledger.dispose()
 
 
-def test_a_file_that_cannot_be_opened_is_one_typed_error(tmp_path: Path) -> None:
+def test_a_step_not_listed_is_applied_before_the_append_even_when_the_columns_are_there(tmp_path: Path) -> None:
+    """A later step need not add a column (an index, a backfill): an append to a file that does not
+    list every step goes through SQLAlchemy, which applies the missing ones first."""
+    path = tmp_path / "ledger.sqlite"
+    UsageLedger(f"sqlite:///{path}").record(_usage())
+    with sqlite3.connect(path) as conn:
+        conn.execute("DELETE FROM schema_migrations WHERE version = 2")
+    ledger = UsageLedger(f"sqlite:///{path}")
+    try:
+        ledger.record(_usage())
+        assert ledger._opened is not None and ledger.applied == ["ledger:2"]
+    finally:
+        ledger.dispose()
+
+
+@pytest.mark.parametrize("folder", ["proj%41x", "proj?y", "with space+plus"])
+def test_appends_and_reads_reach_the_same_file_whatever_its_path_holds(tmp_path: Path, folder: str) -> None:
+    """``ledger_url`` escapes the path as SQLAlchemy renders it, and both paths decode it alike: a
+    ``%``, ``?``, space or ``+`` in the project's path never splits the records over two files."""
+    url = ledger_url(load_config(ROOT / "config" / "engine.yaml"), {}, tmp_path / folder)  # sqlite:///var/...
+    file = tmp_path / folder / "var" / "ledger.sqlite"
+    assert sqlite_file(url) == str(file) and sqlite_url(str(file)) == url
+    first = UsageLedger(url)
+    first.record(_usage())  # migrates through SQLAlchemy
+    first.record(_usage())  # through sqlite3
+    first.dispose()
+    ledger = UsageLedger(url)
+    try:
+        assert ledger.count() == 2
+        assert sorted(p.name for p in file.parent.glob("*.sqlite")) == ["ledger.sqlite"]
+        assert not (tmp_path / "projAx").exists() and not (tmp_path / "proj").exists()
+    finally:
+        ledger.dispose()
+
+
+def test_a_file_that_cannot_be_used_is_one_typed_error_at_construction(tmp_path: Path) -> None:
+    """Before any model call (the metered client builds the ledger first): a missing directory or a
+    file that is not a database stops the work, as it did when SQLAlchemy opened the file at once."""
     missing = tmp_path / "no-such-dir" / "ledger.sqlite"
-    with pytest.raises(LedgerUnavailable, match="cannot be opened"):
-        UsageLedger(f"sqlite:///{missing}").record(_usage())
-    with pytest.raises((LedgerUnavailable, AuditError)):
-        AuditTrail(f"sqlite:///{missing}").append(AuditRecord(event="query"))
+    corrupt = tmp_path / "corrupt.sqlite"
+    corrupt.write_bytes(b"not a database, " * 512)
+    for path in (missing, corrupt):
+        with pytest.raises(LedgerUnavailable, match="cannot be used"):
+            UsageLedger(f"sqlite:///{path}")
+        with pytest.raises(LedgerUnavailable, match="cannot be used"):
+            AuditTrail(f"sqlite:///{path}")
+
+
+def test_call_ids_read_through_sqlite3_are_the_ones_sqlalchemy_reads(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    ledger = UsageLedger(f"sqlite:///{path}")
+    for run, at in (("r", AT.replace(second=5)), ("r", AT.replace(second=9)), ("other", AT), ("r", AT)):
+        ledger.record(_usage(run_id=run, created_at=at))
+    ledger.dispose()
+    since = AT  # the last record is at it exactly
+    plain = AuditTrail(f"sqlite:///{path}")
+    through_sqlalchemy = AuditTrail(f"sqlite+pysqlite:///{path}")  # not a plain URL: SQLAlchemy reads
+    try:
+        assert plain.call_ids("r", since) == through_sqlalchemy.call_ids("r", since) == [2, 4]
+        assert plain._opened is None
+    finally:
+        plain.dispose()
+        through_sqlalchemy.dispose()
 
 
 def test_a_process_that_only_appends_never_imports_sqlalchemy(tmp_path: Path) -> None:
@@ -142,7 +208,10 @@ def test_a_process_that_only_appends_never_imports_sqlalchemy(tmp_path: Path) ->
         "from rag_engine.retrieval.query import run_query\n"  # the query path's own imports
         "from rag_engine.usage import UsageRecord\n"
         f"UsageLedger({url!r}).record(UsageRecord(purpose='answer', provider='p', requested_model='m'))\n"
-        f"AuditTrail({url!r}).append(AuditRecord(event='query'), AuditRecord(event='generation_fallback'))\n"
+        f"trail = AuditTrail({url!r})\n"
+        "trail.append(AuditRecord(event='query'), AuditRecord(event='generation_fallback'))\n"
+        "from datetime import UTC, datetime\n"
+        "assert trail.call_ids('run-1', datetime(2000, 1, 1, tzinfo=UTC)) == [1]\n"  # `rag query --session`
         "print('LOADED', 'sqlalchemy' in sys.modules)\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
@@ -154,3 +223,36 @@ def test_a_process_that_only_appends_never_imports_sqlalchemy(tmp_path: Path) ->
     finally:
         ledger.dispose()
         trail.dispose()
+
+
+def test_threads_waiting_for_a_writer_give_up_together_at_the_busy_timeout(tmp_path: Path, monkeypatch) -> None:
+    """The connection is shared by the process's threads, one at a time; a thread's wait for the
+    others counts against its busy timeout, so five threads behind another process's long write all
+    give up after about one timeout (here 1 s), not one after another (1, 2, ... 5 s)."""
+    monkeypatch.setattr(sqlite_records, "SQLITE_BUSY_TIMEOUT_MS", 1000)
+    path = tmp_path / "ledger.sqlite"
+    UsageLedger(f"sqlite:///{path}").record(_usage())  # the table, through SQLAlchemy
+    records = SqliteRecords(str(path))
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another process's writer, holding on
+    started = time.monotonic()
+    ended: list[float] = []
+    errors: list[str] = []
+
+    def append() -> None:
+        try:
+            records.insert("usage_records", [_usage().model_dump(exclude={"id"})])
+        except sqlite3.OperationalError as exc:
+            errors.append(str(exc))
+        ended.append(time.monotonic() - started)
+
+    threads = [threading.Thread(target=append) for _ in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    holder.execute("ROLLBACK")
+    holder.close()
+    records.close()
+    assert len(errors) == 5 and all("locked" in e for e in errors), errors
+    assert max(ended) < 1.8, ended
