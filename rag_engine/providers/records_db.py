@@ -1,10 +1,11 @@
 """What the usage ledger and the audit trail share: one records database at a URL.
 
 A plain SQLite file (``sqlite_records.sqlite_file``) is appended to through ``sqlite3`` once its
-``schema_migrations`` lists every step of the kind of record (``records_steps``), and opened
-through SQLAlchemy (``records_sql``, which migrates it) only when it is first read, or when an
-append finds a step, a table or a column missing (a new file, an older schema): a process that
-only appends, a one-off `rag query`, never imports SQLAlchemy. Its sqlite3 connection is opened at
+``schema_migrations`` lists every step of the kind of record (``records_steps``), and the usage
+ids a query's audit record names are read the same way; it is opened through SQLAlchemy
+(``records_sql``, which migrates it) only for any other read, or when an append finds a step, a
+table or a column missing (a new file, an older schema): a process that only appends, a one-off
+`rag query`, never imports SQLAlchemy. Its sqlite3 connection is opened at
 construction, so a file that cannot be used is one typed error before any model call. Any other
 URL (PostgreSQL, SQLite in memory or with options) is opened and migrated at construction.
 """
@@ -46,8 +47,8 @@ class RecordsDatabase:
         raise NotImplementedError
 
     def _failed(self, doing: str, exc: Exception) -> None:
-        """Called with a database error while ``doing`` ("open", "write"); raise a typed error here,
-        or the error itself is raised."""
+        """Called with a database error while ``doing`` ("open", "write", "read"); raise a typed error
+        here, or the error itself is raised."""
 
     def _open(self) -> tuple[Engine, list[str]]:
         """The SQLAlchemy engine and the schema steps its open applied, opened once (threads wait)."""
@@ -83,9 +84,10 @@ class RecordsDatabase:
         sqlite = self._sqlite
         try:
             if sqlite is not None:
-                self._listed = self._listed or sqlite.steps_listed((c, v) for c, v, _ in self._STEPS)
-                ids = sqlite.insert(table, rows) if self._listed else None
+                steps = () if self._listed else [(c, v) for c, v, _ in self._STEPS]
+                ids = sqlite.insert(table, rows, steps)
                 if ids is not None:
+                    self._listed = True  # every step is listed: no need to read them again
                     return ids
         except sqlite3.Error as exc:
             self._failed("write", exc)
@@ -107,8 +109,8 @@ class RecordsDatabase:
         return out
 
     def _ids(self, table: str, equal: Mapping[str, Any], at_least: Mapping[str, Any]) -> list[int] | None:
-        """``SqliteRecords.ids`` on a plain SQLite file; None elsewhere or without the table (then
-        read through ``_engine``)."""
+        """``SqliteRecords.ids`` on a plain SQLite file (none without the table: nothing was written
+        to it); None elsewhere (then read through ``_engine``)."""
         if self._sqlite is None:
             return None
         try:

@@ -9,10 +9,10 @@ with the connection settings SQLAlchemy's connections get (``sqlite_wal.configur
 stored as SQLAlchemy stores it (``column_value``), so a row reads back the same whichever path
 wrote it (tests/providers/test_sqlite_records.py).
 
-Creating or migrating a table is not this module's: ``steps_listed`` tells the caller whether the
-file's ``schema_migrations`` lists every step it expects, and only then does it append here; else
-it opens the file through SQLAlchemy, which migrates it. ``insert`` also declines (returns None,
-nothing written) on a table or column the file lacks, whatever the list says.
+Creating or migrating a table is not this module's: ``insert`` appends only when the file's
+``schema_migrations`` lists every step the caller expects, and declines (returns None, nothing
+written) otherwise, or on a table or column the file lacks whatever the list says; the caller
+then opens the file through SQLAlchemy, which migrates it.
 """
 
 from __future__ import annotations
@@ -71,11 +71,12 @@ def column_value(value: Any) -> Any:
 
 
 class SqliteRecords:
-    """One SQLite records file, through one connection shared by the process's threads, one at a
-    time (SQLite takes one writer at a time anyway). It is opened at construction, so a file that
-    cannot be used is an error at once, not at the first record. A thread waits for the others and
-    for other processes' writers together at most the busy timeout, as each pooled SQLAlchemy
-    connection did."""
+    """One SQLite records file. Appends go through one connection shared by the process's threads,
+    one at a time (SQLite takes one writer at a time anyway); it is opened at construction, so a
+    file that cannot be used is an error at once, not at the first record. An append waits for the
+    process's other appends and for other processes' writers together at most the busy timeout, as
+    each pooled SQLAlchemy connection did (reopening after ``close`` may add one timeout of its own).
+    Reads (``ids``) take a connection of their own."""
 
     def __init__(self, path: str):
         self.path = path
@@ -116,23 +117,18 @@ class SqliteRecords:
         finally:
             self._lock.release()
 
-    def steps_listed(self, steps: Iterable[tuple[str, int]]) -> bool:
-        """Whether the file's ``schema_migrations`` lists every (component, version) of ``steps``."""
-        try:
-            with self._connection() as conn:
-                listed = set(conn.execute("SELECT component, version FROM schema_migrations"))
-        except sqlite3.OperationalError as exc:
-            if any(m in str(exc) for m in _MISSING):
-                return False
-            raise
-        return all((c, v) in listed for c, v in steps)
-
-    def insert(self, table: str, rows: Sequence[Mapping[str, Any]]) -> list[int] | None:
+    def insert(
+        self, table: str, rows: Sequence[Mapping[str, Any]], steps: Iterable[tuple[str, int]] = ()
+    ) -> list[int] | None:
         """Append ``rows`` (column -> value) to ``table`` in one transaction; their ids, or None
-        (nothing written) when the file lacks the table or one of the columns."""
+        (nothing written) when the file's ``schema_migrations`` does not list every (component,
+        version) of ``steps``, or the file lacks the table or one of the columns."""
         ids: list[int] = []
         try:
             with self._connection() as conn, conn:  # one transaction: committed, or rolled back on any error
+                listed = set(conn.execute("SELECT component, version FROM schema_migrations")) if steps else set()
+                if any(step not in listed for step in steps):
+                    return None
                 for row in rows:
                     cur = conn.execute(
                         f"INSERT INTO {table} ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
@@ -146,19 +142,23 @@ class SqliteRecords:
             raise
         return ids
 
-    def ids(self, table: str, equal: Mapping[str, Any], at_least: Mapping[str, Any]) -> list[int] | None:
+    def ids(self, table: str, equal: Mapping[str, Any], at_least: Mapping[str, Any]) -> list[int]:
         """Ids of ``table``'s rows whose columns equal ``equal`` and are at least ``at_least``
-        (compared as stored, ``column_value``), in id order; None when the file lacks the table."""
+        (compared as stored, ``column_value``), in id order; none when the file has no such table.
+        Read on a connection of its own, so it never waits behind this process's writers (a WAL
+        reader does not wait for writers at all)."""
         where = [f"{c} = ?" for c in equal] + [f"{c} >= ?" for c in at_least]
         values = [column_value(v) for v in (*equal.values(), *at_least.values())]
+        conn = sqlite3.connect(self.path, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000)
         try:
-            with self._connection() as conn:
-                rows = conn.execute(f"SELECT id FROM {table} WHERE {' AND '.join(where) or '1'} ORDER BY id", values)
-                return [int(r[0]) for r in rows]
+            rows = conn.execute(f"SELECT id FROM {table} WHERE {' AND '.join(where) or '1'} ORDER BY id", values)
+            return [int(r[0]) for r in rows]
         except sqlite3.OperationalError as exc:
-            if any(m in str(exc) for m in _MISSING):
-                return None
+            if "no such table" in str(exc):
+                return []
             raise
+        finally:
+            conn.close()
 
     def close(self) -> None:
         with self._lock:

@@ -117,7 +117,7 @@ def test_an_older_ledger_gets_its_missing_column_before_the_append(tmp_path: Pat
         conn.execute("ALTER TABLE usage_records DROP COLUMN actor")
         conn.execute("DELETE FROM schema_migrations WHERE version = 2")
     records = SqliteRecords(str(path))
-    assert not records.steps_listed([("ledger", 1), ("ledger", 2)])
+    assert records.insert("usage_records", [{"purpose": "x"}], [("ledger", 1), ("ledger", 2)]) is None
     assert records.insert("usage_records", [{"actor": "x"}]) is None  # SQLite's "has no column named"
     assert records.insert("no_such_table", [{"x": 1}]) is None  # its "no such table"
     records.close()
@@ -176,6 +176,22 @@ def test_a_file_that_cannot_be_used_is_one_typed_error_at_construction(tmp_path:
             UsageLedger(f"sqlite:///{path}")
         with pytest.raises(LedgerUnavailable, match="cannot be used"):
             AuditTrail(f"sqlite:///{path}")
+
+
+def test_call_ids_of_a_file_with_no_usage_record_yet_are_none(tmp_path: Path) -> None:
+    """A SQLite file that holds audit records only (an approval, `rag auth`): the usage table is made
+    at the first usage record, so a query's audit record names no call, and nothing is migrated."""
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    UsageLedger(url).dispose()  # built, as a query builds it, before any model call
+    trail = AuditTrail(url)
+    try:
+        trail.append(AuditRecord(event="approval_granted"))
+        assert trail.call_ids("session:s", AT) == []
+        with sqlite3.connect(tmp_path / "ledger.sqlite") as conn:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert "usage_records" not in tables
+    finally:
+        trail.dispose()
 
 
 def test_call_ids_read_through_sqlite3_are_the_ones_sqlalchemy_reads(tmp_path: Path) -> None:
