@@ -12,6 +12,7 @@ nothing is ever dropped or rewritten.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -37,7 +38,7 @@ from sqlalchemy.pool import StaticPool
 from sqlalchemy.types import TypeDecorator
 
 from rag_engine.errors import LedgerUnavailable
-from rag_engine.providers.records_steps import AUDIT_STEPS, LEDGER_STEPS
+from rag_engine.providers.records_steps import AUDIT_STEPS, LEDGER_STEPS, Step
 from rag_engine.providers.sql_migrations import Migration
 from rag_engine.providers.sqlite_records import SQLITE_BUSY_TIMEOUT_MS
 from rag_engine.providers.sqlite_wal import configure
@@ -164,22 +165,17 @@ def migrate(conn: Connection) -> list[str]:
     return added
 
 
-LEDGER_MIGRATIONS = tuple(
-    Migration(component, version, name, apply)
-    for (component, version, name), apply in zip(
-        LEDGER_STEPS, (lambda conn: usage_records.create(conn, checkfirst=True), migrate), strict=True
-    )
-)
-"""The ledger's schema, step by step (``records_steps.LEDGER_STEPS``, each with what applies it)."""
+def _paired(steps: Sequence[Step], applies: Sequence[Callable[[Connection], object]]) -> tuple[Migration, ...]:
+    """Each of ``steps`` (``records_steps``) with what applies it, in order; a step without one, or
+    one too many, fails at import."""
+    return tuple(Migration(c, v, name, apply) for (c, v, name), apply in zip(steps, applies, strict=True))
 
 
-AUDIT_MIGRATIONS = tuple(
-    Migration(component, version, name, apply)
-    for (component, version, name), apply in zip(
-        AUDIT_STEPS, (lambda conn: audit_records.create(conn, checkfirst=True),), strict=True
-    )
-)
-"""The trail's schema, step by step (``records_steps.AUDIT_STEPS``, each with what applies it)."""
+LEDGER_MIGRATIONS = _paired(LEDGER_STEPS, (lambda conn: usage_records.create(conn, checkfirst=True), migrate))
+"""The ledger's schema, step by step: a new step gets the next version, an applied one never changes."""
+
+AUDIT_MIGRATIONS = _paired(AUDIT_STEPS, (lambda conn: audit_records.create(conn, checkfirst=True),))
+"""The trail's schema, step by step."""
 
 TABLES = {t.name: t for t in (usage_records, audit_records)}
 """Each records table by name: where ``records_db`` appends through SQLAlchemy."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from decimal import Decimal
@@ -118,7 +118,7 @@ class SqliteRecords:
             self._lock.release()
 
     def insert(
-        self, table: str, rows: Sequence[Mapping[str, Any]], steps: Iterable[tuple[str, int]] = ()
+        self, table: str, rows: Sequence[Mapping[str, Any]], steps: Sequence[tuple[str, int]] = ()
     ) -> list[int] | None:
         """Append ``rows`` (column -> value) to ``table`` in one transaction; their ids, or None
         (nothing written) when the file's ``schema_migrations`` does not list every (component,
