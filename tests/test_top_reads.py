@@ -130,3 +130,37 @@ def test_a_question_reads_the_store_in_four_statements(ingested_engine):
     step = next(s for s in result.trace if s["step"] == "reference_expansion")
     assert step["read"] == "with_top_candidates" and step["added"] >= 0
     assert step["store_statements"] <= 4, step
+
+
+def test_each_step_says_how_much_of_its_time_the_store_took(ingested_engine):
+    # the trace splits a question's time into the store's statements and the engine's own work
+    # (``evals.bench.query`` reports both against the raw hybrid query)
+    question = "What is the deadline for notifying a data breach?"
+    result = retrieve(ingested_engine, question, "legal_analyst")
+    steps = {s["step"]: s for s in result.trace}
+    assert "store_ms" not in steps["policy_gate"]  # before the read transaction
+    inside = [s for s in result.trace if s["step"] != "policy_gate"]
+    assert inside and all(0 <= s["store_ms"] <= s["ms"] + 0.01 for s in inside), inside
+    assert steps["lexical"]["store_ms"] > 0 and steps["rerank"]["store_ms"] > 0
+    assert steps["planner"]["store_ms"] <= steps["planner"]["ms"]
+    total = steps["reference_expansion"]["store_ms_total"]
+    assert sum(s["store_ms"] for s in inside) <= total + 0.05 * len(inside), (inside, total)
+    assert total > 0 and steps["reference_expansion"]["store_statements"] >= 2
+
+
+def test_store_time_is_counted_when_a_statement_fails(ingested_engine):
+    from neo4j.exceptions import CypherSyntaxError
+
+    from rag_engine.store.measurement import trivial_statement_ms
+
+    held = []
+
+    def failing() -> None:
+        with read_transaction(ingested_engine.driver, ingested_engine.database, packs=ingested_engine.packs) as rx:
+            held.append(rx)
+            rx.rows("RETURN RETURN")
+
+    with pytest.raises(CypherSyntaxError):
+        failing()
+    assert held[0].queries == 1 and held[0].store_ms > 0
+    assert 0 < trivial_statement_ms(ingested_engine.driver, ingested_engine.database, runs=20) < 1000

@@ -6,6 +6,9 @@ question, through one raw Cypher query doing what neo4j-graphrag's HybridRetriev
 vector and fulltext indexes on the same data, with the same query vector and the same escaped
 text, each normalised by its max score, merged, top k. The machine's load moves both alike, so
 the figure that matters is the paired ratio engine/raw per repeat and how it grows with size.
+Where the engine's time over the raw query goes is read off its trace: each step's mean ms, the
+part of it in store statements (``store_ms``), and the engine's time in and out of its statements
+against 1.2x of the raw query, beside what one trivial statement costs (the round trip's floor).
 
 Synthetic chunks are sampled from the shipped corpora's sentences (seeded), written through the
 pipeline's own batched writer under a throwaway pack (collection legal_public), and removed
@@ -50,7 +53,7 @@ from rag_engine.ingest.documents import discover, load_document
 from rag_engine.packs import SourceDocument, make_chunk
 from rag_engine.retrieval.retriever import retrieve
 from rag_engine.store import schema
-from rag_engine.store.measurement import chunk_count, drop_pack
+from rag_engine.store.measurement import chunk_count, drop_pack, trivial_statement_ms
 from rag_engine.store.reads import lucene_escape, vector_fetch
 
 _SENTENCE = re.compile(r"(?<=[.;:])\s+")
@@ -208,9 +211,12 @@ def measure(
     stages: dict[str, list[float]] | None = None,
     *,
     rerank: bool | None = None,
+    store: dict[str, list[float]] | None = None,
 ) -> list[dict[str, float]]:
     """Per repeat: engine and raw p50/p95 over all questions, run interleaved (same load); each
-    trace step's ms of every engine question added to ``stages`` (where the engine's time goes).
+    trace step's ms of every engine question added to ``stages`` (where the engine's time goes),
+    and the part of it spent in store statements to ``store`` (the step's ``store_ms``; under
+    ``"statements"`` every question's total, under ``"statement_count"`` their number).
     ``rerank=False``: the engine without its rerank stage (``retrieve``'s ``rerank``)."""
     collections = list(gate(engine.cfg, ROLE, None).collections)
     meta = schema.current_embedder(engine.driver, engine.database)
@@ -229,6 +235,11 @@ def measure(
             for step in result.trace:
                 if stages is not None:
                     stages.setdefault(step["step"], []).append(step["ms"])
+                if store is not None and "store_ms" in step:
+                    store.setdefault(step["step"], []).append(step["store_ms"])
+                if store is not None and "store_ms_total" in step:
+                    store.setdefault("statements", []).append(step["store_ms_total"])
+                    store.setdefault("statement_count", []).append(step["store_statements"])
             raw_hybrid(engine, q, collections, meta["index"])
             t2 = time.perf_counter()
             eng_ms.append((t1 - t0) * 1000)
@@ -258,13 +269,32 @@ def _ratio_spread(values: list[float]) -> str:
 
 
 def render_stages(result: dict[str, Any]) -> str:
-    """Each trace step's mean ms per question, and its share of the engine's mean time over the
-    raw hybrid query's (the lexical and dense legs are the part the raw query also does)."""
+    """Each trace step's mean ms per question, the part of it in store statements, and its share
+    of the engine's mean time over the raw hybrid query's (the lexical and dense legs are the
+    part the raw query also does); then the engine's time in and out of its statements, against
+    what 1.2x of the raw query leaves and what one trivial statement costs."""
     reps = result["repeats"]
     over = statistics.mean(r["engine_mean"] - r["raw_mean"] for r in reps)
-    lines = [f"{result['size']} chunks: engine - raw = {over:.1f} ms mean per question", "step | mean ms | share"]
+    store = result.get("store", {})
+    lines = [
+        f"{result['size']} chunks: engine - raw = {over:.1f} ms mean per question",
+        "step | mean ms | in store statements | share",
+    ]
     for name, ms in result["stages"].items():
-        lines.append(f"{name} | {statistics.mean(ms):.2f} | {statistics.mean(ms) / over:.0%}" if over > 0 else name)
+        in_store = f"{statistics.mean(store[name]):.2f}" if store.get(name) else "-"
+        share = f"{statistics.mean(ms) / over:.0%}" if over > 0 else "-"
+        lines.append(f"{name} | {statistics.mean(ms):.2f} | {in_store} | {share}")
+    if store.get("statements"):
+        engine, raw = statistics.mean(r["engine_mean"] for r in reps), statistics.mean(r["raw_mean"] for r in reps)
+        statements = statistics.mean(store["statements"])
+        lines.append(
+            f"engine {engine:.1f} ms mean: {statements:.1f} in {statistics.mean(store['statement_count']):.1f} store "
+            f"statements, {engine - statements:.1f} outside them (its own work, BEGIN and COMMIT); "
+            f"1.2x of the raw query's {raw:.1f} ms is {1.2 * raw:.1f}"
+        )
+    if result.get("trivial_ms") is not None:
+        trivial = result["trivial_ms"]
+        lines.append(f"one trivial statement (RETURN 1) in an open read transaction: {trivial:.2f} ms median")
     return "\n".join(lines)
 
 
@@ -326,9 +356,16 @@ def main() -> None:
             seconds = grow(engine, pack, pool, have, size, rng) if size > have else 0.0
             have = max(have, size)
             stages: dict[str, list[float]] = {}
-            reps = measure(engine, qs, args.repeat, stages, rerank=False if args.no_rerank else None)
-            result = {"size": have, "build_s": round(seconds, 1), "repeats": reps, "load": os.getloadavg()[0]}
-            results.append({**result, "stages": stages})
+            store: dict[str, list[float]] = {}
+            reps = measure(engine, qs, args.repeat, stages, rerank=False if args.no_rerank else None, store=store)
+            result = {
+                "size": have,
+                "build_s": round(seconds, 1),
+                "repeats": reps,
+                "load": os.getloadavg()[0],
+                "trivial_ms": trivial_statement_ms(engine.driver, engine.database),
+            }
+            results.append({**result, "stages": stages, "store": store})
             print(f"{have:>7} synthetic chunks (built in {seconds:.1f}s); load {os.getloadavg()[0]:.2f}", flush=True)
             print(render(results), flush=True)
             print(render_stages(results[-1]), flush=True)

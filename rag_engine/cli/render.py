@@ -130,11 +130,16 @@ def query(console: Console, outcome: Any) -> None:
     p(
         escape(
             "\ntrace: "
-            + ", ".join(f"{s['step']} {s['ms']}ms" for s in result.trace)
+            + ", ".join(f"{s['step']} {s['ms']}ms{_in_store(s)}" for s in result.trace)
             + f"; total {outcome.latency_ms}ms"
         ),
         style="dim",
     )
+
+
+def _in_store(step: dict[str, Any]) -> str:
+    """`` (store 3.1ms)``: the part of a step's time spent in store statements, where it spent any."""
+    return f" (store {step['store_ms']}ms)" if step.get("store_ms") else ""
 
 
 # -- ingest ---------------------------------------------------------------------------------

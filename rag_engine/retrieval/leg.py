@@ -29,27 +29,37 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rag_engine import tracing
 from rag_engine.errors import ConfigError
 
+if TYPE_CHECKING:
+    from rag_engine.store.session import Reads
+
 
 class Trace:
-    """The steps of one question, each with its timing (ms) and what it found."""
+    """The steps of one question, each with its timing (``ms``) and what it found. A step inside
+    the question's read transaction (``store`` set) also has ``store_ms``: the part of its time
+    spent in store statements; the rest is the engine's own work."""
 
     def __init__(self) -> None:
         self.steps: list[dict[str, Any]] = []
+        self.store: Reads | None = None
 
     @contextmanager
     def step(self, name: str, **info: Any) -> Iterator[dict[str, Any]]:
         entry: dict[str, Any] = {"step": name, **info}
+        store = self.store
+        in_store = store.store_ms if store is not None else 0.0
         started = time.perf_counter()
         try:
             with tracing.span(f"rag.{name}", facts=entry):  # one OpenTelemetry span per step (when on)
                 yield entry
         finally:
             entry["ms"] = round((time.perf_counter() - started) * 1000, 2)
+            if store is not None:
+                entry["store_ms"] = round(store.store_ms - in_store, 2)
             self.steps.append(entry)
 
 

@@ -110,7 +110,7 @@ def retrieve(
         leg.start(q)
     try:
         with read_transaction(engine.driver, engine.database, packs=engine.packs) as rx:
-            q.rx = rx
+            q.rx = trace.store = rx
             _ranked(q, legs, mode, result)
     except BaseException:
         # the store failed: work still queued would only delay the questions after this one
@@ -149,5 +149,6 @@ def _ranked(q: Question, legs: list[Leg], mode: RerankMode, result: RetrievalRes
         added = reference_expansion(q, ordered, t)
     read_titles(q, [*ordered, *added])  # those the rerank stage's read did not give
     t["store_statements"] = q.rx.queries  # the question's statements in its read transaction
+    t["store_ms_total"] = round(q.rx.store_ms, 2)  # and the time they took
     result.candidates = [c.model_copy(update={"doc_title": q.titles.get(doc_key(c), "")}) for c in ordered]
     result.expansions = [c.model_copy(update={"doc_title": q.titles.get(doc_key(c), "")}) for c in added]

@@ -8,12 +8,14 @@ entities and extraction runs): for a benchmark's or an eval's own fixture pack, 
 
 from __future__ import annotations
 
+import statistics
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import neo4j
 
-from rag_engine.store.session import Reads, read
+from rag_engine.store.session import Reads, read, read_transaction
 
 _PACK_NODES = (
     "MATCH (n) WHERE ((n:Chunk OR n:Document OR n:Entity OR n:ExtractionRun) AND n.pack = $p) "
@@ -36,6 +38,7 @@ _SERVED_TEXTS = (
     "RETURN c.anchor AS anchor, coalesce(c.heading, '') AS heading, coalesce(c.text, '') AS text "
     "ORDER BY anchor, c.chunk_id"
 )
+_TRIVIAL = "RETURN 1 AS one"
 _EXACT = (
     "MATCH (c:Chunk) WHERE c.active AND coalesce(c.eligible, true) AND c.collection IN $collections "
     "AND c[$prop] IS NOT NULL WITH c, vector.similarity.cosine(c[$prop], $embedding) AS score "
@@ -102,3 +105,16 @@ def exact_neighbours(rx: Reads, *, embedding: list[float], collections: Sequence
     force (no index): the ground truth an approximate index's recall is measured against."""
     rows = rx.rows(_EXACT, collections=list(collections), prop=prop, embedding=embedding, k=k)
     return {r["chunk_id"] for r in rows}
+
+
+def trivial_statement_ms(driver: neo4j.Driver, database: str, runs: int = 200) -> float:
+    """Median ms of a trivial statement (``RETURN 1``) in an open read transaction, the first
+    fifth of the runs left out as warm-up: what one more statement of a question costs before it
+    reads anything (the driver's and the server's round trip)."""
+    times = []
+    with read_transaction(driver, database, packs=()) as rx:
+        for _ in range(runs):
+            started = time.perf_counter()
+            rx.rows(_TRIVIAL)
+            times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times[runs // 5 :])

@@ -15,6 +15,7 @@ engine's Python API sees the same error the CLI and ``rag serve`` map to exit co
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -26,7 +27,9 @@ from rag_engine.store.connection import UNREACHABLE, not_answering
 
 class Reads:
     """The read transaction of one question, with what the store epochs told it
-    (``epochs.store_state`` reads them once per transaction)."""
+    (``epochs.store_state`` reads them once per transaction), how many statements it ran
+    (``queries``) and the wall time they took, results read included (``store_ms``): the rest
+    of a question's time is the engine's own."""
 
     def __init__(
         self,
@@ -41,18 +44,27 @@ class Reads:
         self.packs: tuple[str, ...] = tuple(sorted(packs))
         """The enabled packs: every chunk the query path reads is of one of them (``reads.SERVED``)."""
         self.queries = 0
+        self.store_ms = 0.0
         self.memo: dict[str, Any] = {}
 
     def rows(self, query: str, **params: Any) -> list[dict[str, Any]]:
         self.queries += 1
-        return [r.data() for r in self.tx.run(query, **params)]
+        started = time.perf_counter()
+        try:
+            return [r.data() for r in self.tx.run(query, **params)]
+        finally:
+            self.store_ms += (time.perf_counter() - started) * 1000
 
     def values(self, query: str, **params: Any) -> list[dict[str, Any]]:
         """As ``rows``, the values as the driver gives them: for plain columns (strings, numbers,
         bytes). ``Record.data()`` walks every value, a byte array item by item: 30 kB of unit
         vectors per chunk made it the query path's slowest step."""
         self.queries += 1
-        return [dict(zip(r.keys(), r.values(), strict=True)) for r in self.tx.run(query, **params)]
+        started = time.perf_counter()
+        try:
+            return [dict(zip(r.keys(), r.values(), strict=True)) for r in self.tx.run(query, **params)]
+        finally:
+            self.store_ms += (time.perf_counter() - started) * 1000
 
 
 @contextmanager
