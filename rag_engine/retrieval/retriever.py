@@ -147,8 +147,8 @@ def _ranked(q: Question, legs: list[Leg], mode: RerankMode, result: RetrievalRes
     )
     with q.trace.step("reference_expansion", limit=cfg.reference_expansion_k) as t:
         added = reference_expansion(q, ordered, t)
-    read_titles(q, [*ordered, *added])  # those the rerank stage's read did not give
-    t["store_statements"] = q.rx.queries  # the question's statements in its read transaction
-    t["store_ms_total"] = round(q.rx.store_ms, 2)  # and the time they took
+        read_titles(q, [*ordered, *added])  # those the rerank stage's read did not give
+    t["store_statements"] = q.rx.queries  # retrieval's statements in the question's read transaction
+    t["store_ms_total"] = round(q.rx.store_ms, 2)  # and the time they took (every step's store_ms)
     result.candidates = [c.model_copy(update={"doc_title": q.titles.get(doc_key(c), "")}) for c in ordered]
     result.expansions = [c.model_copy(update={"doc_title": q.titles.get(doc_key(c), "")}) for c in added]

@@ -28,8 +28,8 @@ from rag_engine.store.connection import UNREACHABLE, not_answering
 class Reads:
     """The read transaction of one question, with what the store epochs told it
     (``epochs.store_state`` reads them once per transaction), how many statements it ran
-    (``queries``) and the wall time they took, results read included (``store_ms``): the rest
-    of a question's time is the engine's own."""
+    (``queries``) and the wall time they took (``store_ms``: from sending a statement to its
+    last record received; turning the records into dicts is not counted)."""
 
     def __init__(
         self,
@@ -48,21 +48,21 @@ class Reads:
         self.memo: dict[str, Any] = {}
 
     def rows(self, query: str, **params: Any) -> list[dict[str, Any]]:
-        self.queries += 1
-        started = time.perf_counter()
-        try:
-            return [r.data() for r in self.tx.run(query, **params)]
-        finally:
-            self.store_ms += (time.perf_counter() - started) * 1000
+        return [r.data() for r in self._records(query, params)]
 
     def values(self, query: str, **params: Any) -> list[dict[str, Any]]:
         """As ``rows``, the values as the driver gives them: for plain columns (strings, numbers,
         bytes). ``Record.data()`` walks every value, a byte array item by item: 30 kB of unit
         vectors per chunk made it the query path's slowest step."""
+        return [dict(zip(r.keys(), r.values(), strict=True)) for r in self._records(query, params)]
+
+    def _records(self, query: str, params: dict[str, Any]) -> list[neo4j.Record]:
+        """The statement's records, all received; its time added to ``store_ms`` (a failed
+        statement's too)."""
         self.queries += 1
         started = time.perf_counter()
         try:
-            return [dict(zip(r.keys(), r.values(), strict=True)) for r in self.tx.run(query, **params)]
+            return list(self.tx.run(query, **params))
         finally:
             self.store_ms += (time.perf_counter() - started) * 1000
 
