@@ -1,6 +1,7 @@
-"""Cypher the evals and benchmarks use beside the engine's own: ground truths, baselines' inputs
-and fixture teardown. Nothing of the engine calls these; they live here so that no Cypher lives
-outside the store (``tests/test_architecture_cypher.py``).
+"""Cypher the evals and benchmarks use beside the engine's own: ground truths, baselines' inputs,
+a statement round trip's floor (``trivial_statement_ms``) and fixture teardown. Nothing of the
+engine calls these; they live here so that no Cypher lives outside the store
+(``tests/test_architecture_cypher.py``).
 
 ``drop_pack`` deletes every node of a pack (its documents, versions, chunks, reference keys,
 entities and extraction runs): for a benchmark's or an eval's own fixture pack, never a served one.
