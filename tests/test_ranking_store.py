@@ -81,6 +81,7 @@ def test_the_evidence_decision_still_refuses_what_is_not_there(ingested_engine):
     [decision] = [e for e in out.events if e["event"] == "evidence_decision"]
     assert decision["p_answer"] < decision["threshold"]
     assert decision["features"]["store_missing"] > 0  # "compassionate": nothing public holds it
+    assert decision["store_read_ms"] > 0  # the check's own store read, timed
 
 
 def test_rerank_sets_features_and_reorders_only_the_top_n(ingested_engine):

@@ -53,6 +53,12 @@ STAGES = {
 LEGS = {"rag.policy_gate", "rag.exact_references", "rag.lexical", "rag.dense", "rag.live", "rag.planner", "rag.fusion"}
 
 
+def _value(v: Any) -> Any:
+    """An OTLP attribute's value (``AnyValue``: whichever of its fields is set)."""
+    kind = v.WhichOneof("value")
+    return getattr(v, kind) if kind else None
+
+
 class Receiver(BaseHTTPRequestHandler):
     """POST /v1/traces: decode the request, keep its spans, answer as a collector does."""
 
@@ -76,7 +82,7 @@ class Receiver(BaseHTTPRequestHandler):
                             "span_id": s.span_id.hex(),
                             "parent": s.parent_span_id.hex() or None,
                             "service": service,
-                            "attributes": {a.key for a in s.attributes},
+                            "attributes": {a.key: _value(a.value) for a in s.attributes},
                         }
                     )
         reply = ExportTraceServiceResponse().SerializeToString()
@@ -170,7 +176,11 @@ def test_a_query_exports_one_span_per_stage_under_one_trace_and_audits_its_id(
             assert by_id[s["parent"]] is retrieve, s["name"]
     rerank = next(s for s in spans if s["name"] == "rag.rerank")
     assert by_id[next(s for s in spans if s["name"] == "rag.sentence_evidence")["parent"]] is rerank
-    assert "rag.hits" in next(s for s in spans if s["name"] == "rag.lexical")["attributes"]
+    lexical = next(s for s in spans if s["name"] == "rag.lexical")["attributes"]
+    assert "rag.hits" in lexical
+    # a step's wall time and its part in Neo4j statements (Trace.step) are attributes of its span
+    assert 0 < lexical["rag.store_ms"] <= lexical["rag.ms"], lexical
+    assert next(s for s in spans if s["name"] == "rag.fusion")["attributes"]["rag.store_ms"] == 0
     [record] = records
     assert record.payload["trace_id"] == root["trace_id"]
 

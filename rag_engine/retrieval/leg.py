@@ -56,12 +56,16 @@ class Trace:
         in_store = store.store_ms if store is not None else 0.0
         started = time.perf_counter()
         try:
-            with tracing.span(f"rag.{name}", facts=entry):  # one OpenTelemetry span per step (when on)
-                yield entry
+            # one OpenTelemetry span per step (when on); it reads the entry as it closes, after
+            # ``ms`` and ``store_ms`` are set, so both become attributes (``rag.ms``, ``rag.store_ms``)
+            with tracing.span(f"rag.{name}", facts=entry):
+                try:
+                    yield entry
+                finally:
+                    entry["ms"] = round((time.perf_counter() - started) * 1000, 2)
+                    if store is not None:
+                        entry["store_ms"] = round(store.store_ms - in_store, 2)
         finally:
-            entry["ms"] = round((time.perf_counter() - started) * 1000, 2)
-            if store is not None:
-                entry["store_ms"] = round(store.store_ms - in_store, 2)
             self.steps.append(entry)
 
 

@@ -84,14 +84,22 @@ def _refusal(
         except RagError as exc:
             events.append({"event": "abstain_degraded", "error_type": type(exc).__name__, "detail": str(exc)[:200]})
         else:
-            x = decision_features(
-                question, candidates, coverage, aliases, store_absent(engine, question, candidates, collections)
-            )
+            read_started = time.perf_counter()
+            with tracing.span("rag.store_absent"):
+                absent = store_absent(engine, question, candidates, collections)
+            # the words no top candidate holds, then (if any) their read in a session of its own
+            read_ms = round((time.perf_counter() - read_started) * 1000, 2)
+            x = decision_features(question, candidates, coverage, aliases, absent)
             p = model.probability(x)
             threshold = (
                 cfg.evidence.abstain_threshold if cfg.evidence.abstain_threshold is not None else model.threshold
             )
-            decision = {"event": "evidence_decision", "p_answer": round(p, 4), "threshold": threshold}
+            decision = {
+                "event": "evidence_decision",
+                "p_answer": round(p, 4),
+                "threshold": threshold,
+                "store_read_ms": read_ms,
+            }
             events.append({**decision, "features": {k: round(v, 4) for k, v in x.items()}, "model": model.version})
             if p < threshold:
                 return "low_evidence"
