@@ -181,6 +181,8 @@ def test_a_query_exports_one_span_per_stage_under_one_trace_and_audits_its_id(
     # a step's wall time and its part in Neo4j statements (Trace.step) are attributes of its span
     assert 0 < lexical["rag.store_ms"] <= lexical["rag.ms"], lexical
     assert next(s for s in spans if s["name"] == "rag.fusion")["attributes"]["rag.store_ms"] == 0
+    totals = next(s for s in spans if s["name"] == "rag.reference_expansion")["attributes"]
+    assert totals["rag.store_statements"] >= 2 and totals["rag.store_ms_total"] >= lexical["rag.store_ms"], totals
     [record] = records
     assert record.payload["trace_id"] == root["trace_id"]
 

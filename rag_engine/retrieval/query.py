@@ -53,14 +53,29 @@ def alias_groups(engine: Engine, collections: tuple[str, ...]) -> AliasGroups:
     )
 
 
-def store_absent(engine: Engine, question: str, candidates: list[Candidate], collections: tuple[str, ...]) -> set[str]:
+def store_absent(
+    engine: Engine,
+    question: str,
+    candidates: list[Candidate],
+    collections: tuple[str, ...],
+    timing: dict[str, float] | None = None,
+) -> set[str]:
     """The question's words no top candidate holds that the permitted store does not hold either
-    (one read; none when every word is held by a top candidate)."""
+    (one read in a session of its own, a ``rag.store_absent`` span; none when every word is held
+    by a top candidate). ``timing`` gets the read's wall time (``store_read_ms``: session,
+    transaction and statement) when there was one."""
     words = unheld_words(question, candidates)
     if not words or not candidates:
         return set()
-    with read_transaction(engine.driver, engine.database, packs=engine.packs) as rx:
-        return absent_words(rx, words, collections)
+    started = time.perf_counter()
+    with (
+        tracing.span("rag.store_absent", words=len(words)),
+        read_transaction(engine.driver, engine.database, packs=engine.packs) as rx,
+    ):
+        absent = absent_words(rx, words, collections)
+    if timing is not None:
+        timing["store_read_ms"] = round((time.perf_counter() - started) * 1000, 2)
+    return absent
 
 
 def _refusal(
@@ -84,11 +99,8 @@ def _refusal(
         except RagError as exc:
             events.append({"event": "abstain_degraded", "error_type": type(exc).__name__, "detail": str(exc)[:200]})
         else:
-            read_started = time.perf_counter()
-            with tracing.span("rag.store_absent"):
-                absent = store_absent(engine, question, candidates, collections)
-            # the words no top candidate holds, then (if any) their read in a session of its own
-            read_ms = round((time.perf_counter() - read_started) * 1000, 2)
+            timing: dict[str, float] = {}  # the store read's time, when the check made one
+            absent = store_absent(engine, question, candidates, collections, timing)
             x = decision_features(question, candidates, coverage, aliases, absent)
             p = model.probability(x)
             threshold = (
@@ -98,7 +110,7 @@ def _refusal(
                 "event": "evidence_decision",
                 "p_answer": round(p, 4),
                 "threshold": threshold,
-                "store_read_ms": read_ms,
+                **timing,
             }
             events.append({**decision, "features": {k: round(v, 4) for k, v in x.items()}, "model": model.version})
             if p < threshold:

@@ -148,7 +148,9 @@ def _ranked(q: Question, legs: list[Leg], mode: RerankMode, result: RetrievalRes
     with q.trace.step("reference_expansion", limit=cfg.reference_expansion_k) as t:
         added = reference_expansion(q, ordered, t)
         read_titles(q, [*ordered, *added])  # those the rerank stage's read did not give
-    t["store_statements"] = q.rx.queries  # retrieval's statements in the question's read transaction
-    t["store_ms_total"] = round(q.rx.store_ms, 2)  # and the time they took (every step's store_ms)
+        # retrieval's statements in the question's read transaction, all run by now, and the time
+        # they took (every step's store_ms); set inside the step, so its span carries them too
+        t["store_statements"] = q.rx.queries
+        t["store_ms_total"] = round(q.rx.store_ms, 2)
     result.candidates = [c.model_copy(update={"doc_title": q.titles.get(doc_key(c), "")}) for c in ordered]
     result.expansions = [c.model_copy(update={"doc_title": q.titles.get(doc_key(c), "")}) for c in added]
