@@ -167,3 +167,67 @@ def test_a_trivial_statement_is_timed(ingested_engine):
     from rag_engine.store.measurement import trivial_statement_ms
 
     assert 0 < trivial_statement_ms(ingested_engine.driver, ingested_engine.database, runs=20) < 1000
+
+
+def test_the_one_statement_floor_reads_what_the_engine_reads(ingested_engine):
+    """``measurement.one_statement_floor`` (``evals.bench.floor``) is the engine's own reads in one
+    statement: its legs are the fulltext and vector legs' rows, its top the plain-RRF top of
+    those, and each top row what ``top_reads`` reads of that chunk."""
+    from rag_engine.store import measurement, schema
+
+    engine = ingested_engine
+    cfg = engine.cfg.retrieval
+    collections = gate(engine.cfg, "legal_analyst", None).collections
+    question = "Exceptions to the right to erasure?"
+    vector = engine.embed_texts([question], purpose="query")[0]
+    meta = schema.current_embedder(engine.driver, engine.database)
+    row = measurement.one_statement_floor(
+        engine.driver,
+        engine.database,
+        text=question,
+        embedding=vector,
+        expected_epoch=measurement.index_epoch(engine.driver, engine.database),
+        index=meta["index"],
+        prop=meta["property"],
+        collections=collections,
+        packs=sorted(engine.packs),
+        lexical_k=cfg.lexical_k,
+        dense_k=cfg.dense_k,
+        rrf_k=cfg.rrf_k,
+        top_n=cfg.rerank.top_n,
+        evidence_n=cfg.evidence.top_n,
+        splitter=SPLITTER_VERSION,
+    )
+    with read_transaction(engine.driver, engine.database, packs=engine.packs) as rx:
+        lexical = reads.fulltext(rx, question, collections, cfg.lexical_k)
+        dense = reads.vector(rx, vector, collections, cfg.dense_k, engine.embedder_identity)
+        assert [r["chunk_id"] for r in row["lexical"]] == [r["chunk_id"] for r in lexical]
+        assert [r["chunk_id"] for r in row["dense"]] == [r["chunk_id"] for r in dense]
+        fused: dict[str, float] = {}
+        for leg in (lexical, dense):
+            for rank, r in enumerate(leg, 1):
+                fused[r["chunk_id"]] = fused.get(r["chunk_id"], 0.0) + 1.0 / (cfg.rrf_k + rank)
+        ranked = sorted(fused, key=lambda cid: -fused[cid])
+        top = {t["chunk_id"]: t for t in row["top"]}
+        assert len(top) == min(cfg.rerank.top_n, len(ranked))
+        cutoff = fused[ranked[len(top) - 1]]  # ties at the cut may fall either way
+        assert {cid for cid in ranked if fused[cid] > cutoff} <= set(top) <= {c for c in ranked if fused[c] >= cutoff}
+        own = top_reads.top_candidates(
+            rx,
+            list(top),
+            evidence_ids=list(top),
+            embedding=vector,
+            identity=engine.embedder_identity,
+            collections=collections,
+            splitter=SPLITTER_VERSION,
+            references=True,
+        )
+    scored = [t for t in top.values() if t["cosine"] is not None]
+    assert len(scored) == min(cfg.evidence.top_n, len(top)) and any(t["units"] for t in scored)
+    for t in scored:
+        assert t["cosine"] == pytest.approx(own.evidence[t["chunk_id"]]["cosine"])
+        assert t["units"] == own.evidence[t["chunk_id"]]["units"]
+    for cid, t in top.items():
+        if t["doc_key"] is not None:
+            assert own.titles[t["doc_key"]] == (t["title"] or "")
+        assert sorted(c["chunk_id"] for c in t["cited"]) == sorted(c["chunk_id"] for c in own.cited[cid])

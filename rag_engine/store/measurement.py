@@ -1,5 +1,6 @@
 """Cypher the evals and benchmarks use beside the engine's own: ground truths, baselines' inputs,
-a statement round trip's floor (``trivial_statement_ms``) and fixture teardown. Nothing of the
+a statement round trip's floor (``trivial_statement_ms``), the one-statement floor of the query
+path's reads (``one_statement_floor``) and fixture teardown. Nothing of the
 engine calls these; they live here so that no Cypher lives outside the store
 (``tests/test_architecture_cypher.py``).
 
@@ -16,7 +17,9 @@ from typing import Any
 
 import neo4j
 
+from rag_engine.store import epochs, reads, top_reads
 from rag_engine.store.session import Reads, read, read_transaction
+from rag_engine.store.units import UNITS_SUFFIX
 
 _PACK_NODES = (
     "MATCH (n) WHERE ((n:Chunk OR n:Document OR n:Entity OR n:ExtractionRun) AND n.pack = $p) "
@@ -119,3 +122,79 @@ def trivial_statement_ms(driver: neo4j.Driver, database: str, runs: int = 200) -
             rx.rows(_TRIVIAL)
             times.append((time.perf_counter() - started) * 1000)
     return statistics.median(times[runs // 5 :])
+
+
+_FLOOR_HEAD, _ = reads._LEGS.rsplit("RETURN", 1)
+_FLOOR = (
+    _FLOOR_HEAD
+    + """
+WITH dense, hits AS lexical
+CALL (dense, lexical) {
+  UNWIND range(0, size(lexical) - 1) AS i RETURN lexical[i].chunk_id AS id, 1.0 / ($rrf_k + i + 1) AS s
+  UNION ALL
+  UNWIND range(0, size(coalesce(dense, [])) - 1) AS i RETURN dense[i].chunk_id AS id, 1.0 / ($rrf_k + i + 1) AS s
+}
+WITH dense, lexical, id, sum(s) AS fused ORDER BY fused DESC LIMIT $top_n
+WITH dense, lexical, collect(id) AS ids
+WITH dense, lexical, ids, ids[..$evidence_n] AS evidence_ids
+CALL (ids, evidence_ids) {"""
+    + top_reads._TOP.replace("UNWIND $ids AS id", "UNWIND ids AS id").replace("$evidence_ids", "evidence_ids")
+    + """}
+RETURN dense, lexical,
+  collect({chunk_id: chunk_id, doc_key: doc_key, title: title, cosine: cosine, units: units, cited: cited}) AS top
+"""
+)
+"""The engine's legs statement (``reads._LEGS``), plain RRF of its two legs, and the rerank stage's
+read of the top candidates (``top_reads._TOP``) as ONE statement: what the store must do for a
+question whose ranking keeps its rerank stage's inputs, without a second round trip."""
+
+
+def one_statement_floor(
+    driver: neo4j.Driver,
+    database: str,
+    *,
+    text: str,
+    embedding: list[float],
+    expected_epoch: Any,
+    index: str,
+    prop: str,
+    collections: Sequence[str],
+    packs: Sequence[str],
+    lexical_k: int,
+    dense_k: int,
+    rrf_k: int,
+    top_n: int,
+    evidence_n: int,
+    splitter: str,
+) -> dict[str, Any]:
+    """``_FLOOR`` for one question, sent as the raw hybrid query is (``execute_query``: BEGIN,
+    the statement and its records in one round trip, then COMMIT): (dense rows, lexical rows, top
+    rows). ``expected_epoch``: the store's index epoch (``index_epoch``), or the vector leg is
+    skipped as the engine's legs statement skips it."""
+    params: dict[str, Any] = {
+        **epochs.STATE_PARAMS,
+        "expected": expected_epoch,
+        "index": index,
+        "embedding": embedding,
+        "vector_fetch": reads.vector_fetch(dense_k),
+        "dense_k": dense_k,
+        "q": reads.lucene_escape(text),
+        "text_fetch": lexical_k * 4,
+        "lexical_k": lexical_k,
+        "collections": list(collections),
+        "packs": list(packs),
+        "rrf_k": rrf_k,
+        "top_n": top_n,
+        "evidence_n": evidence_n,
+        "property": prop,
+        "units": prop + UNITS_SUFFIX,
+        "splitter": splitter,
+        "references": True,
+    }
+    records, _, _ = driver.execute_query(_FLOOR, params, database_=database, routing_=neo4j.RoutingControl.READ)
+    return dict(records[0]) if records else {"dense": [], "lexical": [], "top": []}
+
+
+def index_epoch(driver: neo4j.Driver, database: str) -> Any:
+    """The store's vector index epoch (what ``one_statement_floor`` checks, as ``reads.legs`` does)."""
+    return read(driver, database, epochs.STATE_COLUMNS + " RETURN index_epoch", **epochs.STATE_PARAMS)[0]["index_epoch"]
