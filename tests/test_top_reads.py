@@ -169,10 +169,12 @@ def test_a_trivial_statement_is_timed(ingested_engine):
     assert 0 < trivial_statement_ms(ingested_engine.driver, ingested_engine.database, runs=20) < 1000
 
 
-def test_the_one_statement_floor_reads_what_the_engine_reads(ingested_engine):
-    """``measurement.one_statement_floor`` (``evals.bench.floor``) is the engine's own reads in one
-    statement: its legs are the fulltext and vector legs' rows, its top the plain-RRF top of
-    those, and each top row what ``top_reads`` reads of that chunk."""
+@pytest.mark.parametrize("evidence_n", [20, 5])
+def test_the_one_statement_floor_composes_the_engines_reads(ingested_engine, evidence_n):
+    """``measurement.one_statement_floor`` (``evals.bench.floor``) composes the engine's own reads
+    in one statement: its legs are the fulltext and vector legs' rows, its top the plain-RRF top
+    of those (not the engine's fusion), each top row what ``top_reads`` reads of that chunk, and
+    the first ``evidence_n`` by fused score the ones with a cosine and units."""
     from rag_engine.store import measurement, schema
 
     engine = ingested_engine
@@ -195,7 +197,7 @@ def test_the_one_statement_floor_reads_what_the_engine_reads(ingested_engine):
         dense_k=cfg.dense_k,
         rrf_k=cfg.rrf_k,
         top_n=cfg.rerank.top_n,
-        evidence_n=cfg.evidence.top_n,
+        evidence_n=evidence_n,
         splitter=SPLITTER_VERSION,
     )
     with read_transaction(engine.driver, engine.database, packs=engine.packs) as rx:
@@ -223,7 +225,9 @@ def test_the_one_statement_floor_reads_what_the_engine_reads(ingested_engine):
             references=True,
         )
     scored = [t for t in top.values() if t["cosine"] is not None]
-    assert len(scored) == min(cfg.evidence.top_n, len(top)) and any(t["units"] for t in scored)
+    assert len(scored) == min(evidence_n, len(top)) and any(t["units"] for t in scored)
+    unscored = [cid for cid in top if top[cid]["cosine"] is None]
+    assert all(fused[t["chunk_id"]] >= fused[cid] for t in scored for cid in unscored)
     for t in scored:
         assert t["cosine"] == pytest.approx(own.evidence[t["chunk_id"]]["cosine"])
         assert t["units"] == own.evidence[t["chunk_id"]]["units"]

@@ -124,29 +124,35 @@ def trivial_statement_ms(driver: neo4j.Driver, database: str, runs: int = 200) -
     return statistics.median(times[runs // 5 :])
 
 
-_FLOOR_HEAD, _ = reads._LEGS.rsplit("RETURN", 1)
+_FLOOR_HEAD, _ = reads.LEGS_STATEMENT.rsplit("RETURN", 1)
 _FLOOR = (
     _FLOOR_HEAD
     + """
-WITH dense, hits AS lexical
+WITH [h IN hits | {chunk_id: h.chunk_id, score: h.score}] AS lexical,
+  [h IN dense | {chunk_id: h.chunk_id, score: h.score}] AS dense
 CALL (dense, lexical) {
-  UNWIND range(0, size(lexical) - 1) AS i RETURN lexical[i].chunk_id AS id, 1.0 / ($rrf_k + i + 1) AS s
-  UNION ALL
-  UNWIND range(0, size(coalesce(dense, [])) - 1) AS i RETURN dense[i].chunk_id AS id, 1.0 / ($rrf_k + i + 1) AS s
+  CALL (dense, lexical) {
+    UNWIND range(0, size(lexical) - 1) AS i RETURN lexical[i].chunk_id AS id, 1.0 / ($rrf_k + i + 1) AS s
+    UNION ALL
+    UNWIND range(0, size(dense) - 1) AS i RETURN dense[i].chunk_id AS id, 1.0 / ($rrf_k + i + 1) AS s
+  }
+  WITH id, sum(s) AS fused ORDER BY fused DESC LIMIT $top_n
+  RETURN collect(id) AS ids
 }
-WITH dense, lexical, id, sum(s) AS fused ORDER BY fused DESC LIMIT $top_n
-WITH dense, lexical, collect(id) AS ids
-WITH dense, lexical, ids, ids[..$evidence_n] AS evidence_ids
-CALL (ids, evidence_ids) {"""
-    + top_reads._TOP.replace("UNWIND $ids AS id", "UNWIND ids AS id").replace("$evidence_ids", "evidence_ids")
+CALL (ids) {
+  WITH ids, ids[..$evidence_n] AS evidence_ids"""
+    + top_reads.statement(ids="ids", evidence_ids="evidence_ids")
     + """}
-RETURN dense, lexical,
+RETURN lexical, dense,
   collect({chunk_id: chunk_id, doc_key: doc_key, title: title, cosine: cosine, units: units, cited: cited}) AS top
 """
 )
-"""The engine's legs statement (``reads._LEGS``), plain RRF of its two legs, and the rerank stage's
-read of the top candidates (``top_reads._TOP``) as ONE statement: what the store must do for a
-question whose ranking keeps its rerank stage's inputs, without a second round trip."""
+"""One single-statement design of the query path's store work: the engine's own legs statement
+(``reads.LEGS_STATEMENT``), plain RRF of its two legs in Cypher, and the rerank stage's own read of
+the top candidates (``top_reads.statement``, with what reference expansion needs), returning each
+leg's ids and scores and the top rows. Not a proven minimum: the legs still build their rows'
+text and the top read finds its chunks again by id; and it leaves out the exact and graph legs,
+fusion's own rules and the legs' regrown fetches."""
 
 
 def one_statement_floor(
@@ -170,7 +176,7 @@ def one_statement_floor(
     """``_FLOOR`` for one question, sent as the raw hybrid query is (``execute_query``: BEGIN,
     the statement and its records in one round trip, then COMMIT): (dense rows, lexical rows, top
     rows). ``expected_epoch``: the store's index epoch (``index_epoch``), or the vector leg is
-    skipped as the engine's legs statement skips it."""
+    skipped as the engine's legs statement skips it (``dense`` comes back empty)."""
     params: dict[str, Any] = {
         **epochs.STATE_PARAMS,
         "expected": expected_epoch,

@@ -153,7 +153,7 @@ def _hits(leg: str) -> str:
     return "collect({" + ", ".join(f"{f}: c.{f}" for f in FIELDS) + f", score: score}}) AS {leg}"
 
 
-_LEGS = f"""{epochs.STATE_COLUMNS}
+LEGS_STATEMENT = f"""{epochs.STATE_COLUMNS}
 CALL (index_epoch) {{
   WITH index_epoch WHERE $embedding IS NOT NULL AND index_epoch = $expected
   CALL db.index.vector.queryNodes($index, $vector_fetch, $embedding) YIELD node AS c, score
@@ -169,6 +169,7 @@ CALL () {{
 }}
 RETURN indexed, index_epoch, graph_epoch, dense, fetched AS text_fetched, hits AS lexical
 """
+"""The question's first statement (``legs``); ``store.measurement`` composes it into one more."""
 
 
 def legs(
@@ -193,7 +194,7 @@ def legs(
     cached = epochs.cached_index(rx, identity) if embedding is not None else None
     q = lucene_escape(text)
     row = rx.values(
-        _LEGS,
+        LEGS_STATEMENT,
         **epochs.STATE_PARAMS,
         expected=cached[0] if cached else None,
         index=cached[1].index if cached else None,

@@ -28,11 +28,14 @@ def _title(d: str, c: str) -> str:
     return f"OPTIONAL MATCH ({d}:Document {{key: {c}.pack + ':' + {c}.doc_id}}) WHERE {title_shown(d)}"
 
 
-_TOP = f"""
-UNWIND $ids AS id
+def statement(ids: str = "$ids", evidence_ids: str = "$evidence_ids") -> str:
+    """The one read over the chunk ids ``ids`` (a parameter, or a variable of an enclosing
+    statement: ``store.measurement`` composes it), cosines and units for ``evidence_ids``."""
+    return f"""
+UNWIND {ids} AS id
 MATCH (c:Chunk {{chunk_id: id}}) WHERE {served("c")}
 {_title("d", "c")}
-WITH c, d, c.chunk_id IN $evidence_ids AS scored
+WITH c, d, c.chunk_id IN {evidence_ids} AS scored
 RETURN c.chunk_id AS chunk_id, d.key AS doc_key, d.title AS title,
   CASE WHEN NOT scored OR $embedding IS NULL OR c[$property] IS NULL THEN null
   ELSE vector.similarity.cosine(c[$property], $embedding) END AS cosine,
@@ -43,6 +46,9 @@ RETURN c.chunk_id AS chunk_id, d.key AS doc_key, d.title AS title,
     RETURN {{{", ".join(f"{f}: t.{f}" for f in FIELDS)}, via: e.raw, doc_key: td.key, title: td.title}}
   }} ELSE [] END AS cited
 """
+
+
+_TOP = statement()
 
 
 @dataclass
