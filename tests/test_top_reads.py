@@ -170,9 +170,9 @@ def test_a_trivial_statement_is_timed(ingested_engine):
 
 
 @pytest.mark.parametrize("evidence_n", [20, 5])
-def test_the_one_statement_floor_composes_the_engines_reads(ingested_engine, evidence_n):
-    """``measurement.one_statement_floor`` (``evals.bench.floor``) composes the engine's own reads
-    in one statement: its legs are the fulltext and vector legs' rows, its top the plain-RRF top
+def test_one_statement_composes_the_engines_reads(ingested_engine, evidence_n):
+    """``measurement.one_statement_reads`` (``evals.bench.one_statement``) composes the engine's own
+    reads in one statement: its legs are the fulltext and vector legs' rows, its top the plain-RRF top
     of those (not the engine's fusion), each top row what ``top_reads`` reads of that chunk, and
     the first ``evidence_n`` by fused score the ones with a cosine and units."""
     from rag_engine.store import measurement, schema
@@ -183,7 +183,7 @@ def test_the_one_statement_floor_composes_the_engines_reads(ingested_engine, evi
     question = "Exceptions to the right to erasure?"
     vector = engine.embed_texts([question], purpose="query")[0]
     meta = schema.current_embedder(engine.driver, engine.database)
-    row = measurement.one_statement_floor(
+    row = measurement.one_statement_reads(
         engine.driver,
         engine.database,
         text=question,

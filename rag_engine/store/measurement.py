@@ -1,8 +1,7 @@
 """Cypher the evals and benchmarks use beside the engine's own: ground truths, baselines' inputs,
-a statement round trip's floor (``trivial_statement_ms``), the one-statement floor of the query
-path's reads (``one_statement_floor``) and fixture teardown. Nothing of the
-engine calls these; they live here so that no Cypher lives outside the store
-(``tests/test_architecture_cypher.py``).
+a statement round trip's floor (``trivial_statement_ms``), the query path's store work as one
+statement (``one_statement_reads``) and fixture teardown. Nothing of the engine calls these; they
+live here so that no Cypher lives outside the store (``tests/test_architecture_cypher.py``).
 
 ``drop_pack`` deletes every node of a pack (its documents, versions, chunks, reference keys,
 entities and extraction runs): for a benchmark's or an eval's own fixture pack, never a served one.
@@ -124,9 +123,9 @@ def trivial_statement_ms(driver: neo4j.Driver, database: str, runs: int = 200) -
     return statistics.median(times[runs // 5 :])
 
 
-_FLOOR_HEAD, _ = reads.LEGS_STATEMENT.rsplit("RETURN", 1)
-_FLOOR = (
-    _FLOOR_HEAD
+_ONE_HEAD, _ = reads.LEGS_STATEMENT.rsplit("RETURN", 1)
+_ONE_STATEMENT = (
+    _ONE_HEAD
     + """
 WITH [h IN hits | {chunk_id: h.chunk_id, score: h.score}] AS lexical,
   [h IN dense | {chunk_id: h.chunk_id, score: h.score}] AS dense
@@ -155,7 +154,7 @@ text and the top read finds its chunks again by id; and it leaves out the exact 
 fusion's own rules and the legs' regrown fetches."""
 
 
-def one_statement_floor(
+def one_statement_reads(
     driver: neo4j.Driver,
     database: str,
     *,
@@ -173,7 +172,7 @@ def one_statement_floor(
     evidence_n: int,
     splitter: str,
 ) -> dict[str, Any]:
-    """``_FLOOR`` for one question, sent as the raw hybrid query is (``execute_query``: BEGIN,
+    """``_ONE_STATEMENT`` for one question, sent as the raw hybrid query is (``execute_query``: BEGIN,
     the statement and its records in one round trip, then COMMIT): (dense rows, lexical rows, top
     rows). ``expected_epoch``: the store's index epoch (``index_epoch``), or the vector leg is
     skipped as the engine's legs statement skips it (``dense`` comes back empty)."""
@@ -197,10 +196,10 @@ def one_statement_floor(
         "splitter": splitter,
         "references": True,
     }
-    records, _, _ = driver.execute_query(_FLOOR, params, database_=database, routing_=neo4j.RoutingControl.READ)
+    records, _, _ = driver.execute_query(_ONE_STATEMENT, params, database_=database, routing_=neo4j.RoutingControl.READ)
     return dict(records[0]) if records else {"dense": [], "lexical": [], "top": []}
 
 
 def index_epoch(driver: neo4j.Driver, database: str) -> Any:
-    """The store's vector index epoch (what ``one_statement_floor`` checks, as ``reads.legs`` does)."""
+    """The store's vector index epoch (what ``one_statement_reads`` checks, as ``reads.legs`` does)."""
     return read(driver, database, epochs.STATE_COLUMNS + " RETURN index_epoch", **epochs.STATE_PARAMS)[0]["index_epoch"]

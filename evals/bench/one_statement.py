@@ -1,9 +1,9 @@
-"""The floor under the query path's cost at a size: the store's part of a question done in ONE
-statement, against the raw hybrid query and the engine, interleaved question by question.
+"""The query path's store work as ONE statement, against the raw hybrid query and the engine,
+interleaved question by question, at the size of a kept benchmark dataset.
 
 ``python -m evals.bench.query`` finds the engine at about 2x the raw hybrid query at 10k chunks
 with every stage on, and its statements alone at 1.16-1.30x. This measures one redesign that
-keeps the rerank stage's inputs: ``store.measurement.one_statement_floor`` is the engine's own
+keeps the rerank stage's inputs: ``store.measurement.one_statement_reads`` is the engine's own
 legs statement, plain RRF of its two legs written in Cypher, and the rerank stage's own read of
 the top candidates (cosines, unit vectors, titles, cited rows), sent in one round trip as the raw
 query is sent (``execute_query``). No Python ranking runs after it. Whatever that statement costs
@@ -14,7 +14,7 @@ docstring for what it does more and less than the engine).
 Run it on a dataset ``evals.bench.query`` built and kept (the same database and pack name):
 
     python -m evals.bench.query --sizes 10000 --repeat 1 --pack NAME --keep
-    python -m evals.bench.floor --pack NAME [--repeat 2] [--json out.json]
+    python -m evals.bench.one_statement --pack NAME [--repeat 2] [--json out.json]
 """
 
 from __future__ import annotations
@@ -35,18 +35,18 @@ from rag_engine.engine import Engine
 from rag_engine.governance.policy import gate
 from rag_engine.retrieval.retriever import retrieve
 from rag_engine.store import schema
-from rag_engine.store.measurement import chunk_count, index_epoch, one_statement_floor
+from rag_engine.store.measurement import chunk_count, index_epoch, one_statement_reads
 from rag_engine.text.sentences import SPLITTER_VERSION
 
 RUNS = ("raw", "engine", "one_statement")
 
 
-def floor_statement(
+def one_statement(
     engine: Engine, question: str, collections: list[str], meta: dict[str, Any], epoch: Any
 ) -> dict[str, Any]:
     """The one statement for ``question`` (embedded as the raw query embeds it): its row."""
     cfg = engine.cfg.retrieval
-    return one_statement_floor(
+    return one_statement_reads(
         engine.driver,
         engine.database,
         text=question,
@@ -75,13 +75,13 @@ def measure(engine: Engine, qs: list[str], repeat: int) -> dict[str, list[float]
     if meta["identity"] != engine.embedder_identity:
         raise SystemExit(f"the store's index is {meta['identity']}'s, not the bench embedder's: use the kept dataset")
     epoch = index_epoch(engine.driver, engine.database)
-    first = floor_statement(engine, qs[0], collections, meta, epoch)
+    first = one_statement(engine, qs[0], collections, meta, epoch)
     if epoch is None or not first["dense"] or not first["top"]:  # else a leg or the top read would be skipped
         raise SystemExit("the one statement ran without its vector leg or top read: is the pack served and indexed?")
     for q in qs[:5]:  # warm caches and the Cypher planner once
         retrieve(engine, q, bench.ROLE, weights=bench.WEIGHTS)
         bench.raw_hybrid(engine, q, collections, meta["index"])
-        floor_statement(engine, q, collections, meta, epoch)
+        one_statement(engine, q, collections, meta, epoch)
     times: dict[str, list[float]] = {run: [] for run in RUNS}
 
     def run_once(run: str, q: str) -> None:
@@ -90,7 +90,7 @@ def measure(engine: Engine, qs: list[str], repeat: int) -> dict[str, list[float]
         elif run == "engine":
             retrieve(engine, q, bench.ROLE, weights=bench.WEIGHTS)
         else:
-            floor_statement(engine, q, collections, meta, epoch)
+            one_statement(engine, q, collections, meta, epoch)
 
     for _ in range(repeat):
         for n, q in enumerate(qs):
