@@ -171,35 +171,21 @@ def test_a_trivial_statement_is_timed(ingested_engine):
 
 @pytest.mark.parametrize("evidence_n", [20, 5])
 def test_one_statement_composes_the_engines_reads(ingested_engine, evidence_n):
-    """``measurement.one_statement_reads`` (``evals.bench.one_statement``) composes the engine's own
-    reads in one statement: its legs are the fulltext and vector legs' rows, its top the plain-RRF top
-    of those (not the engine's fusion), each top row what ``top_reads`` reads of that chunk, and
-    the first ``evidence_n`` by fused score the ones with a cosine and units."""
+    """``measurement.one_statement_reads``, as ``evals.bench.one_statement`` calls it, composes the
+    engine's own reads in one statement: its legs are the fulltext and vector legs' rows, its top
+    the plain-RRF top of those (not the engine's fusion), each top row what ``top_reads`` reads of
+    that chunk, and the first ``evidence_n`` by fused score the ones with a cosine and units."""
+    from evals.bench.one_statement import one_statement
     from rag_engine.store import measurement, schema
 
     engine = ingested_engine
     cfg = engine.cfg.retrieval
     collections = gate(engine.cfg, "legal_analyst", None).collections
     question = "Exceptions to the right to erasure?"
-    vector = engine.embed_texts([question], purpose="query")[0]
+    vector = engine.embed_texts([question], purpose="query")[0]  # the one the bench embeds too
     meta = schema.current_embedder(engine.driver, engine.database)
-    row = measurement.one_statement_reads(
-        engine.driver,
-        engine.database,
-        text=question,
-        embedding=vector,
-        expected_epoch=measurement.index_epoch(engine.driver, engine.database),
-        index=meta["index"],
-        prop=meta["property"],
-        collections=collections,
-        packs=sorted(engine.packs),
-        lexical_k=cfg.lexical_k,
-        dense_k=cfg.dense_k,
-        rrf_k=cfg.rrf_k,
-        top_n=cfg.rerank.top_n,
-        evidence_n=evidence_n,
-        splitter=SPLITTER_VERSION,
-    )
+    epoch = measurement.index_epoch(engine.driver, engine.database)
+    row = one_statement(engine, question, list(collections), meta, epoch, evidence_n=evidence_n)
     with read_transaction(engine.driver, engine.database, packs=engine.packs) as rx:
         lexical = reads.fulltext(rx, question, collections, cfg.lexical_k)
         dense = reads.vector(rx, vector, collections, cfg.dense_k, engine.embedder_identity)

@@ -42,9 +42,17 @@ RUNS = ("raw", "engine", "one_statement")
 
 
 def one_statement(
-    engine: Engine, question: str, collections: list[str], meta: dict[str, Any], epoch: Any
+    engine: Engine,
+    question: str,
+    collections: list[str],
+    meta: dict[str, Any],
+    epoch: Any,
+    *,
+    evidence_n: int | None = None,
 ) -> dict[str, Any]:
-    """The one statement for ``question`` (embedded as the raw query embeds it): its row."""
+    """The one statement for ``question`` (embedded as the raw query embeds it) with the engine's
+    configured sizes: its row. ``meta``: the active index (``schema.current_embedder``);
+    ``evidence_n``: how many of the top get a cosine and units (default ``evidence.top_n``)."""
     cfg = engine.cfg.retrieval
     return one_statement_reads(
         engine.driver,
@@ -60,7 +68,7 @@ def one_statement(
         dense_k=cfg.dense_k,
         rrf_k=cfg.rrf_k,
         top_n=cfg.rerank.top_n,
-        evidence_n=cfg.evidence.top_n,
+        evidence_n=cfg.evidence.top_n if evidence_n is None else evidence_n,
         splitter=SPLITTER_VERSION,
     )
 

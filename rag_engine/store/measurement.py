@@ -201,5 +201,7 @@ def one_statement_reads(
 
 
 def index_epoch(driver: neo4j.Driver, database: str) -> Any:
-    """The store's vector index epoch (what ``one_statement_reads`` checks, as ``reads.legs`` does)."""
-    return read(driver, database, epochs.STATE_COLUMNS + " RETURN index_epoch", **epochs.STATE_PARAMS)[0]["index_epoch"]
+    """The store's vector index epoch (what ``one_statement_reads`` checks, as ``reads.legs`` does),
+    read as the query path reads it (``epochs.store_state``)."""
+    with read_transaction(driver, database, packs=()) as rx:
+        return epochs.store_state(rx).index_epoch
