@@ -6,6 +6,7 @@ titles of ``reads.document_titles``, the evidence of the statement sentence evid
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 
@@ -161,6 +162,43 @@ def test_a_failed_statement_counts_its_time(ingested_engine):
     with pytest.raises(CypherSyntaxError):
         failing()
     assert held[0].queries == 1 and held[0].store_ms > 0
+
+
+def test_a_started_statement_counts_the_wait_not_the_work_done_meanwhile(ingested_engine):
+    # the rerank stage sends the top read, splits the chunks into units while the store answers,
+    # then takes the rows: its store_ms is what it waited, not the units' time
+    engine = ingested_engine
+    with read_transaction(engine.driver, engine.database, packs=engine.packs) as rx:
+        pending = rx.started("UNWIND range(1, 3) AS x RETURN x, x * 2 AS y")
+        time.sleep(0.3)
+        assert pending.values() == [{"x": 1, "y": 2}, {"x": 2, "y": 4}, {"x": 3, "y": 6}]
+        assert rx.queries == 1 and 0 < rx.store_ms < 300
+        # and the next statement runs in the same transaction
+        assert rx.values("RETURN 1 AS one") == [{"one": 1}] and rx.queries == 2
+
+
+def test_the_top_read_sent_first_gives_what_it_gives_at_once(ingested_engine):
+    engine = ingested_engine
+    collections = gate(engine.cfg, "legal_analyst", None).collections
+    top = _citing(engine)[:20]
+    arguments = {
+        "evidence_ids": top[:12],
+        "embedding": engine.embed_texts(["the right to erasure"], purpose="query")[0],
+        "identity": engine.embedder_identity,
+        "collections": collections,
+        "splitter": SPLITTER_VERSION,
+        "references": True,
+    }
+    with read_transaction(engine.driver, engine.database, packs=engine.packs) as rx:
+        at_once = top_reads.top_candidates(rx, top, **arguments)
+        pending = top_reads.started(rx, top, **arguments)
+        time.sleep(0.05)
+        later = pending.result()
+        sent = rx.queries
+        empty = top_reads.started(rx, [], **arguments)
+        assert rx.queries == sent  # no ids, no statement
+    assert later == at_once and later.evidence and later.titles and any(later.cited.values())
+    assert empty.result() == top_reads.TopReads(cited={})
 
 
 def test_a_trivial_statement_is_timed(ingested_engine):

@@ -14,7 +14,13 @@ from rag_engine.retrieval.candidates import Candidate
 from rag_engine.retrieval.fusion_stage import protect_exact
 from rag_engine.retrieval.leg import Question
 from rag_engine.retrieval.rerank import question_stems, rerank_model, text_features
-from rag_engine.retrieval.sentence_evidence import ChunkEvidence, evidence_features, normalized, score_chunk
+from rag_engine.retrieval.sentence_evidence import (
+    ChunkEvidence,
+    evidence_features,
+    normalized,
+    prepare,
+    score_prepared,
+)
 from rag_engine.store import reads, top_reads
 from rag_engine.text.sentences import SPLITTER_VERSION
 from rag_engine.text.terms import content_stems
@@ -81,11 +87,13 @@ def sentence_evidence(q: Question, top: list[Candidate], t: dict[str, Any]) -> d
     cosines come from the live leg's evidence, and a live row without them is scored on its words
     alone); the rest get none. One store read (``top_reads``) gives the scored chunks' cosines and
     unit vectors, the titles of every candidate of ``top`` and, when reference expansion is on,
-    what they cite (``q.shared["cited"]``, for ``expansion.reference_expansion``)."""
+    what they cite (``q.shared["cited"]``, for ``expansion.reference_expansion``). The read is
+    sent first and received last: the chunks' units, and the question's stems in each
+    (``sentence_evidence.prepare``), are made while the store answers."""
     engine = q.engine
     scored = top[: engine.cfg.retrieval.evidence.top_n]
     stored = [c.chunk_id for c in top if not is_live(c)]
-    read = top_reads.top_candidates(
+    pending = top_reads.started(
         q.rx,
         stored,
         evidence_ids=[c.chunk_id for c in scored if not is_live(c)],
@@ -95,17 +103,20 @@ def sentence_evidence(q: Question, top: list[Candidate], t: dict[str, Any]) -> d
         splitter=SPLITTER_VERSION,
         references=engine.cfg.retrieval.reference_expansion_k > 0,
     )
+    # while the store reads: what needs nothing from it (the units, and the question's stems in each)
+    stems = question_stems(q.text)
+    prepared = [prepare(c.chunk_id, c.text, stems) for c in scored]
+    vec = normalized(q.query_vec)
+    read = pending.result()
     q.titles.update(read.titles)
     if read.cited is not None:
         q.shared["cited"] = read.cited
     rows = {**read.evidence, **q.shared.get("live_evidence", {})}
-    vec = normalized(q.query_vec)
-    stems = question_stems(q.text)
     out = {}
-    for c in scored:
+    for c, chunk in zip(scored, prepared, strict=True):
         row = rows.get(c.chunk_id, {})
         context = content_stems(f"{q.titles.get(doc_key(c), '')} {c.heading}")
-        out[c.chunk_id] = score_chunk(c.chunk_id, c.text, context, stems, vec, row.get("units"), row.get("cosine"))
+        out[c.chunk_id] = score_prepared(chunk, context, vec, row.get("units"), row.get("cosine"))
     t["units_scored"] = sum(len(ev.units) for ev in out.values())
     t["unit_vectors"] = sum(1 for r in rows.values() if r.get("units"))
     return out

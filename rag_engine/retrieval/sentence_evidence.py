@@ -81,8 +81,48 @@ def score_chunk(
 ) -> ChunkEvidence:
     """Each unit of ``text`` scored against the question. ``context_stems``: the stems of the
     passage's heading and document title, counted with every unit for ``context_coverage``."""
+    return score_prepared(prepare(chunk_id, text, question_stems), context_stems, query_vec, blob, chunk_cosine)
+
+
+@dataclass(frozen=True)
+class PreparedChunk:
+    """The part of ``score_chunk`` that needs nothing from the store (``prepare``): the units of
+    a chunk's text, which of the question's stems each holds, and how close together."""
+
+    chunk_id: str
+    terms: set[str]
+    units: list[Unit]
+    have: list[set[str]]
+    proximity: list[float]
+    words: list[str] | None
+
+
+def prepare(chunk_id: str, text: str, question_stems: Sequence[str]) -> PreparedChunk:
+    """``text`` split into units and each read against ``question_stems``: the query path does
+    this while the store reads the unit vectors and titles ``score_prepared`` needs."""
     units = split_units(text)
     terms = set(question_stems)
+    unit_tokens = [tokens(u.text) for u in units]
+    unit_words = [stems_of_tokens(t) for t in unit_tokens]
+    have = [terms.intersection(words) for words in unit_words]
+    # proximity_in is 0.0 or 1.0 (already rounded) below two stems
+    near = [
+        round(proximity_in(w, h), 6) if len(h) > 1 else proximity_in(w, h)
+        for w, h in zip(unit_words, have, strict=True)
+    ]
+    return PreparedChunk(chunk_id, terms, units, have, near, joined_stems(text, units, unit_tokens, unit_words))
+
+
+def score_prepared(
+    chunk: PreparedChunk,
+    context_stems: set[str],
+    query_vec: np.ndarray | None,
+    blob: bytes | None,
+    chunk_cosine: float | None = None,
+) -> ChunkEvidence:
+    """``score_chunk`` of a ``prepare``d chunk, given what the store read: its unit vectors
+    (``blob``) and the stems of its heading and title (``context_stems``)."""
+    units, terms = chunk.units, chunk.terms
     cosines: list[float | None] = [None] * len(units)
     if query_vec is not None and blob:
         matrix = decode(blob, int(query_vec.shape[0]))
@@ -97,18 +137,14 @@ def score_chunk(
     shares = [k / n for k in range(n + 1)] if n else [0.0]
     rounded = [round(share, 6) for share in shares]
     word_scores = [round(0.0 + COVERAGE_WEIGHT * share, 6) for share in shares]
-    unit_tokens = [tokens(u.text) for u in units]
-    unit_words = [stems_of_tokens(t) for t in unit_tokens]
     out = []
     for i, u in enumerate(units):
-        words = unit_words[i]
-        have = terms.intersection(words)
+        have = chunk.have[i]
         k = len(have)
-        near = proximity_in(words, have)  # 0.0 or 1.0 (already rounded) below two stems
         cos = cosines[i]
         out.append(
             UnitEvidence(
-                chunk_id=chunk_id,
+                chunk_id=chunk.chunk_id,
                 index=i,
                 text=u.text,
                 start=u.start,
@@ -116,11 +152,11 @@ def score_chunk(
                 cosine=None if cos is None else round(cos, 6),
                 coverage=rounded[k],
                 context_coverage=rounded[len(have | context_terms)],
-                proximity=round(near, 6) if k > 1 else near,
+                proximity=chunk.proximity[i],
                 score=word_scores[k] if cos is None else round(cos + COVERAGE_WEIGHT * shares[k], 6),
             )
         )
-    return ChunkEvidence(chunk_id, tuple(out), chunk_cosine, joined_stems(text, units, unit_tokens, unit_words))
+    return ChunkEvidence(chunk.chunk_id, tuple(out), chunk_cosine, chunk.words)
 
 
 def joined_stems(

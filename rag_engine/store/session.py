@@ -29,7 +29,8 @@ class Reads:
     """The read transaction of one question, with what the store epochs told it
     (``epochs.store_state`` reads them once per transaction), how many statements it ran
     (``queries``) and the wall time they took (``store_ms``: from sending a statement to its
-    last record received; turning the records into dicts is not counted)."""
+    last record received, less any work its caller did in between (``started``); turning the
+    records into dicts is not counted)."""
 
     def __init__(
         self,
@@ -48,23 +49,47 @@ class Reads:
         self.memo: dict[str, Any] = {}
 
     def rows(self, query: str, **params: Any) -> list[dict[str, Any]]:
-        return [r.data() for r in self._records(query, params)]
+        return [r.data() for r in self.started(query, **params).records()]
 
     def values(self, query: str, **params: Any) -> list[dict[str, Any]]:
         """As ``rows``, the values as the driver gives them: for plain columns (strings, numbers,
         bytes). ``Record.data()`` walks every value, a byte array item by item: 30 kB of unit
         vectors per chunk made it the query path's slowest step."""
-        return [dict(zip(r.keys(), r.values(), strict=True)) for r in self._records(query, params)]
+        return self.started(query, **params).values()
 
-    def _records(self, query: str, params: dict[str, Any]) -> list[neo4j.Record]:
-        """The statement's records, all received; its time added to ``store_ms`` (a failed
-        statement's too)."""
+    def started(self, query: str, **params: Any) -> Started:
+        """The statement sent, its records not yet received (``Started``). ``rows`` and ``values``
+        receive them at once; a caller with work that does not need them does it first, while
+        the store computes them. Nothing else may run in the transaction meanwhile: the driver
+        would receive these records first, and the overlap would be lost."""
         self.queries += 1
-        started = time.perf_counter()
+        began = time.perf_counter()
         try:
-            return list(self.tx.run(query, **params))
+            result = self.tx.run(query, **params)
         finally:
-            self.store_ms += (time.perf_counter() - started) * 1000
+            self.store_ms += (time.perf_counter() - began) * 1000
+        return Started(self, result)
+
+
+class Started:
+    """A statement ``Reads.started`` sent. Its time in ``store_ms`` is the time its caller waited
+    on it: sending it, then receiving (``records``, once) what the store had not sent by then;
+    a failed statement's too."""
+
+    def __init__(self, reads: Reads, result: neo4j.Result):
+        self._reads = reads
+        self._result = result
+
+    def records(self) -> list[neo4j.Record]:
+        began = time.perf_counter()
+        try:
+            return list(self._result)
+        finally:
+            self._reads.store_ms += (time.perf_counter() - began) * 1000
+
+    def values(self) -> list[dict[str, Any]]:
+        """The records as ``Reads.values`` gives them."""
+        return [dict(zip(r.keys(), r.values(), strict=True)) for r in self.records()]
 
 
 @contextmanager

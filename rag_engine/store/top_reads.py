@@ -19,7 +19,7 @@ from typing import Any
 
 from rag_engine.store.epochs import active_index
 from rag_engine.store.reads import FIELDS, scope, served, title_shown
-from rag_engine.store.session import Reads
+from rag_engine.store.session import Reads, Started
 from rag_engine.store.units import UNITS_SUFFIX
 
 
@@ -62,7 +62,40 @@ class TopReads:
     cited: dict[str, list[dict[str, Any]]] | None = None
 
 
-def top_candidates(
+def top_candidates(rx: Reads, chunk_ids: list[str], **arguments: Any) -> TopReads:
+    """One statement over ``chunk_ids`` (see the module docstring; the arguments of ``started``),
+    sent and received at once; ids not served are absent."""
+    return started(rx, chunk_ids, **arguments).result()
+
+
+@dataclass
+class StartedTop:
+    """``top_candidates``' statement, sent; ``result`` receives it (once)."""
+
+    statement: Started | None
+    evidence_ids: list[str]
+    references: bool
+
+    def result(self) -> TopReads:
+        out = TopReads(cited={} if self.references else None)
+        if self.statement is None:
+            return out
+        scored = set(self.evidence_ids)
+        for r in self.statement.values():
+            if r["doc_key"] is not None:
+                out.titles[r["doc_key"]] = r["title"] or ""
+            if r["chunk_id"] in scored:
+                out.evidence[r["chunk_id"]] = {"cosine": r["cosine"], "units": r["units"]}
+            if out.cited is not None:
+                cited = [dict(t) for t in r["cited"]]
+                for t in cited:
+                    if t["doc_key"] is not None:
+                        out.titles[t["doc_key"]] = t["title"] or ""
+                out.cited[r["chunk_id"]] = cited
+        return out
+
+
+def started(
     rx: Reads,
     chunk_ids: list[str],
     *,
@@ -72,13 +105,13 @@ def top_candidates(
     collections: tuple[str, ...],
     splitter: str,
     references: bool,
-) -> TopReads:
-    """One statement over ``chunk_ids`` (see the module docstring); ids not served are absent."""
-    out = TopReads(cited={} if references else None)
+) -> StartedTop:
+    """``top_candidates``' statement sent (``Reads.started``): the caller works on what does not
+    need it while the store answers, then takes it with ``StartedTop.result``."""
     if not chunk_ids:
-        return out
+        return StartedTop(None, evidence_ids, references)
     active, _cached = active_index(rx, identity)
-    rows = rx.values(
+    statement = rx.started(
         _TOP,
         ids=chunk_ids,
         evidence_ids=evidence_ids,
@@ -89,16 +122,4 @@ def top_candidates(
         references=references,
         **scope(rx, collections),
     )
-    scored = set(evidence_ids)
-    for r in rows:
-        if r["doc_key"] is not None:
-            out.titles[r["doc_key"]] = r["title"] or ""
-        if r["chunk_id"] in scored:
-            out.evidence[r["chunk_id"]] = {"cosine": r["cosine"], "units": r["units"]}
-        if out.cited is not None:
-            cited = [dict(t) for t in r["cited"]]
-            for t in cited:
-                if t["doc_key"] is not None:
-                    out.titles[t["doc_key"]] = t["title"] or ""
-            out.cited[r["chunk_id"]] = cited
-    return out
+    return StartedTop(statement, evidence_ids, references)
