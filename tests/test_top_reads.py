@@ -72,7 +72,7 @@ def test_expansion_from_the_top_read_equals_the_referenced_statement(ingested_en
     with read_transaction(engine.driver, engine.database, packs=engine.packs) as rx:
         for _ in range(60):
             top = rng.sample(pool, 20)
-            read_top = top_reads.top_candidates(
+            read_top = top_reads.started(
                 rx,
                 top,
                 evidence_ids=top,
@@ -81,7 +81,7 @@ def test_expansion_from_the_top_read_equals_the_referenced_statement(ingested_en
                 collections=collections,
                 splitter=SPLITTER_VERSION,
                 references=True,
-            )
+            ).result()
             served = list(read_top.cited)  # a chunk outside the role's collections is not read
             for limit in (1, 5, 100):
                 seeds = served[: rng.randint(1, 10)]
@@ -102,7 +102,7 @@ def test_titles_and_evidence_from_the_top_read_equal_their_own_reads(ingested_en
     with read_transaction(engine.driver, engine.database, packs=engine.packs) as rx:
         top = pool[:25]
         scored = top[:12]
-        got = top_reads.top_candidates(
+        got = top_reads.started(
             rx,
             top,
             evidence_ids=scored,
@@ -111,7 +111,7 @@ def test_titles_and_evidence_from_the_top_read_equal_their_own_reads(ingested_en
             collections=collections,
             splitter=SPLITTER_VERSION,
             references=False,
-        )
+        ).result()
         served = reads.chunks_by_id(rx, top, collections)
         keys = sorted({f"{r['chunk_id'].split(':', 1)[0]}:{r['doc_id']}" for r in served})
         want_evidence = _evidence(rx, scored, vector, engine.embedder_identity, collections)
@@ -171,10 +171,37 @@ def test_a_started_statement_counts_the_wait_not_the_work_done_meanwhile(ingeste
     with read_transaction(engine.driver, engine.database, packs=engine.packs) as rx:
         pending = rx.started("UNWIND range(1, 3) AS x RETURN x, x * 2 AS y")
         time.sleep(0.3)
-        assert pending.values() == [{"x": 1, "y": 2}, {"x": 2, "y": 4}, {"x": 3, "y": 6}]
-        assert rx.queries == 1 and 0 < rx.store_ms < 300
-        # and the next statement runs in the same transaction
-        assert rx.values("RETURN 1 AS one") == [{"one": 1}] and rx.queries == 2
+        rows = pending.values()
+        assert rows == [{"x": 1, "y": 2}, {"x": 2, "y": 4}, {"x": 3, "y": 6}]
+        assert rx.queries == 1 and 0 < rx.store_ms < 300 and rx.pending is None
+        assert pending.values() == rows  # received once, the same rows again
+        # a statement sent while another is pending receives that one first, counted under it
+        first = rx.started("UNWIND range(1, 2) AS x RETURN x")
+        assert rx.values("RETURN 1 AS one") == [{"one": 1}] and rx.queries == 3
+        assert first.values() == [{"x": 1}, {"x": 2}]
+
+
+def test_a_started_statement_that_fails_while_streaming_is_timed_and_fails_again(ingested_engine):
+    from neo4j.exceptions import ClientError
+
+    held = []
+
+    def failing() -> None:
+        with read_transaction(ingested_engine.driver, ingested_engine.database, packs=ingested_engine.packs) as rx:
+            held.append(rx)
+            pending = rx.started("UNWIND [1, 0] AS x RETURN 1 / x AS y")  # fails on its second row
+            held.append(rx.store_ms)
+            try:
+                pending.records()
+            except ClientError:
+                held.append(rx.store_ms)
+            assert rx.pending is None
+            pending.records()  # the same error again, not an empty list
+
+    with pytest.raises(ClientError):
+        failing()
+    rx, sent_ms, failed_ms = held
+    assert rx.queries == 1 and failed_ms > sent_ms
 
 
 def test_the_top_read_sent_first_gives_what_it_gives_at_once(ingested_engine):
@@ -190,10 +217,11 @@ def test_the_top_read_sent_first_gives_what_it_gives_at_once(ingested_engine):
         "references": True,
     }
     with read_transaction(engine.driver, engine.database, packs=engine.packs) as rx:
-        at_once = top_reads.top_candidates(rx, top, **arguments)
+        at_once = top_reads.started(rx, top, **arguments).result()
         pending = top_reads.started(rx, top, **arguments)
-        time.sleep(0.05)
+        sum(range(100_000))  # work of the caller's own meanwhile
         later = pending.result()
+        assert pending.result() == later  # a second call gives the same, not an empty read
         sent = rx.queries
         empty = top_reads.started(rx, [], **arguments)
         assert rx.queries == sent  # no ids, no statement
@@ -238,7 +266,7 @@ def test_one_statement_composes_the_engines_reads(ingested_engine, evidence_n):
         assert len(top) == min(cfg.rerank.top_n, len(ranked))
         cutoff = fused[ranked[len(top) - 1]]  # ties at the cut may fall either way
         assert {cid for cid in ranked if fused[cid] > cutoff} <= set(top) <= {c for c in ranked if fused[c] >= cutoff}
-        own = top_reads.top_candidates(
+        own = top_reads.started(
             rx,
             list(top),
             evidence_ids=list(top),
@@ -247,7 +275,7 @@ def test_one_statement_composes_the_engines_reads(ingested_engine, evidence_n):
             collections=collections,
             splitter=SPLITTER_VERSION,
             references=True,
-        )
+        ).result()
     scored = [t for t in top.values() if t["cosine"] is not None]
     assert len(scored) == min(evidence_n, len(top)) and any(t["units"] for t in scored)
     unscored = [cid for cid in top if top[cid]["cosine"] is None]

@@ -289,7 +289,8 @@ def render_stages(result: dict[str, Any]) -> str:
         statements = statistics.mean(store["statements"])
         lines.append(
             f"engine {engine:.1f} ms mean: {statements:.1f} in {statistics.mean(store['statement_count']):.1f} store "
-            f"statements, {engine - statements:.1f} outside them (Python, session, BEGIN and COMMIT); "
+            f"statements, {engine - statements:.1f} outside them (Python, session, BEGIN and COMMIT; "
+            "Python done while a statement runs counts here); "
             f"1.2x of the raw query's {raw:.1f} ms is {1.2 * raw:.1f}"
         )
     if result.get("trivial_ms"):

@@ -41,9 +41,10 @@ if TYPE_CHECKING:
 class Trace:
     """The steps of one question, each with its timing (``ms``) and what it found. A step inside
     the question's read transaction (``store`` set) also has ``store_ms``: the part of its time
-    spent in Neo4j statements (``Reads.store_ms``). The rest is spent outside them: the engine's
-    work in Python, and waits on anything else (the question's embedding in ``dense``, live SQL
-    sources in ``live``)."""
+    it waited on Neo4j statements (``Reads.store_ms``; work done while a statement it sent runs,
+    as the rerank stage's units' split, is not in it). The rest is spent outside them: the
+    engine's work in Python, and waits on anything else (the question's embedding in ``dense``,
+    live SQL sources in ``live``)."""
 
     def __init__(self) -> None:
         self.steps: list[dict[str, Any]] = []

@@ -30,6 +30,7 @@ import itertools
 import json
 import math
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
@@ -134,7 +135,7 @@ def proximity(positions: dict[str, list[int]]) -> float:
     return len(positions) / window if window else 0.0
 
 
-def proximity_in(words: Sequence[str], matched: set[str]) -> float:
+def proximity_in(words: Sequence[str], matched: AbstractSet[str]) -> float:
     """``proximity`` of the positions in ``words`` of the stems ``matched`` (each of which occurs in
     ``words``), without building the positions: one stem gives 1.0, none 0.0."""
     if len(matched) < 2:

@@ -103,14 +103,15 @@ def sentence_evidence(q: Question, top: list[Candidate], t: dict[str, Any]) -> d
         splitter=SPLITTER_VERSION,
         references=engine.cfg.retrieval.reference_expansion_k > 0,
     )
-    # while the store reads: what needs nothing from it (the units, and the question's stems in each)
-    stems = question_stems(q.text)
-    prepared = [prepare(c.chunk_id, c.text, stems) for c in scored]
-    vec = normalized(q.query_vec)
-    read = pending.result()
-    q.titles.update(read.titles)
-    if read.cited is not None:
-        q.shared["cited"] = read.cited
+    try:  # while the store reads: what needs nothing from it (the units, the question's stems in each)
+        stems = question_stems(q.text)
+        prepared = [prepare(c.chunk_id, c.text, stems) for c in scored]
+        vec = normalized(q.query_vec)
+    finally:  # received even when that failed: the titles and cited rows serve the fused order too
+        read = pending.result()
+        q.titles.update(read.titles)
+        if read.cited is not None:
+            q.shared["cited"] = read.cited
     rows = {**read.evidence, **q.shared.get("live_evidence", {})}
     out = {}
     for c, chunk in zip(scored, prepared, strict=True):

@@ -90,27 +90,28 @@ class PreparedChunk:
     a chunk's text, which of the question's stems each holds, and how close together."""
 
     chunk_id: str
-    terms: set[str]
-    units: list[Unit]
-    have: list[set[str]]
-    proximity: list[float]
-    words: list[str] | None
+    terms: frozenset[str]
+    units: tuple[Unit, ...]
+    have: tuple[frozenset[str], ...]
+    proximity: tuple[float, ...]
+    words: list[str] | None = field(default=None, compare=False, repr=False)
 
 
 def prepare(chunk_id: str, text: str, question_stems: Sequence[str]) -> PreparedChunk:
     """``text`` split into units and each read against ``question_stems``: the query path does
     this while the store reads the unit vectors and titles ``score_prepared`` needs."""
     units = split_units(text)
-    terms = set(question_stems)
+    terms = frozenset(question_stems)
     unit_tokens = [tokens(u.text) for u in units]
     unit_words = [stems_of_tokens(t) for t in unit_tokens]
-    have = [terms.intersection(words) for words in unit_words]
+    have = tuple(terms.intersection(words) for words in unit_words)
     # proximity_in is 0.0 or 1.0 (already rounded) below two stems
-    near = [
+    near = tuple(
         round(proximity_in(w, h), 6) if len(h) > 1 else proximity_in(w, h)
         for w, h in zip(unit_words, have, strict=True)
-    ]
-    return PreparedChunk(chunk_id, terms, units, have, near, joined_stems(text, units, unit_tokens, unit_words))
+    )
+    words = joined_stems(text, units, unit_tokens, unit_words)
+    return PreparedChunk(chunk_id, terms, tuple(units), have, near, words)
 
 
 def score_prepared(

@@ -47,6 +47,8 @@ class Reads:
         self.queries = 0
         self.store_ms = 0.0
         self.memo: dict[str, Any] = {}
+        self.pending: Started | None = None
+        """The statement ``started`` sent whose records are not received yet, if any."""
 
     def rows(self, query: str, **params: Any) -> list[dict[str, Any]]:
         return [r.data() for r in self.started(query, **params).records()]
@@ -60,32 +62,47 @@ class Reads:
     def started(self, query: str, **params: Any) -> Started:
         """The statement sent, its records not yet received (``Started``). ``rows`` and ``values``
         receive them at once; a caller with work that does not need them does it first, while
-        the store computes them. Nothing else may run in the transaction meanwhile: the driver
-        would receive these records first, and the overlap would be lost."""
+        the store computes them. A statement still ``pending`` is received first (its wait
+        counted under it): the driver reads one statement's records before the next runs."""
+        if self.pending is not None:
+            self.pending.records()
         self.queries += 1
         began = time.perf_counter()
         try:
             result = self.tx.run(query, **params)
         finally:
             self.store_ms += (time.perf_counter() - began) * 1000
-        return Started(self, result)
+        self.pending = Started(self, result)
+        return self.pending
 
 
 class Started:
     """A statement ``Reads.started`` sent. Its time in ``store_ms`` is the time its caller waited
-    on it: sending it, then receiving (``records``, once) what the store had not sent by then;
-    a failed statement's too."""
+    on it: sending it, then reading (``records``) what the driver had not read by then; a failed
+    statement's too. ``records`` receives them once and gives the same list (or raises the same
+    error) on every later call."""
 
     def __init__(self, reads: Reads, result: neo4j.Result):
         self._reads = reads
         self._result = result
+        self._records: list[neo4j.Record] | None = None
+        self._error: BaseException | None = None
 
     def records(self) -> list[neo4j.Record]:
-        began = time.perf_counter()
-        try:
-            return list(self._result)
-        finally:
-            self._reads.store_ms += (time.perf_counter() - began) * 1000
+        if self._records is None:
+            if self._error is not None:
+                raise self._error
+            began = time.perf_counter()
+            try:
+                self._records = list(self._result)
+            except BaseException as exc:
+                self._error = exc
+                raise
+            finally:
+                self._reads.store_ms += (time.perf_counter() - began) * 1000
+                if self._reads.pending is self:
+                    self._reads.pending = None
+        return self._records
 
     def values(self) -> list[dict[str, Any]]:
         """The records as ``Reads.values`` gives them."""

@@ -62,15 +62,10 @@ class TopReads:
     cited: dict[str, list[dict[str, Any]]] | None = None
 
 
-def top_candidates(rx: Reads, chunk_ids: list[str], **arguments: Any) -> TopReads:
-    """One statement over ``chunk_ids`` (see the module docstring; the arguments of ``started``),
-    sent and received at once; ids not served are absent."""
-    return started(rx, chunk_ids, **arguments).result()
-
-
 @dataclass
 class StartedTop:
-    """``top_candidates``' statement, sent; ``result`` receives it (once)."""
+    """The one read (see the module docstring), sent; ``result`` receives it (``Started``: once,
+    the same rows on every call); ids not served are absent."""
 
     statement: Started | None
     evidence_ids: list[str]
@@ -106,7 +101,7 @@ def started(
     splitter: str,
     references: bool,
 ) -> StartedTop:
-    """``top_candidates``' statement sent (``Reads.started``): the caller works on what does not
+    """The one read over ``chunk_ids`` sent (``Reads.started``): the caller works on what does not
     need it while the store answers, then takes it with ``StartedTop.result``."""
     if not chunk_ids:
         return StartedTop(None, evidence_ids, references)
