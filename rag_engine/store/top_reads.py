@@ -53,9 +53,10 @@ _TOP = statement()
 
 @dataclass
 class TopReads:
-    """What ``top_candidates`` read: ``evidence`` per scored chunk id (``cosine``, ``units``),
-    ``titles`` per document key (``pack:doc_id``), ``cited`` per chunk id (the rows it cites: the
-    chunk fields, ``via``) when references were read, and ``titles`` of those rows' documents too."""
+    """What the one read gave (``StartedTop.result``): ``evidence`` per scored chunk id
+    (``cosine``, ``units``), ``titles`` per document key (``pack:doc_id``), ``cited`` per chunk id
+    (the rows it cites: the chunk fields, ``via``) when references were read, and ``titles`` of
+    those rows' documents too."""
 
     evidence: dict[str, dict[str, Any]] = field(default_factory=dict)
     titles: dict[str, str] = field(default_factory=dict)
