@@ -58,6 +58,20 @@ def _citing(engine) -> list[str]:
     return citing + [r["id"] for r in rows if not r["n"]][:20]
 
 
+def _sent(engine, rx, ids, collections, *, evidence_ids, embedding=None, references=True):
+    """``top_reads.started`` with the engine's identity and the current splitter."""
+    return top_reads.started(
+        rx,
+        ids,
+        evidence_ids=evidence_ids,
+        embedding=embedding,
+        identity=engine.embedder_identity,
+        collections=collections,
+        splitter=SPLITTER_VERSION,
+        references=references,
+    )
+
+
 def _key(row: dict) -> tuple:
     return (row["chunk_id"], row["via"], row["from_chunk"], row["seed_rank"], *(row[f] for f in reads.FIELDS))
 
@@ -72,16 +86,7 @@ def test_expansion_from_the_top_read_equals_the_referenced_statement(ingested_en
     with read_transaction(engine.driver, engine.database, packs=engine.packs) as rx:
         for _ in range(60):
             top = rng.sample(pool, 20)
-            read_top = top_reads.started(
-                rx,
-                top,
-                evidence_ids=top,
-                embedding=None,
-                identity=engine.embedder_identity,
-                collections=collections,
-                splitter=SPLITTER_VERSION,
-                references=True,
-            ).result()
+            read_top = _sent(engine, rx, top, collections, evidence_ids=top).result()
             served = list(read_top.cited)  # a chunk outside the role's collections is not read
             for limit in (1, 5, 100):
                 seeds = served[: rng.randint(1, 10)]
@@ -102,16 +107,7 @@ def test_titles_and_evidence_from_the_top_read_equal_their_own_reads(ingested_en
     with read_transaction(engine.driver, engine.database, packs=engine.packs) as rx:
         top = pool[:25]
         scored = top[:12]
-        got = top_reads.started(
-            rx,
-            top,
-            evidence_ids=scored,
-            embedding=vector,
-            identity=engine.embedder_identity,
-            collections=collections,
-            splitter=SPLITTER_VERSION,
-            references=False,
-        ).result()
+        got = _sent(engine, rx, top, collections, evidence_ids=scored, embedding=vector, references=False).result()
         served = reads.chunks_by_id(rx, top, collections)
         keys = sorted({f"{r['chunk_id'].split(':', 1)[0]}:{r['doc_id']}" for r in served})
         want_evidence = _evidence(rx, scored, vector, engine.embedder_identity, collections)
@@ -208,22 +204,15 @@ def test_the_top_read_sent_first_gives_what_it_gives_at_once(ingested_engine):
     engine = ingested_engine
     collections = gate(engine.cfg, "legal_analyst", None).collections
     top = _citing(engine)[:20]
-    arguments = {
-        "evidence_ids": top[:12],
-        "embedding": engine.embed_texts(["the right to erasure"], purpose="query")[0],
-        "identity": engine.embedder_identity,
-        "collections": collections,
-        "splitter": SPLITTER_VERSION,
-        "references": True,
-    }
+    vector = engine.embed_texts(["the right to erasure"], purpose="query")[0]
     with read_transaction(engine.driver, engine.database, packs=engine.packs) as rx:
-        at_once = top_reads.started(rx, top, **arguments).result()
-        pending = top_reads.started(rx, top, **arguments)
+        at_once = _sent(engine, rx, top, collections, evidence_ids=top[:12], embedding=vector).result()
+        pending = _sent(engine, rx, top, collections, evidence_ids=top[:12], embedding=vector)
         sum(range(100_000))  # work of the caller's own meanwhile
         later = pending.result()
         assert pending.result() == later  # a second call gives the same, not an empty read
         sent = rx.queries
-        empty = top_reads.started(rx, [], **arguments)
+        empty = _sent(engine, rx, [], collections, evidence_ids=top[:12], embedding=vector)
         assert rx.queries == sent  # no ids, no statement
     assert later == at_once and later.evidence and later.titles and any(later.cited.values())
     assert empty.result() == top_reads.TopReads(cited={})
@@ -266,16 +255,7 @@ def test_one_statement_composes_the_engines_reads(ingested_engine, evidence_n):
         assert len(top) == min(cfg.rerank.top_n, len(ranked))
         cutoff = fused[ranked[len(top) - 1]]  # ties at the cut may fall either way
         assert {cid for cid in ranked if fused[cid] > cutoff} <= set(top) <= {c for c in ranked if fused[c] >= cutoff}
-        own = top_reads.started(
-            rx,
-            list(top),
-            evidence_ids=list(top),
-            embedding=vector,
-            identity=engine.embedder_identity,
-            collections=collections,
-            splitter=SPLITTER_VERSION,
-            references=True,
-        ).result()
+        own = _sent(engine, rx, list(top), collections, evidence_ids=list(top), embedding=vector).result()
     scored = [t for t in top.values() if t["cosine"] is not None]
     assert len(scored) == min(evidence_n, len(top)) and any(t["units"] for t in scored)
     unscored = [cid for cid in top if top[cid]["cosine"] is None]

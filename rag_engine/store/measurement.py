@@ -18,7 +18,6 @@ import neo4j
 
 from rag_engine.store import epochs, reads, top_reads
 from rag_engine.store.session import Reads, read, read_transaction
-from rag_engine.store.units import UNITS_SUFFIX
 
 _PACK_NODES = (
     "MATCH (n) WHERE ((n:Chunk OR n:Document OR n:Entity OR n:ExtractionRun) AND n.pack = $p) "
@@ -177,24 +176,15 @@ def one_statement_reads(
     rows). ``expected_epoch``: the store's index epoch (``index_epoch``), or the vector leg is
     skipped as the engine's legs statement skips it (``dense`` comes back empty)."""
     params: dict[str, Any] = {
-        **epochs.STATE_PARAMS,
-        "expected": expected_epoch,
-        "index": index,
-        "embedding": embedding,
-        "vector_fetch": reads.vector_fetch(dense_k),
-        "dense_k": dense_k,
-        "q": reads.lucene_escape(text),
-        "text_fetch": lexical_k * 4,
-        "lexical_k": lexical_k,
+        **reads.legs_parameters(
+            text, embedding, expected=expected_epoch, index=index, lexical_k=lexical_k, dense_k=dense_k
+        ),
         "collections": list(collections),
         "packs": list(packs),
         "rrf_k": rrf_k,
         "top_n": top_n,
         "evidence_n": evidence_n,
-        "property": prop,
-        "units": prop + UNITS_SUFFIX,
-        "splitter": splitter,
-        "references": True,
+        **top_reads.parameters(prop, splitter=splitter, references=True),
     }
     records, _, _ = driver.execute_query(_ONE_STATEMENT, params, database_=database, routing_=neo4j.RoutingControl.READ)
     return dict(records[0]) if records else {"dense": [], "lexical": [], "top": []}

@@ -172,6 +172,25 @@ RETURN indexed, index_epoch, graph_epoch, dense, fetched AS text_fetched, hits A
 """The question's first statement (``legs``); ``store.measurement`` composes it into one more."""
 
 
+def legs_parameters(
+    text: str, embedding: list[float] | None, *, expected: Any, index: str | None, lexical_k: int, dense_k: int
+) -> dict[str, Any]:
+    """``LEGS_STATEMENT``'s parameters but the scope's: the vector leg runs when ``embedding`` is
+    given and the store's index epoch is ``expected``; "" as ``text`` skips the fulltext leg."""
+    q = lucene_escape(text)
+    return {
+        **epochs.STATE_PARAMS,
+        "expected": expected,
+        "index": index,
+        "embedding": embedding,
+        "vector_fetch": vector_fetch(dense_k),
+        "dense_k": dense_k,
+        "q": q if q.strip() else "",
+        "text_fetch": lexical_k * 4,
+        "lexical_k": lexical_k,
+    }
+
+
 def legs(
     rx: Reads,
     text: str,
@@ -192,18 +211,16 @@ def legs(
     checked ``epochs.active_index``. Fewer than ``dense_k`` permitted hits also go on to
     ``vector``, which grows the fetch."""
     cached = epochs.cached_index(rx, identity) if embedding is not None else None
-    q = lucene_escape(text)
     row = rx.values(
         LEGS_STATEMENT,
-        **epochs.STATE_PARAMS,
-        expected=cached[0] if cached else None,
-        index=cached[1].index if cached else None,
-        embedding=embedding if cached else None,
-        vector_fetch=vector_fetch(dense_k),
-        dense_k=dense_k,
-        q=q if q.strip() else "",
-        text_fetch=lexical_k * 4,
-        lexical_k=lexical_k,
+        **legs_parameters(
+            text,
+            embedding if cached else None,
+            expected=cached[0] if cached else None,
+            index=cached[1].index if cached else None,
+            lexical_k=lexical_k,
+            dense_k=dense_k,
+        ),
         **scope(rx, collections),
     )[0]
     epochs.remember_state(rx, row)

@@ -111,11 +111,14 @@ def started(
         _TOP,
         ids=chunk_ids,
         evidence_ids=evidence_ids,
-        property=active.property,
-        units=active.property + UNITS_SUFFIX,
         embedding=embedding,
-        splitter=splitter,
-        references=references,
+        **parameters(active.property, splitter=splitter, references=references),
         **scope(rx, collections),
     )
     return StartedTop(statement, evidence_ids, references)
+
+
+def parameters(prop: str, *, splitter: str, references: bool) -> dict[str, Any]:
+    """``statement``'s parameters of the active index (``prop``: its vector property, beside which
+    the unit vectors are stored) and of what it reads, but the ids, the embedding and the scope."""
+    return {"property": prop, "units": prop + UNITS_SUFFIX, "splitter": splitter, "references": references}
